@@ -1,0 +1,40 @@
+# One command per chore. `make run` and `make test` set everything up on a fresh machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# The exact torch build for this project's machines (a CPU wheel); pyproject keeps a range for users.
+TORCH_PIN := torch==2.13.0
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install run test lint vendor i18n
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+run: install
+	$(VENV)/bin/treino serve --host $(HOST) --port $(PORT)
+
+test: install
+	$(VENV)/bin/treino lessons check
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check app worker tests migrations
+
+# Rebuild static/vendor/ from frontend/'s lock file (needs Node; the result is committed).
+vendor:
+	cd frontend && npm ci --ignore-scripts --no-audit --no-fund && npm run build
+
+# Refresh the message catalogs after changing UI strings; then translate what is new in the .po.
+i18n: install
+	$(VENV)/bin/pybabel extract -F babel.cfg -k _ -k gettext -k ngettext:1,2 --no-location \
+		--omit-header -o app/locales/messages.pot .
+	$(VENV)/bin/pybabel update -i app/locales/messages.pot -d app/locales -D messages \
+		--no-fuzzy-matching --ignore-obsolete

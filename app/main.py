@@ -1,0 +1,40 @@
+"""The web application: built by create_app(), never at import."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.orm import sessionmaker
+
+from app import errors
+from app.config import ROOT, Settings, get_settings
+from app.db import make_engine
+from app.lessons import routes as lessons
+from app.lessons.content import load_course
+from app.middleware import BodyLimit, RequestContext
+from app.quizzes import routes as quizzes
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    course = load_course(settings.lessons_dir)  # a broken lesson stops start-up here
+    engine = make_engine(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(title="treino", summary="A tutor for efficient PyTorch training on small GPUs",
+                  version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.course = course
+    app.state.sessionmaker = sessionmaker(engine, expire_on_commit=False)
+    app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
+    app.include_router(lessons.router)
+    app.include_router(quizzes.router)
+    errors.install(app)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(RequestContext)  # outermost: every response, errors too, has a language
+    return app

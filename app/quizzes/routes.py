@@ -1,0 +1,40 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from app.db import SessionDep
+from app.i18n import gettext as _
+from app.lessons.routes import lesson_context
+from app.lessons.service import CourseDep, LessonDep
+from app.quizzes.service import latest_answers, record_attempt
+from app.web import is_htmx, render
+
+router = APIRouter()
+
+
+@router.post("/lessons/{slug}/quiz/{question_id}", response_class=HTMLResponse)
+def answer(request: Request, lesson: LessonDep, course: CourseDep, question_id: str,
+           session: SessionDep, option: Annotated[str | None, Form(max_length=80)] = None):
+    """Check one answer. htmx gets the feedback fragment; a plain form post gets the page back
+    (303 to the lesson, which shows the stored answer's feedback)."""
+    question = lesson.question(question_id)
+    if question is None:
+        raise HTTPException(404)
+    chosen = question.option(option) if option else None
+    if chosen is None:
+        error = (_("Choose one of the answers, then check it.") if not option
+                 else _("That answer is not one of this question's options."))
+        if is_htmx(request):
+            return render(request, "_quiz_feedback.html",
+                          {"lesson": lesson, "question": question, "error": error}, status_code=422)
+        answers = latest_answers(session, request.state.visitor_id, lesson)
+        return render(request, "lesson.html",
+                      {**lesson_context(course, lesson, answers), "errors": {question.id: error}},
+                      status_code=422)
+    record_attempt(session, request.state.visitor_id, lesson, question, chosen)
+    if is_htmx(request):
+        return render(request, "_quiz_feedback.html",
+                      {"lesson": lesson, "question": question, "chosen": chosen})
+    url = request.url_for("lesson_page", slug=lesson.slug)
+    return RedirectResponse(f"{url}#quiz-{question.id}", status_code=303)

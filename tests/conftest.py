@@ -1,0 +1,73 @@
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bs4 import BeautifulSoup
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from app.config import ROOT, Settings
+from app.db import upgrade
+from app.main import create_app
+
+LESSONS = ROOT / "lessons"
+PG_URL = os.environ.get("TREINO_TEST_DATABASE_URL")
+
+
+def html(response) -> BeautifulSoup:
+    assert response.headers["content-type"].startswith("text/html"), response.headers
+    return BeautifulSoup(response.text, "html.parser")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'treino.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    if not PG_URL:
+        pytest.fail("TREINO_TEST_DATABASE_URL is not set: the PostgreSQL tier needs a server "
+                    "(CI sets it; locally: postgresql+psycopg://postgres@127.0.0.1:5432/test)")
+    name = f"treino_test_{secrets.token_hex(6)}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request) -> str:
+    """Each database test runs on SQLite and on the real PostgreSQL."""
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def settings(sqlite_url: str) -> Settings:
+    return Settings(database_url=sqlite_url, lessons_dir=LESSONS, _env_file=None)
+
+
+@pytest.fixture
+def app(settings: Settings):
+    upgrade(settings.database_url)
+    return create_app(settings)
+
+
+@pytest.fixture
+def client(app) -> Iterator[TestClient]:
+    with TestClient(app) as c:
+        yield c
+
+
+@pytest.fixture
+def course(app):
+    return app.state.course

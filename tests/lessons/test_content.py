@@ -1,0 +1,176 @@
+"""The course files: the real course is complete, and a broken file is named in one line."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.config import LANGS
+from app.lessons.content import ContentError, load_course
+from tests.conftest import LESSONS
+
+EXPECTED = ["mixed-precision", "gradient-accumulation", "bottleneck", "gpu-memory"]
+
+
+@pytest.fixture(scope="module")
+def real_course():
+    return load_course(LESSONS)
+
+
+def test_the_course_has_the_four_lessons_in_order(real_course):
+    assert [lesson.slug for lesson in real_course.lessons] == EXPECTED
+    assert [lesson.number for lesson in real_course.lessons] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_lesson_is_short_cards_with_a_recap_and_two_questions(real_course, lang):
+    for lesson in real_course.lessons:
+        text = lesson.text(lang)
+        assert 5 <= text.minutes <= 10, (lesson.slug, text.minutes)
+        assert len(text.cards) >= 6, lesson.slug
+        assert len(text.recap_html) >= 3, lesson.slug
+        assert len(lesson.questions) >= 2, lesson.slug
+        for question in lesson.questions:
+            assert question.prompt_html[lang]
+            assert sum(o.correct for o in question.options) == 1
+            assert all(o.explanation_html[lang] for o in question.options)
+
+
+def _lesson_source(lang: str) -> str:
+    return (LESSONS / "02-gradient-accumulation" / f"lesson.{lang}.md").read_text()
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_core_lesson_carries_the_pattern_and_its_parts(lang):
+    source = _lesson_source(lang)
+    for snippet in [
+        "for step, (x, y) in enumerate(loader):",
+        "loss = loss_fn(model(x), y) / accum_steps",
+        "loss.backward()",
+        "if (step + 1) % accum_steps == 0:",
+        "optimizer.step()",
+        "optimizer.zero_grad()",
+        "if step % accum_steps == 0:",
+        "no_sync()",
+        "clip_grad_norm_",
+        "unscale_",
+        "BatchNorm",
+    ]:
+        assert snippet in source, f"core lesson ({lang}) lacks {snippet!r}"
+
+
+def test_the_core_quiz_asks_when_to_step(real_course):
+    question = real_course.lesson("gradient-accumulation").questions[0]
+    assert "optimizer.step()" in question.prompt_html["en"]
+    assert "(step + 1) % 4 == 0" in question.correct_option.text_html["en"] + \
+        question.correct_option.explanation_html["en"]
+    assert len(question.options) >= 3
+
+
+def test_code_is_highlighted(real_course):
+    card = next(c for c in real_course.lesson("gradient-accumulation").text("en").cards
+                if c.code_blocks)
+    assert '<pre class="highlight"' in card.body_html
+    assert '<span class="k">for</span>' in card.body_html or '<span class="kn">' in card.body_html
+
+
+# ---------------------------------------------------------------- broken files
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """A writable copy of the real course to break."""
+    target = tmp_path / "lessons"
+    shutil.copytree(LESSONS, target)
+    return target
+
+
+def _break(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def _error(root: Path) -> str:
+    with pytest.raises(ContentError) as e:
+        load_course(root)
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+def test_missing_translation_of_a_lesson_is_named(copy):
+    (copy / "03-bottleneck" / "lesson.pt-BR.md").unlink()
+    assert _error(copy) == f"{copy / '03-bottleneck' / 'lesson.pt-BR.md'}: missing"
+
+
+def test_a_card_missing_in_one_language_is_named(copy):
+    path = copy / "01-mixed-precision" / "lesson.pt-BR.md"
+    text = path.read_text()
+    cut = text.rindex("\n## ")
+    path.write_text(text[:cut] + "\n")
+    message = _error(copy)
+    assert message.startswith(f"{path}: ") and "cards, but the en lesson has" in message
+
+
+def test_front_matter_problems_are_named(copy):
+    path = copy / "02-gradient-accumulation" / "lesson.en.md"
+    _break(path, "minutes:", "minuts:")
+    message = _error(copy)
+    assert message.startswith(f"{path}: ") and "minutes" in message
+
+
+def test_invalid_yaml_is_named_with_its_line(copy):
+    path = copy / "04-gpu-memory" / "quiz.yaml"
+    path.write_text("questions:\n  - id: [unclosed\n")
+    assert _error(copy).startswith(f"{path}: line ")
+
+
+def test_quiz_text_missing_portuguese_is_named(copy):
+    path = copy / "01-mixed-precision" / "quiz.yaml"
+    text = path.read_text()
+    start = text.index("pt-BR:")
+    end = text.index("\n", start)
+    path.write_text(text[:start] + "pt_BR:" + text[start + 6:end] + text[end:])
+    message = _error(copy)
+    assert message.startswith(f"{path}: questions.0.prompt")
+
+
+def test_two_correct_options_are_refused(copy):
+    path = copy / "03-bottleneck" / "quiz.yaml"
+    path.write_text(path.read_text().replace("correct: false", "correct: true", 1))
+    assert "exactly one option must be correct" in _error(copy)
+
+
+def test_text_before_the_first_card_is_refused(copy):
+    path = copy / "02-gradient-accumulation" / "lesson.en.md"
+    _break(path, "\n## ", "\nstray words\n\n## ")
+    assert "text before the first '## ' card" in _error(copy)
+
+
+def test_a_badly_named_folder_is_refused(copy):
+    (copy / "5-extra").mkdir()
+    assert "lesson folders are named NN-slug" in _error(copy)
+
+
+def _treino(*args: str, lessons: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "TREINO_LESSONS_DIR": str(lessons),
+           "TREINO_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    return subprocess.run([sys.executable, "-m", "worker.cli", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_lessons_check_passes_on_the_real_course(tmp_path):
+    result = _treino("lessons", "check", lessons=LESSONS, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "4 lessons" in result.stdout
+
+
+def test_a_broken_lesson_stops_lessons_check_and_serve_with_one_line(copy, tmp_path):
+    path = copy / "02-gradient-accumulation" / "lesson.pt-BR.md"
+    path.write_text("no front matter here\n")
+    for command in (["lessons", "check"], ["serve", "--port", "1"]):
+        result = _treino(*command, lessons=copy, tmp_path=tmp_path)
+        assert result.returncode == 1
+        assert result.stderr == f"treino: {path}: must start with a '---' front matter block\n"

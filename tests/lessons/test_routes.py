@@ -1,0 +1,105 @@
+"""Course and lesson pages, asserted on structure; the JSON listing; the 404 page."""
+
+import pytest
+
+from app.config import LANGS
+from tests.conftest import html
+
+
+def test_course_page_lists_every_lesson(client, course):
+    page = html(client.get("/"))
+    assert page.html["lang"] == "en"
+    links = [a["href"] for a in page.select("main .course-card h3 a")]
+    assert links == [f"/lessons/{lesson.slug}" for lesson in course.lessons]
+    assert page.select_one("main h1").get_text(strip=True) == "Training on small GPUs"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_lesson_page_shows_cards_position_minutes_and_recap(client, course, lang):
+    lesson = course.lesson("gradient-accumulation")
+    text = lesson.text(lang)
+    page = html(client.get(f"/lessons/{lesson.slug}", params={"lang": lang}))
+    assert page.html["lang"] == lang
+    assert page.select_one("h1").get_text(strip=True) == text.title
+    cards = page.select("ol.cards > li.card")
+    assert len(cards) == len(text.cards)
+    assert [c.select_one("h2")["id"] for c in cards] == [f"{c.anchor}-h" for c in text.cards]
+    eyebrow = page.select_one(".lesson-header .eyebrow").get_text(" ", strip=True)
+    expected_position = {"en": "Lesson 2 of 4", "pt-BR": "Lição 2 de 4"}[lang]
+    expected_minutes = {"en": f"{text.minutes} minutes", "pt-BR": f"{text.minutes} minutos"}[lang]
+    assert expected_position in eyebrow and expected_minutes in eyebrow
+    assert len(page.select(".recap li")) == len(text.recap_html)
+    assert page.select("pre.highlight code span"), "code is highlighted"
+
+
+def test_lesson_page_links_neighbours_and_all_lessons(client, course):
+    page = html(client.get("/lessons/gradient-accumulation"))
+    assert page.select_one('.pager a[rel="prev"]')["href"] == "/lessons/mixed-precision"
+    assert page.select_one('.pager a[rel="next"]')["href"] == "/lessons/bottleneck"
+    nav = page.select(".course-nav .lesson-list a")
+    assert [a["href"] for a in nav] == [f"/lessons/{lesson.slug}" for lesson in course.lessons]
+    assert [a.get("aria-current") for a in nav] == [None, "page", None, None]
+    first = html(client.get("/lessons/mixed-precision"))
+    assert first.select_one('.pager a[rel="prev"]') is None
+    last = html(client.get("/lessons/gpu-memory"))
+    assert last.select_one('.pager a[rel="next"]') is None
+    assert last.select_one(".pager a")["href"] == "/"
+
+
+def test_pages_have_landmarks_labels_and_a_skip_link(client):
+    page = html(client.get("/lessons/bottleneck"))
+    assert page.select_one("a.skip-link")["href"] == "#main"
+    assert page.select_one("main#main")
+    assert page.select_one("body > header") and page.select_one("body > footer")
+    for nav in page.select("nav"):
+        assert nav.get("aria-label"), nav
+    for radio in page.select("input[type=radio]"):
+        assert radio.find_parent("label"), "every option is labelled"
+    for fieldset in page.select("form.question fieldset"):
+        assert fieldset.select_one("legend").get_text(strip=True)
+    assert page.select_one('meta[name="viewport"]')
+
+
+def test_every_asset_is_served_locally(client):
+    page = html(client.get("/lessons/mixed-precision"))
+    urls = [tag.get("src") or tag.get("href") for tag in page.select("script, link")]
+    assert urls and all(u.startswith("/static/") for u in urls), urls
+    for url in urls:
+        assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.parametrize(("accept", "lang", "heading"), [
+    ("pt-BR,pt;q=0.9", "pt-BR", "Página não encontrada"),
+    ("en-US", "en", "Page not found"),
+])
+def test_unknown_lesson_is_a_404_page_in_the_visitors_language(client, accept, lang, heading):
+    response = client.get("/lessons/no-such-lesson", headers={"Accept-Language": accept})
+    assert response.status_code == 404
+    page = html(response)
+    assert page.html["lang"] == lang
+    assert page.select_one("h1").get_text(strip=True) == heading
+    assert len(page.select(".lesson-list a")) == 4, "the 404 page offers the lessons"
+
+
+def test_api_lists_the_course_in_the_asked_language(client, course):
+    for lang in LANGS:
+        body = client.get("/api/lessons", params={"lang": lang}).json()
+        assert body["lang"] == lang
+        assert [item["slug"] for item in body["lessons"]] == [lesson.slug for lesson in course.lessons]
+        core = body["lessons"][1]
+        assert core["title"] == course.lesson("gradient-accumulation").text(lang).title
+        assert core["url"].endswith("/lessons/gradient-accumulation")
+        assert [e["id"] for e in core["exercises"]] == [
+            ex.id for ex in course.lesson("gradient-accumulation").exercises]
+    assert client.get("/api/lessons", params={"lang": "xx"}).json()["lang"] == "en"
+
+
+def test_openapi_documents_the_api(client):
+    assert client.get("/docs").status_code == 200
+    assert "/api/lessons" in client.get("/openapi.json").json()["paths"]
+
+
+def test_unknown_api_path_is_json(client):
+    response = client.get("/api/nothing")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not Found"}

@@ -1,0 +1,261 @@
+"""Harness of the "accumulation" kind: runs the learner's training loop on a seeded
+scenario and records what it did (grad-accum research §3.2).
+
+Recorded: the order of forwards (F), loss calls (L), backwards (B), zero_grad (Z),
+optimizer steps (S), clipping (C) and GradScaler calls; the gradient at every step and
+the parameters after it; the gradient every clip saw; per-loss-call unit gradients
+(the gradient of that micro-batch's own mean loss, via autograd.grad on the learner's
+graph) for the checks' decomposition; and peak bytes saved for backward.
+"""
+
+import math
+
+import torch
+
+import memory
+import scenarios
+
+MAX_EVENTS = 4000
+MAX_STEPS = 64
+MAX_CLIPS = 64
+MAX_CALLS = 96
+
+DEFAULT_SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "accum_steps"]
+
+
+def flat(tensors):
+    """One plain list of floats (JSON: non-finite values become None)."""
+    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
+    return [v if math.isfinite(v) else None for v in values.tolist()]
+
+
+class Recorder:
+    def __init__(self, model, scaler):
+        self.params = [p for p in model.parameters()]
+        self.scaler = scaler
+        self.events = []
+        self.events_dropped = 0
+        self.steps = []
+        self.steps_total = 0
+        self.clips = []
+        self.clips_total = 0
+        self.calls = []
+        self.seen = set()
+        self.forwards = 0
+        self.backwards = 0
+        self.unscaled = False
+
+    def event(self, *item):
+        if len(self.events) < MAX_EVENTS:
+            self.events.append(list(item))
+        else:
+            self.events_dropped += 1
+
+    def grads(self):
+        return flat([p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params])
+
+    def scale(self):
+        return float(self.scaler.get_scale()) if self.scaler is not None else None
+
+
+class Loader:
+    """The micro-batches: iterable, with ``len()`` and indexing."""
+
+    def __init__(self, batches):
+        self._batches = batches
+
+    def __len__(self):
+        return len(self._batches)
+
+    def __iter__(self):
+        return iter(self._batches)
+
+    def __getitem__(self, index):
+        return self._batches[index]
+
+
+def _identify(batches, y):
+    """Indices of the micro-batches whose targets make up ``y`` (consecutive), or []."""
+    if not isinstance(y, torch.Tensor) or y.dim() == 0:
+        return []
+    for i, (_, yi) in enumerate(batches):
+        if yi.data_ptr() == y.data_ptr() and yi.shape == y.shape:
+            return [i]
+    rows = y.shape[0]
+    for start in range(len(batches)):
+        total, end = 0, start
+        while end < len(batches) and total < rows:
+            total += batches[end][1].shape[0]
+            end += 1
+        if total != rows or batches[start][1].shape[1:] != y.shape[1:]:
+            continue
+        joined = torch.cat([b[1] for b in batches[start:end]]).to(y.device)
+        if torch.equal(joined, y):
+            return list(range(start, end))
+    return []
+
+
+class RecordingLoss:
+    """Wraps the scenario's loss: computes each call's unit gradient on the learner's graph."""
+
+    def __init__(self, scenario, recorder):
+        self._scenario = scenario
+        self._rec = recorder
+
+    def __getattr__(self, name):
+        return getattr(self._scenario.loss_fn, name)
+
+    def __call__(self, output, target, *args, **kwargs):
+        loss = self._scenario.loss_fn(output, target, *args, **kwargs)
+        rec = self._rec
+        mbs = _identify(self._scenario.micro_batches, target)
+        index = -1
+        if torch.is_grad_enabled() and isinstance(loss, torch.Tensor) and loss.requires_grad:
+            key = (tuple(mbs), rec.steps_total)
+            if (not mbs or key not in rec.seen) and len(rec.calls) < MAX_CALLS:
+                rec.seen.add(key)
+                unit = self._scenario.unit_objective(loss, target)
+                grads = torch.autograd.grad(unit, rec.params, retain_graph=True, allow_unused=True)
+                index = len(rec.calls)
+                rec.calls.append({
+                    "mbs": mbs,
+                    "n": self._scenario.weight(target),
+                    "positions": self._scenario.positions(target),
+                    "after_step": rec.steps_total,
+                    "unit": flat([g if g is not None else torch.zeros_like(p)
+                                  for g, p in zip(grads, rec.params, strict=True)]),
+                })
+        rec.event("L", index, mbs)
+        return loss
+
+
+def _wrap_method(obj, name, before=None, after=None):
+    original = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        if before is not None:
+            before(*args, **kwargs)
+        result = original(*args, **kwargs)
+        if after is not None:
+            after(result)
+        return result
+
+    setattr(obj, name, wrapper)
+
+
+def _instrument(model, optimizer, scaler, batches, rec):
+    ptrs = {b[0].data_ptr(): i for i, b in enumerate(batches)}
+
+    def on_forward(module, args):
+        rec.forwards += 1
+        x = args[0] if args else None
+        size = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() > 0 else -1
+        index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
+        rec.event("F", size, index)
+
+    def on_backward(param):
+        rec.backwards += 1
+        rec.event("B")
+
+    model.register_forward_pre_hook(on_forward)
+    rec.params[0].register_post_accumulate_grad_hook(on_backward)
+
+    def before_step(*args, **kwargs):
+        rec.event("S", rec.steps_total)
+        rec.pending_grad = rec.grads()
+
+    def after_step(result):
+        if rec.steps_total < MAX_STEPS:
+            rec.steps.append({"grad": rec.pending_grad, "params": flat(rec.params),
+                              "scale": rec.scale()})
+        rec.steps_total += 1
+
+    _wrap_method(optimizer, "step", before_step, after_step)
+
+    def zero(who):
+        def before(*args, **kwargs):
+            rec.event("Z", who)
+        return before
+
+    _wrap_method(optimizer, "zero_grad", zero("optimizer"))
+    _wrap_method(model, "zero_grad", zero("model"))
+
+    if scaler is not None:
+        def unscale(*args, **kwargs):
+            rec.event("unscale_")
+            rec.unscaled = True
+
+        def update(*args, **kwargs):
+            rec.event("update")
+            rec.unscaled = False
+
+        _wrap_method(scaler, "scale", lambda *a, **k: rec.event("scale"))
+        _wrap_method(scaler, "unscale_", unscale)
+        _wrap_method(scaler, "step", lambda *a, **k: rec.event("scaler.step"))
+        _wrap_method(scaler, "update", update)
+
+    original_clip = torch.nn.utils.clip_grad.clip_grad_norm_
+
+    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        parameters = list(parameters)
+        rec.event("C", rec.clips_total)
+        if rec.clips_total < MAX_CLIPS:
+            rec.clips.append({"grad": rec.grads(), "max_norm": float(max_norm),
+                              "after_step": rec.steps_total,
+                              "unscaled": rec.unscaled if scaler is not None else None})
+        rec.clips_total += 1
+        return original_clip(parameters, max_norm, *args, **kwargs)
+
+    # patched before the learner's file is imported, so `from torch.nn.utils import …` sees it
+    torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+    torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+
+
+def run(job, api):
+    params = job["params"]
+    dtype = getattr(torch, params.get("dtype", "float64"))
+    device = job.get("device", "cpu")
+    scenario = scenarios.build(params, dtype)
+    model = scenario.model.to(device)
+    batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
+    scenario.micro_batches = batches
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
+    scaler = None
+    if params.get("scaler"):
+        scaler = torch.amp.GradScaler(
+            device, init_scale=float(params["scaler"]["init_scale"]),
+            growth_interval=int(params["scaler"]["growth_interval"]),
+        )
+    rec = Recorder(model, scaler)
+    initial = flat(rec.params)
+    _instrument(model, optimizer, scaler, batches, rec)
+    available = {
+        "model": model, "loader": Loader(batches), "loss_fn": RecordingLoss(scenario, rec),
+        "optimizer": optimizer, "accum_steps": int(params["accum_steps"]), "scaler": scaler,
+        "max_norm": params.get("max_norm"),
+    }
+    names = params.get("signature", DEFAULT_SIGNATURE)
+    fn = api.load_entry()
+    api.check_signature(fn, names)
+    torch.manual_seed(int(params.get("seed", 0)) + 1)
+    meter = memory.SavedTensorMeter(rec.params)
+    with meter:
+        error = api.call(fn, [available[name] for name in names])
+    data = {
+        "initial_params": initial,
+        "final_params": flat(rec.params),
+        "events": rec.events,
+        "events_dropped": rec.events_dropped,
+        "steps": rec.steps,
+        "steps_total": rec.steps_total,
+        "clips": rec.clips,
+        "clips_total": rec.clips_total,
+        "calls": rec.calls,
+        "forwards": rec.forwards,
+        "backwards": rec.backwards,
+        "peak_saved_bytes": meter.peak,
+        "final_scale": rec.scale(),
+    }
+    return data, error

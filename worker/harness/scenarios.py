@@ -1,0 +1,96 @@
+"""Seeded models and data for the training-loop exercises.
+
+A leaf module (stdlib + torch, no sibling imports): the sandboxed harness builds the
+learner's run with it and the trusted checks build the reference with it, so both
+start from the same parameters and see the same micro-batches.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+IGNORE_INDEX = -100
+
+
+class TokenLoss(nn.Module):
+    """Per-token cross-entropy: ``logits (..., V)``, ``targets (...)`` → losses shaped like
+    ``targets``, 0 where the target is padding (``-100``)."""
+
+    def forward(self, logits, targets):
+        flat = nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+            ignore_index=IGNORE_INDEX, reduction="none",
+        )
+        return flat.reshape(targets.shape)
+
+
+@dataclass
+class Scenario:
+    model: nn.Module
+    micro_batches: list  # [(x, y)]
+    loss_fn: nn.Module
+    tokens: bool  # per-token losses (sum / token count) instead of a mean per sample
+
+    def weight(self, y):
+        """How much one micro-batch counts in a large batch: samples, or real tokens."""
+        return int((y != IGNORE_INDEX).sum()) if self.tokens else int(y.shape[0])
+
+    def positions(self, y):
+        """Loss positions, padding included."""
+        return int(y.numel())
+
+    def unit_objective(self, loss, y):
+        """The micro-batch's own mean loss, from what ``loss_fn`` returned."""
+        if self.tokens:
+            return loss.sum() / max(self.weight(y), 1)
+        return loss
+
+    def batch_loss(self, model, batches):
+        """The true large-batch loss of ``batches`` taken as one batch."""
+        x = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        loss = self.loss_fn(model(x), y)
+        return self.unit_objective(loss, y)
+
+
+def _mlp(params, dtype):
+    n_micro, micro = int(params["n_micro"]), int(params["micro_batch"])
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(dtype)
+    x = torch.randn(n_micro * micro, 6, dtype=dtype)
+    y = torch.randint(0, 3, (n_micro * micro,))
+    batches = [(x[i:i + micro].clone(), y[i:i + micro].clone())
+               for i in range(0, n_micro * micro, micro)]
+    return Scenario(model, batches, nn.CrossEntropyLoss(), tokens=False)
+
+
+def _tokens(params, dtype):
+    n_micro, micro = int(params["n_micro"]), int(params["micro_batch"])
+    vocab, dim, length = 11, 8, int(params.get("seq_len", 6))
+    model = nn.Sequential(nn.Embedding(vocab, dim), nn.Tanh(), nn.Linear(dim, vocab)).to(dtype)
+    batches = []
+    for _ in range(n_micro):
+        # very different lengths per micro-batch: where averaging means goes wrong
+        short = torch.rand(()) < 0.5
+        high = 3 if short else length + 1
+        lengths = torch.randint(1, high, (micro,))
+        x = torch.randint(0, vocab, (micro, length))
+        y = torch.randint(0, vocab, (micro, length))
+        for row, n in enumerate(lengths.tolist()):
+            y[row, n:] = IGNORE_INDEX
+        batches.append((x, y))
+    return Scenario(model, batches, TokenLoss(), tokens=True)
+
+
+BUILDERS = {"mlp": _mlp, "tokens": _tokens}
+
+
+def build(params, dtype=torch.float64):
+    """The scenario named by ``params["scenario"]``, seeded by ``params["seed"]``."""
+    torch.manual_seed(int(params.get("seed", 0)))
+    return BUILDERS[params.get("scenario", "mlp")](params, dtype)
+
+
+def cycles(n_micro, accum_steps):
+    """Micro-batch indices of each accumulation cycle; the last may be shorter."""
+    return [list(range(i, min(i + accum_steps, n_micro))) for i in range(0, n_micro, accum_steps)]
