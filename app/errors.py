@@ -28,9 +28,9 @@ def _titles() -> dict[int, tuple[str, str]]:
 
 
 def error_response(request: Request, status: int, detail: str | None = None) -> Response:
-    title, message = _titles().get(status, _titles()[400 if status < 500 else 500])
     if request.url.path.startswith("/api/"):
-        return JSONResponse({"detail": detail or message}, status_code=status)
+        return JSONResponse({"detail": detail or HTTPStatus(status).phrase}, status_code=status)
+    title, message = _titles().get(status, _titles()[400 if status < 500 else 500])
     if not hasattr(request.state, "lang"):
         request.state.lang = "en"
     context = {"status": status, "title": title, "message": detail or message,

