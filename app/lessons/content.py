@@ -172,6 +172,7 @@ class LessonText:
     title: str
     subtitle: str
     summary: str
+    summary_html: str
     minutes: int
     recap_html: tuple[str, ...]
     cards: tuple[Card, ...]
@@ -321,7 +322,7 @@ def _load_lesson_text(path: Path) -> LessonText:
         anchor = _anchor(heading, anchors)
         cards.append(Card(anchor, render_inline(heading), render_markdown(text), _count_fences(text)))
     return LessonText(
-        meta.title, meta.subtitle, meta.summary, meta.minutes,
+        meta.title, meta.subtitle, meta.summary, render_inline(meta.summary), meta.minutes,
         tuple(render_inline(r) for r in meta.recap), tuple(cards),
     )
 
