@@ -8,9 +8,22 @@ TORCH_PIN := torch==2.13.0
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test lint vendor i18n
+# Debian packages: bubblewrap (the sandbox) and chromium (browser tests). Installed when root;
+# otherwise named, and the tutor still runs (with a process-only sandbox, said on its pages).
+SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium
 
-install: $(STAMP)
+.PHONY: install system-deps run test lint vendor i18n
+
+install: system-deps $(STAMP)
+
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$$missing >/dev/null; \
+	  else echo "treino: missing system packages:$$missing (apt-get install$$missing)"; fi; fi
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)

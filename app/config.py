@@ -4,7 +4,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,9 +20,17 @@ class Settings(BaseSettings):
     database_url: str = f"sqlite:///{ROOT / 'var' / 'treino.db'}"
     secret_key: SecretStr = SecretStr(DEV_SECRET)
     lessons_dir: Path = ROOT / "lessons"
+    # Learner code runs in bubblewrap (auto: when it works here; bwrap: refuse to start without
+    # it; process: never, the code is not isolated), on this device (cuda: refuse without one),
+    # with this many warm sandboxes (torch already imported) waiting; 0: every job starts cold.
     sandbox: Literal["auto", "bwrap", "process"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    pool_size: int = 2
+    pool_size: int = Field(default=2, ge=0, le=16)
+    # The queue: how long a claimed job stays a worker's without renewal, how often an idle
+    # worker looks for work (PostgreSQL also wakes it by NOTIFY), claims before giving up.
+    lease_seconds: float = 30
+    poll_seconds: float = 1.0
+    max_attempts: int = 3
     # Whole request bodies above this are refused with 413 before any parsing.
     max_body_bytes: int = 256 * 1024
     # Re-read lesson files on every request (authoring); off in production.

@@ -1,6 +1,7 @@
 """Database engine, sessions and migrations. One dependency owns commit and rollback."""
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,15 @@ class Base(DeclarativeBase):
         "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
         "pk": "pk_%(table_name)s",
     })
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware(moment: datetime) -> datetime:
+    """A stored time as UTC: SQLite hands back naive datetimes, PostgreSQL aware ones."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def make_engine(url: str) -> Engine:

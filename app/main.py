@@ -3,17 +3,21 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import sessionmaker
 
 from app import errors
+from app.accounts import routes as accounts
 from app.config import ROOT, Settings, get_settings
 from app.db import make_engine
 from app.lessons import routes as lessons
 from app.lessons.content import load_course
-from app.middleware import BodyLimit, RequestContext
+from app.middleware import BodyLimit, RequestContext, SecurityHeaders
+from app.progress import routes as progress
 from app.quizzes import routes as quizzes
+from app.security import verify_csrf
+from app.submissions import routes as submissions
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -27,14 +31,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine.dispose()
 
     app = FastAPI(title="treino", summary="A tutor for efficient PyTorch training on small GPUs",
-                  version="0.1.0", lifespan=lifespan)
+                  version="0.1.0", lifespan=lifespan, redoc_url=None,  # /docs is the one API page
+                  dependencies=[Depends(verify_csrf)])
     app.state.settings = settings
     app.state.course = course
     app.state.sessionmaker = sessionmaker(engine, expire_on_commit=False)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.include_router(lessons.router)
     app.include_router(quizzes.router)
+    app.include_router(accounts.router)
+    app.include_router(progress.router)
+    app.include_router(submissions.router)
     errors.install(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(RequestContext)  # outermost: every response, errors too, has a language
+    app.add_middleware(RequestContext)  # every response, errors too, has a language
+    app.add_middleware(SecurityHeaders)  # outermost: on every response
     return app

@@ -1,4 +1,4 @@
-"""ASGI middleware: the request context (language, visitor) and the body-size limit.
+"""ASGI middleware: the request context (who, which language), security headers, body limit.
 
 Pure ASGI rather than BaseHTTPMiddleware, so the language context variable reaches the route.
 """
@@ -6,14 +6,25 @@ Pure ASGI rather than BaseHTTPMiddleware, so the language context variable reach
 import re
 import secrets
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import i18n
+from app.accounts.service import Auth, authenticate
 from app.errors import error_response
-from app.web import LANG_COOKIE, choose_lang
+from app.i18n import gettext as _
+from app.security import csrf_token, security_headers
+from app.web import (
+    LANG_COOKIE,
+    choose_lang,
+    clear_session_cookie,
+    redirect,
+    session_cookie,
+    sign_in_url,
+)
 
 VISITOR_COOKIE = "treino_visitor"
 YEAR = 365 * 24 * 3600
@@ -21,7 +32,9 @@ _VISITOR_ID = re.compile(r"^[A-Za-z0-9_-]{24,64}$")
 
 
 class RequestContext:
-    """Sets request.state.lang and .visitor_id, and the cookies behind them."""
+    """Sets request.state.auth (the account signed in, if any), .visitor_id, .lang and
+    .csrf_token, and the cookies behind them. A session or token that is no longer valid never
+    reaches a route: pages go to the sign-in page (and come back after), the API answers 401."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -31,16 +44,20 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        lang, remember = choose_lang(request)
+        secure = scope.get("scheme") == "https"
+        auth = await self._authenticate(request, secure)
+        lang, remember = choose_lang(request, auth.user.lang if auth.user else None)
         visitor = request.cookies.get(VISITOR_COOKIE, "")
         new_visitor = not _VISITOR_ID.match(visitor)
         if new_visitor:
             visitor = secrets.token_urlsafe(24)
+        secret = request.app.state.settings.secret_key.get_secret_value()
+        identity = (f"session:{request.cookies[session_cookie(secure)]}" if auth.via == "cookie"
+                    else f"visitor:{visitor}")
         scope.setdefault("state", {})
-        scope["state"]["lang"] = lang
-        scope["state"]["visitor_id"] = visitor
+        scope["state"].update(lang=lang, visitor_id=visitor, auth=auth,
+                              csrf_token=csrf_token(secret, identity))
         i18n.set_lang(lang)
-        secure = scope.get("scheme") == "https"
 
         async def send_with_cookies(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -51,13 +68,65 @@ class RequestContext:
                 if new_visitor:
                     cookie.set_cookie(VISITOR_COOKIE, visitor, max_age=YEAR, httponly=True,
                                       samesite="lax", secure=secure)
+                if auth.expired and auth.via == "cookie":
+                    clear_session_cookie(request, cookie)
                 for key, value in cookie.raw_headers:
                     if key == b"set-cookie":
                         headers.append("set-cookie", value.decode("latin-1"))
                 headers.append("Content-Language", lang)
             await send(message)
 
+        if auth.expired:
+            await self._ended(request)(scope, receive, send_with_cookies)
+            return
         await self.app(scope, receive, send_with_cookies)
+
+    @staticmethod
+    async def _authenticate(request: Request, secure: bool) -> Auth:
+        """The session cookie anywhere, a bearer token under /api/; static files need neither."""
+        if request.url.path.startswith("/static/"):
+            return Auth()
+        scheme, _sep, token = request.headers.get("authorization", "").partition(" ")
+        if request.url.path.startswith("/api/") and scheme.lower() == "bearer":
+            via, credential = "bearer", token.strip()
+        elif cookie := request.cookies.get(session_cookie(secure)):
+            via, credential = "cookie", cookie
+        else:
+            return Auth()
+        asked = i18n.supported(request.query_params.get("lang"))
+        return await run_in_threadpool(authenticate, request.app.state.sessionmaker, credential, via,
+                                       asked)
+
+    @staticmethod
+    def _ended(request: Request) -> Response:
+        if not request.url.path.startswith("/api/"):
+            return redirect(request, sign_in_url(request, expired=True))
+        response = error_response(request, 401, _("Your session has ended or the token was revoked. "
+                                                  "Sign in again."))
+        response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+        return response
+
+
+class SecurityHeaders:
+    """CSP, nosniff, Referrer-Policy, no framing (and HSTS over HTTPS) on every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        extra = security_headers(scope["path"], scope.get("scheme") == "https")
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for key, value in extra.items():
+                    headers[key] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 class BodyLimit:

@@ -1,6 +1,7 @@
 """Templating: one render() for pages and their htmx fragments, and the visitor's language."""
 
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from jinja2 import (
     Environment,
@@ -11,12 +12,14 @@ from jinja2 import (
 )
 from jinja2_fragments.fastapi import Jinja2Blocks
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from app import i18n
 from app.config import LANGS, ROOT
+from app.i18n import gettext as _
 
 LANG_COOKIE = "treino_lang"
+SESSION_COOKIE = "treino_session"
 
 _env = Environment(loader=FileSystemLoader(ROOT / "templates"), autoescape=select_autoescape(),
                    extensions=["jinja2.ext.i18n"], undefined=StrictUndefined)
@@ -30,8 +33,20 @@ def path_for(context: dict[str, Any], name: str, /, **params: Any) -> str:
     return str(context["request"].app.url_path_for(name, **params))
 
 
+def status_label(status: str) -> str:
+    """A submission status as the learner reads it."""
+    labels = {
+        "queued": _("Queued"), "running": _("Running"),
+        "passed": _("Passed"), "failed": _("Not yet right"),
+        "error": _("Did not run"), "timeout": _("Took too long"),
+        "rejected": _("Not accepted"),
+    }
+    return labels.get(status, status)
+
+
 templates.env.globals.update(
-    path_for=path_for, langs=LANGS, language_name=i18n.language_name, number=i18n.number
+    path_for=path_for, langs=LANGS, language_name=i18n.language_name, number=i18n.number,
+    status_label=status_label,
 )
 
 
@@ -43,7 +58,10 @@ def is_htmx(request: Request) -> bool:
 def render(request: Request, name: str, context: dict[str, Any] | None = None, *,
            block: str | None = None, status_code: int = 200) -> Response:
     """A whole page, or one named block of it when htmx asks for a fragment."""
-    ctx = {"lang": request.state.lang, **(context or {})}
+    auth = getattr(request.state, "auth", None)
+    ctx = {"lang": request.state.lang, "user": auth.user if auth else None,
+           "csrf_token": getattr(request.state, "csrf_token", ""), "here": here(request),
+           **(context or {})}
     if block and is_htmx(request):
         response = templates.TemplateResponse(request, name, ctx, block_name=block,
                                               status_code=status_code)
@@ -53,9 +71,61 @@ def render(request: Request, name: str, context: dict[str, Any] | None = None, *
     return response
 
 
-def choose_lang(request: Request) -> tuple[str, bool]:
-    """(language, whether to remember it): ?lang=, then the cookie, then Accept-Language."""
+def choose_lang(request: Request, account_lang: str | None = None) -> tuple[str, bool]:
+    """(language, whether to remember it in the cookie): ?lang=, then the signed-in account's,
+    then the cookie, then Accept-Language."""
     if asked := i18n.supported(request.query_params.get("lang")):
         return asked, asked != request.cookies.get(LANG_COOKIE)
-    remembered = i18n.supported(request.cookies.get(LANG_COOKIE))
+    remembered = i18n.supported(account_lang) or i18n.supported(request.cookies.get(LANG_COOKIE))
     return remembered or i18n.negotiate(request.headers.get("accept-language")) or LANGS[0], False
+
+
+def session_cookie(secure: bool) -> str:
+    """The session cookie's name: `__Host-` over HTTPS, so no subdomain or plain-HTTP page can set it."""
+    return f"__Host-{SESSION_COOKIE}" if secure else SESSION_COOKIE
+
+
+def is_https(request: Request) -> bool:
+    return request.url.scheme == "https"  # uvicorn runs with proxy_headers: the proxy's scheme
+
+
+def set_session_cookie(request: Request, response: Response, token: str, max_age: int) -> None:
+    secure = is_https(request)
+    response.set_cookie(session_cookie(secure), token, max_age=max_age, httponly=True,
+                        samesite="lax", secure=secure)
+
+
+def clear_session_cookie(request: Request, response: Response) -> None:
+    secure = is_https(request)
+    response.delete_cookie(session_cookie(secure), httponly=True, samesite="lax", secure=secure)
+
+
+def safe_next(value: str | None) -> str:
+    """`value` when it is a path on this site, else "/": a `?next=` never leads elsewhere."""
+    if (not value or len(value) > 2000 or not value.startswith("/") or value.startswith("//")
+            or any(c == "\\" or ord(c) < 32 or ord(c) == 127 for c in value)):
+        return "/"
+    parts = urlsplit(value)
+    return "/" if parts.scheme or parts.netloc else value
+
+
+def here(request: Request) -> str:
+    """The page the learner is on (for htmx and form posts, the page that sent the request)."""
+    if request.method in ("GET", "HEAD") and not is_htmx(request):
+        return request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    page = urlsplit(request.headers.get("HX-Current-URL") or request.headers.get("referer") or "")
+    if page.netloc != request.url.netloc:
+        return "/"
+    return safe_next(page.path + (f"?{page.query}" if page.query else ""))
+
+
+def sign_in_url(request: Request, *, expired: bool = False) -> str:
+    query = {"next": here(request), **({"expired": "1"} if expired else {})}
+    return f"{request.app.url_path_for('sign_in_page')}?{urlencode(query)}"
+
+
+def redirect(request: Request, url: str) -> Response:
+    """See-other for plain requests; htmx gets HX-Redirect, so the whole page moves."""
+    if is_htmx(request):
+        return Response(status_code=204, headers={"HX-Redirect": url})
+    return RedirectResponse(url, status_code=303)

@@ -1,3 +1,4 @@
+import json
 import os
 import secrets
 from collections.abc import Iterator
@@ -15,11 +16,39 @@ from app.main import create_app
 
 LESSONS = ROOT / "lessons"
 PG_URL = os.environ.get("TREINO_TEST_DATABASE_URL")
+PASSWORD = "correct horse battery staple"
 
 
 def html(response) -> BeautifulSoup:
     assert response.headers["content-type"].startswith("text/html"), response.headers
     return BeautifulSoup(response.text, "html.parser")
+
+
+def csrf_token(client: TestClient) -> str:
+    """The CSRF token of this client's pages, as htmx reads it from <body hx-headers>."""
+    return json.loads(html(client.get("/sign-up")).body["hx-headers"])["X-CSRF-Token"]
+
+
+def arm_csrf(client: TestClient) -> TestClient:
+    """Send the token on every request, as htmx does (it changes with each sign-in)."""
+    client.headers["X-CSRF-Token"] = csrf_token(client)
+    return client
+
+
+def sign_up(client: TestClient, email: str, password: str = PASSWORD):
+    response = client.post("/sign-up", data={"email": email, "password": password},
+                           follow_redirects=False)
+    assert response.status_code == 303, response.text
+    arm_csrf(client)
+    return response
+
+
+def sign_in(client: TestClient, email: str, password: str = PASSWORD):
+    response = client.post("/sign-in", data={"email": email, "password": password},
+                           follow_redirects=False)
+    assert response.status_code == 303, response.text
+    arm_csrf(client)
+    return response
 
 
 @pytest.fixture
@@ -65,7 +94,22 @@ def app(settings: Settings):
 @pytest.fixture
 def client(app) -> Iterator[TestClient]:
     with TestClient(app) as c:
-        yield c
+        yield arm_csrf(c)
+
+
+@pytest.fixture
+def db_app(database_url: str):
+    """The app on SQLite and, in a second run, on the real PostgreSQL."""
+    upgrade(database_url)
+    app = create_app(Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None))
+    yield app
+    app.state.sessionmaker.kw["bind"].dispose()  # tests may query it outside the app's lifespan
+
+
+@pytest.fixture
+def db_client(db_app) -> Iterator[TestClient]:
+    with TestClient(db_app) as c:
+        yield arm_csrf(c)
 
 
 @pytest.fixture

@@ -2,9 +2,14 @@
 reverse; heavy imports (uvicorn, torch) happen inside the subcommand that needs them."""
 
 import argparse
+import contextlib
+import json
+import subprocess
 import sys
+import threading
+import time
 
-from app.config import Settings, get_settings
+from app.config import LANGS, Settings, get_settings
 from app.lessons.content import ContentError, load_course
 
 
@@ -15,7 +20,18 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve the tutor (migrates the database first)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--no-worker", action="store_true",
+                       help="do not supervise a grading worker alongside the web")
     serve.set_defaults(run=_serve)
+
+    sub.add_parser("worker", help="run one grading worker").set_defaults(run=_worker)
+
+    check = sub.add_parser("check", help="grade one file the way the worker would, without a database")
+    check.add_argument("exercise", metavar="EXERCISE_ID", help="e.g. gradient-accumulation/accumulate")
+    check.add_argument("file", metavar="FILE", type=argparse.FileType("rb"))
+    check.add_argument("--json", action="store_true", help="print the verdict object")
+    check.add_argument("--lang", default="en", choices=LANGS)
+    check.set_defaults(run=_check)
 
     db = sub.add_parser("db", help="database chores").add_subparsers(dest="db", required=True)
     db.add_parser("upgrade", help="apply migrations").set_defaults(run=_db_upgrade)
@@ -31,11 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # pydantic's ValidationError: say why in one line
         print(f"treino: configuration: {_first_line(e)}", file=sys.stderr)
         return 2
+    from worker.sandbox import SandboxUnavailable  # stdlib only: no torch for the web
+
     try:
         return args.run(settings, args)
     except ContentError as e:
         print(f"treino: {e}", file=sys.stderr)
         return 1
+    except SandboxUnavailable as e:
+        print(f"treino: sandbox: {e}", file=sys.stderr)
+        return 2
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
@@ -43,12 +64,43 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     from app.db import upgrade
     from app.main import create_app
+    from worker.sandbox import isolation
 
+    if not args.no_worker:
+        isolation(settings.sandbox)  # TREINO_SANDBOX=bwrap without a working bwrap: stop here
     app = create_app(settings)  # validates the lessons before anything listens
     upgrade(settings.database_url)
     print(f"treino: serving http://{args.host}:{args.port}", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, proxy_headers=True)
+    with contextlib.nullcontext() if args.no_worker else supervised_worker():
+        uvicorn.run(app, host=args.host, port=args.port, proxy_headers=True)
     return 0
+
+
+def _worker(settings: Settings, _args: argparse.Namespace) -> int:
+    from app.db import upgrade
+    from worker import runner, sandbox
+
+    sandbox.setup()  # a mandatory sandbox or device that is missing: stop before any job
+    upgrade(settings.database_url)
+    return runner.main(settings)
+
+
+def _check(settings: Settings, args: argparse.Namespace) -> int:
+    from worker import sandbox
+    from worker.grading import format_verdict, grade
+
+    sandbox.setup()
+    exercise = load_course(settings.lessons_dir).exercise(args.exercise)
+    if exercise is None:
+        print(f"treino: no exercise {args.exercise!r} (see `treino lessons check`)", file=sys.stderr)
+        return 2
+    with args.file as f:
+        verdict = grade(exercise, f.read(), args.lang)
+    if args.json:
+        print(json.dumps(verdict, ensure_ascii=False, indent=2))
+    else:
+        print(format_verdict(verdict, args.lang))
+    return 0 if verdict["status"] == "passed" else 1
 
 
 def _db_upgrade(settings: Settings, _args: argparse.Namespace) -> int:
@@ -60,12 +112,63 @@ def _db_upgrade(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
+    from worker import pool
+    from worker.grading import check_exercise
+
     course = load_course(settings.lessons_dir)
     exercises = course.exercises
     print(f"treino: {len(course.lessons)} lessons, "
           f"{sum(len(lesson.questions) for lesson in course.lessons)} quick-check questions, "
           f"{len(exercises)} exercises: content OK")
+    failures = 0
+    with pool.running():  # warm sandboxes: torch is imported while the previous file runs
+        for exercise in exercises:
+            started = time.monotonic()
+            problems = check_exercise(exercise)
+            took = time.monotonic() - started
+            print(f"  {exercise.id}: {'OK' if not problems else 'FAILED'} ({took:.1f} s)")
+            for problem in problems:
+                print(f"    - {problem}")
+            failures += bool(problems)
+    if failures:
+        print(f"treino: {failures} of {len(exercises)} exercises failed their own proof", file=sys.stderr)
+        return 1
     return 0
+
+
+@contextlib.contextmanager
+def supervised_worker():
+    """A `treino worker` child for as long as the web serves; restarted if it dies."""
+    stop = threading.Event()
+    child: list[subprocess.Popen] = []
+
+    def supervise() -> None:
+        while not stop.is_set():
+            proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker"])
+            child[:] = [proc]
+            while proc.poll() is None and not stop.wait(0.5):
+                pass
+            if proc.returncode == 2:  # its configuration cannot work (it said why): no retries
+                print("treino: the worker cannot start; serving without grading", file=sys.stderr)
+                return
+            if not stop.is_set():
+                print(f"treino: worker exited ({proc.returncode}); restarting", file=sys.stderr)
+                stop.wait(2)
+
+    thread = threading.Thread(target=supervise, name="worker-supervisor", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for proc in child:
+            if proc.poll() is None:
+                proc.terminate()  # the worker finishes its current job, then exits
+                try:
+                    proc.wait(timeout=90)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        thread.join(timeout=5)
 
 
 def _first_line(error: Exception) -> str:

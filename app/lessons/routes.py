@@ -1,9 +1,11 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from app.accounts.service import Learner, LearnerDep
 from app.db import SessionDep
 from app.lessons.schemas import CourseOut, ExerciseOut, LessonOut
 from app.lessons.service import CourseDep, LessonDep
+from app.progress.service import course_progress
 from app.quizzes.service import latest_answers
 from app.web import render
 
@@ -11,19 +13,22 @@ router = APIRouter()
 
 
 @router.get("/", response_class=HTMLResponse)
-def course_page(request: Request, course: CourseDep):
-    return render(request, "course.html", {"course": course})
+def course_page(request: Request, course: CourseDep, session: SessionDep, learner: LearnerDep):
+    progress = course_progress(session, learner, course)
+    return render(request, "course.html", {"course": course, "progress": progress})
 
 
 @router.get("/lessons/{slug}", response_class=HTMLResponse)
-def lesson_page(request: Request, lesson: LessonDep, course: CourseDep, session: SessionDep):
-    answers = latest_answers(session, request.state.visitor_id, lesson)
-    return render(request, "lesson.html", lesson_context(course, lesson, answers))
+def lesson_page(request: Request, lesson: LessonDep, course: CourseDep, session: SessionDep,
+                learner: LearnerDep):
+    return render(request, "lesson.html", lesson_context(session, learner, course, lesson))
 
 
-def lesson_context(course, lesson, answers: dict[str, str]) -> dict:
+def lesson_context(session, learner: Learner, course, lesson) -> dict:
     prev, nxt = course.neighbours(lesson)
-    return {"course": course, "lesson": lesson, "prev": prev, "next": nxt, "answers": answers}
+    return {"course": course, "lesson": lesson, "prev": prev, "next": nxt,
+            "answers": latest_answers(session, learner, lesson),
+            "progress": course_progress(session, learner, course).of(lesson)}
 
 
 @router.get("/api/lessons", response_model=CourseOut, tags=["lessons"])

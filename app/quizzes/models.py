@@ -1,23 +1,20 @@
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import Boolean, DateTime, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db import Base
+from app.accounts.models import Owned
+from app.db import Base, utcnow
+
+__all__ = ["QuizAttempt", "utcnow"]
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class QuizAttempt(Base):
-    """One answer to one quick-check question. `visitor_id` is the anonymous visitor's cookie;
-    accounts adopt a visitor's attempts when they sign in."""
+class QuizAttempt(Owned, Base):
+    """One answer to one quick-check question, owned by a visitor or an account (see Owned)."""
 
     __tablename__ = "quiz_attempts"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    visitor_id: Mapped[str] = mapped_column(String(64), index=True)
     lesson: Mapped[str] = mapped_column(String(80))
     question: Mapped[str] = mapped_column(String(80))
     option: Mapped[str] = mapped_column(String(80))

@@ -3,11 +3,13 @@ from typing import Annotated
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from app.accounts.service import LearnerDep
 from app.db import SessionDep
 from app.i18n import gettext as _
 from app.lessons.routes import lesson_context
 from app.lessons.service import CourseDep, LessonDep
-from app.quizzes.service import latest_answers, record_attempt
+from app.progress.service import course_progress
+from app.quizzes.service import record_attempt
 from app.web import is_htmx, render
 
 router = APIRouter()
@@ -15,9 +17,10 @@ router = APIRouter()
 
 @router.post("/lessons/{slug}/quiz/{question_id}", response_class=HTMLResponse)
 def answer(request: Request, lesson: LessonDep, course: CourseDep, question_id: str,
-           session: SessionDep, option: Annotated[str | None, Form(max_length=80)] = None):
-    """Check one answer. htmx gets the feedback fragment; a plain form post gets the page back
-    (303 to the lesson, which shows the stored answer's feedback)."""
+           session: SessionDep, learner: LearnerDep,
+           option: Annotated[str | None, Form(max_length=80)] = None):
+    """Check one answer. htmx gets the feedback fragment (and the lesson's progress, out of band);
+    a plain form post gets the page back (303 to the lesson, which shows the stored answer)."""
     question = lesson.question(question_id)
     if question is None:
         raise HTTPException(404)
@@ -29,13 +32,14 @@ def answer(request: Request, lesson: LessonDep, course: CourseDep, question_id: 
             return render(request, "_quiz_feedback.html",
                           {"lesson": lesson, "question": question, "chosen": None, "error": error},
                           status_code=422)
-        answers = latest_answers(session, request.state.visitor_id, lesson)
         return render(request, "lesson.html",
-                      {**lesson_context(course, lesson, answers), "errors": {question.id: error}},
+                      {**lesson_context(session, learner, course, lesson), "errors": {question.id: error}},
                       status_code=422)
-    record_attempt(session, request.state.visitor_id, lesson, question, chosen)
+    record_attempt(session, learner, lesson, question, chosen)
     if is_htmx(request):
+        progress = course_progress(session, learner, course).of(lesson)
         return render(request, "_quiz_feedback.html",
-                      {"lesson": lesson, "question": question, "chosen": chosen, "error": None})
+                      {"lesson": lesson, "question": question, "chosen": chosen, "error": None,
+                       "progress_oob": progress})
     url = request.url_for("lesson_page", slug=lesson.slug)
     return RedirectResponse(f"{url}#quiz-{question.id}", status_code=303)

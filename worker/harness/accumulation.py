@@ -10,10 +10,9 @@ graph) for the checks' decomposition; and peak bytes saved for backward.
 
 import math
 
-import torch
-
 import memory
 import scenarios
+import torch
 
 MAX_EVENTS = 4000
 MAX_STEPS = 64
@@ -43,7 +42,8 @@ class Recorder:
         self.seen = set()
         self.forwards = 0
         self.backwards = 0
-        self.unscaled = False
+        self.unscaled = False  # GradScaler: unscale_ ran since the last update
+        self.pending_grad = None  # the gradient the step about to run sees
 
     def event(self, *item):
         if len(self.events) < MAX_EVENTS:

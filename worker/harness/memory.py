@@ -1,4 +1,5 @@
-"""Device-independent activation memory: bytes saved for backward, at their peak.
+"""Device-independent activation memory: bytes saved for backward, at their peak; and
+bytes of every tensor alive, at their peak (what a checkpointed backward recomputes too).
 
 A leaf module (stdlib + torch): the harness measures the learner's run with it and the
 trusted checks measure the reference micro-batch with it, the same way.
@@ -7,6 +8,9 @@ trusted checks measure the reference micro-batch with it, the same way.
 import weakref
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 
 class _Held:
@@ -57,3 +61,37 @@ class SavedTensorMeter:
 
     def __exit__(self, *exc):
         return self._hooks.__exit__(*exc)
+
+
+class LiveTensorMeter(TorchDispatchMode):
+    """Context manager that tracks live and peak bytes of every tensor storage an op
+    creates while it is active — forward, backward and any recomputation — as
+    ``max_memory_allocated`` would on a GPU, on any device. Parameters are left out."""
+
+    def __init__(self, params):
+        super().__init__()
+        self._params = {p.untyped_storage().data_ptr() for p in params}
+        self._live = {}  # storage address → (weak reference, bytes)
+        self.peak = 0
+
+    def live(self):
+        total = 0
+        for address, (ref, nbytes) in list(self._live.items()):
+            if ref.expired():
+                del self._live[address]
+            else:
+                total += nbytes
+        return total
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            address = storage.data_ptr()
+            held = self._live.get(address)
+            if address not in self._params and (held is None or held[0].expired()):
+                self._live[address] = (StorageWeakRef(storage), storage.nbytes())
+        self.peak = max(self.peak, self.live())
+        return out

@@ -1,16 +1,104 @@
-"""Entry point of the sandboxed child: ``python -I run.py JOB_DIR``.
+"""Entry point of the sandboxed child:
+``python -I -B run.py WORK_DIR CONTROL_FD TRACE_FD DEVICE SANDBOX_ID``.
 
-Runs with only the standard library and torch available. It always writes
-``JOB_DIR/out/trace.json``; whatever goes wrong in the learner's code becomes data.
+Runs with only the standard library and torch available. It warms up first (imports torch,
+takes one tiny optimizer step, creates the CUDA context on a GPU), says ``R`` on the control
+socket and waits: a warm sandbox of the pool sits here. The worker then sends the request
+(``{"job", "code", "limits"}``) and closes its end; the child applies the job's limits,
+writes the job into WORK_DIR, runs it (``runtime.main``) and copies the trace it wrote into
+TRACE_FD, a memory file the worker reads once the whole sandbox is dead. SANDBOX_ID only
+marks the processes, so that leftovers can be found.
 """
 
+import json
 import os
+import resource
+import stat
 import sys
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # harness modules import each other by name; -I leaves the script dir out
 
 import runtime  # noqa: E402
 
+
+def warm_up(device):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        import torch
+        import torch._dynamo  # noqa: F401  (the optimizer's first step imports it)
+
+        model = torch.nn.Linear(4, 2).to(device)  # no random numbers: the job's seeds stay intact
+        with torch.no_grad():
+            model.weight.fill_(0.5)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(3, 4, device=device)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+
+def receive(sock_fd):
+    chunks = []
+    while chunk := os.read(sock_fd, 1 << 16):
+        chunks.append(chunk)
+    return json.loads(b"".join(chunks).decode("utf-8"))
+
+
+def apply_limits(limits):
+    """The job's own limits, tighter than the sandbox's start-up ones; the warm-up's CPU
+    time does not count against the job."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    spent = int(used.ru_utime + used.ru_stime) + 1
+    cpu = spent + int(limits["cpu_seconds"])
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        cpu = min(cpu, hard - 1)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    if limits.get("address_space_mb"):  # only where no memory cgroup holds the sandbox
+        size = int(limits["address_space_mb"]) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+
+
+def send_trace(out_dir, trace_fd, limit):
+    """Copy the trace the runtime wrote into TRACE_FD: no links followed, regular files only."""
+    try:
+        fd = os.open(os.path.join(out_dir, "trace.json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    os.ftruncate(trace_fd, 0)  # anything the learner's code wrote there is gone
+    os.pwrite(trace_fd, data, 0)
+
+
+def main(argv):
+    work_dir, control_fd, trace_fd, device = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    warm_up(device)
+    os.write(control_fd, b"R")
+    request = receive(control_fd)
+    os.close(control_fd)  # the learner's code gets no channel back to the worker
+    apply_limits(request["limits"])
+    job = request["job"]
+    os.makedirs(os.path.join(work_dir, "out"), exist_ok=True)
+    os.makedirs(os.path.join(work_dir, "tmp"), exist_ok=True)
+    with open(os.path.join(work_dir, "job.json"), "w", encoding="utf-8") as f:
+        json.dump(job, f)
+    with open(os.path.join(work_dir, runtime.SUBMISSION), "w", encoding="utf-8") as f:
+        f.write(request["code"])
+    try:
+        runtime.main([work_dir])
+        send_trace(os.path.join(work_dir, "out"), trace_fd, int(job["trace_limit"]))
+    finally:
+        os._exit(0)  # no interpreter or torch teardown, nor threads the learner left running
+
+
 if __name__ == "__main__":
-    sys.exit(runtime.main(sys.argv[1:]))
+    main(sys.argv[1:])

@@ -8,7 +8,6 @@ import importlib
 import inspect
 import json
 import linecache
-import math
 import os
 import sys
 import time
@@ -156,6 +155,13 @@ class Api:
             return describe_exception(exc, "run")
         return None
 
+    def call_for_value(self, fn, args):
+        """Call the learner's function; return ``(value, None)`` or ``(None, error)``."""
+        try:
+            return fn(*args), None
+        except BaseException as exc:  # everything the learner raises is data, even SystemExit
+            return None, describe_exception(exc, "run")
+
 
 
 def write_trace(out_dir, trace, limit):
@@ -190,6 +196,9 @@ def main(argv):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
             import torch  # noqa: F401  (timed: it is most of a cold start)
+
+            # torch.optim imports it on the first step anyway; count it as start-up cost
+            import torch._dynamo  # noqa: F401
         timings["import_ms"] = round((time.perf_counter() - started) * 1000)
         kind = importlib.import_module(job["kind"])
         run_started = time.perf_counter()

@@ -94,3 +94,49 @@ def build(params, dtype=torch.float64):
 def cycles(n_micro, accum_steps):
     """Micro-batch indices of each accumulation cycle; the last may be shorter."""
     return [list(range(i, min(i + accum_steps, n_micro))) for i in range(0, n_micro, accum_steps)]
+
+
+def amp_batches(params, device="cpu"):
+    """Mixed precision (lesson 1): a float32 MLP and its batches, one of them poisoned.
+
+    ``x[0, 0]`` of batch ``params["overflow_batch"]`` is inf, so that step's gradients are
+    inf/NaN and a GradScaler must skip it.
+    """
+    torch.manual_seed(int(params.get("seed", 0)))
+    n, size = int(params["n_batches"]), int(params["batch_size"])
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(device)
+    batches = []
+    for i in range(n):
+        x, y = torch.randn(size, 6), torch.randint(0, 3, (size,))
+        if i == int(params["overflow_batch"]):
+            x[0, 0] = float("inf")
+        batches.append((x.to(device), y.to(device)))
+    return model, batches, nn.CrossEntropyLoss()
+
+
+class BlockNet(nn.Module):
+    """``blocks`` (each a few Linear+Tanh layers) then ``head``: deep enough that its
+    activations, not its weights, fill memory."""
+
+    def __init__(self, width, blocks, depth, classes):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.Tanh())])
+            for _ in range(blocks))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def block_net(params, dtype=torch.float64):
+    """Activation memory (lesson 4): a seeded ``BlockNet`` and its batches."""
+    torch.manual_seed(int(params.get("seed", 0)))
+    width, classes = int(params["width"]), 3
+    model = BlockNet(width, int(params["blocks"]), int(params["depth"]), classes).to(dtype)
+    size = int(params["batch_size"])
+    batches = [(torch.randn(size, width, dtype=dtype), torch.randint(0, classes, (size,)))
+               for _ in range(int(params["n_batches"]))]
+    return model, batches, nn.CrossEntropyLoss()

@@ -1,0 +1,175 @@
+from typing import Annotated
+
+from fastapi import APIRouter, Form, HTTPException, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy.orm import Session
+
+from app.accounts import service
+from app.accounts.models import User
+from app.accounts.schemas import AccountOut, Credentials, TokenOut
+from app.accounts.service import (
+    SESSION_LIFETIME,
+    AccountError,
+    EmailTaken,
+    LearnerDep,
+    Throttled,
+    UserDep,
+)
+from app.db import SessionDep, utcnow
+from app.i18n import gettext as _
+from app.middleware import VISITOR_COOKIE
+from app.web import clear_session_cookie, redirect, render, safe_next, set_session_cookie
+
+router = APIRouter()
+FormText = Annotated[str, Form()]
+
+
+def _ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _form_page(request: Request, template: str, status_code: int = 200, *,
+               error: AccountError | Throttled | None = None, **context) -> Response:
+    """An account form, with the refusal beside its field (or above the form)."""
+    errors = {}
+    if error is not None:
+        errors[getattr(error, "field", None) or "form"] = str(error)
+    response = render(request, template, {"email": "", "errors": errors,
+                                          "password_min": service.PASSWORD_MIN, **context},
+                      status_code=status_code)
+    if isinstance(error, Throttled):
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
+
+
+def _signed_in(request: Request, session: Session, user: User, next_url: str) -> Response:
+    """A fresh session on every sign-in (the old one, if any, ends), then back to `next_url`."""
+    if request.state.auth.via == "cookie":
+        service.end_session(session, request.state.auth.session_id)
+    token = service.start_session(session, user, kind="browser", visitor_id=request.state.visitor_id)
+    response = RedirectResponse(next_url, status_code=303)
+    set_session_cookie(request, response, token, int(SESSION_LIFETIME.total_seconds()))
+    return response
+
+
+@router.get("/sign-up", response_class=HTMLResponse, include_in_schema=False)
+def sign_up_page(request: Request, next: str = "/"):
+    return _form_page(request, "sign_up.html", next_url=safe_next(next))
+
+
+@router.post("/sign-up", response_class=HTMLResponse, include_in_schema=False)
+def sign_up(request: Request, session: SessionDep, learner: LearnerDep, email: FormText = "",
+            password: FormText = "", next: FormText = "/"):
+    next_url = safe_next(next)
+    try:
+        user = service.create_account(session, email, password, lang=request.state.lang,
+                                      visitor_id=learner.visitor_id, ip=_ip(request))
+    except AccountError as e:
+        return _form_page(request, "sign_up.html", 422, error=e, email=email, next_url=next_url)
+    except Throttled as e:
+        return _form_page(request, "sign_up.html", 429, error=e, email=email, next_url=next_url)
+    return _signed_in(request, session, user, next_url)
+
+
+@router.get("/sign-in", response_class=HTMLResponse, include_in_schema=False)
+def sign_in_page(request: Request, next: str = "/", expired: bool = False):
+    if request.state.auth.user:
+        return redirect(request, safe_next(next))
+    notice = _("Your session has ended. Sign in again to continue where you left off.") if expired else None
+    return _form_page(request, "sign_in.html", next_url=safe_next(next), notice=notice)
+
+
+@router.post("/sign-in", response_class=HTMLResponse, include_in_schema=False)
+def sign_in(request: Request, session: SessionDep, email: FormText = "", password: FormText = "",
+            next: FormText = "/"):
+    next_url = safe_next(next)
+    try:
+        user = service.check_password(session, email, password, ip=_ip(request))
+    except AccountError as e:
+        return _form_page(request, "sign_in.html", 400, error=e, email=email, next_url=next_url, notice=None)
+    except Throttled as e:
+        return _form_page(request, "sign_in.html", 429, error=e, email=email, next_url=next_url, notice=None)
+    return _signed_in(request, session, user, next_url)
+
+
+@router.post("/sign-out", include_in_schema=False)
+def sign_out(request: Request, session: SessionDep):
+    if request.state.auth.via == "cookie":
+        service.end_session(session, request.state.auth.session_id)
+    response = RedirectResponse(request.app.url_path_for("course_page"), status_code=303)
+    clear_session_cookie(request, response)
+    response.delete_cookie(VISITOR_COOKIE)  # whoever uses this browser next starts afresh
+    return response
+
+
+@router.get("/account", response_class=HTMLResponse, include_in_schema=False)
+def account_page(request: Request, user: UserDep, changed: bool = False):
+    notice = _("Your password was changed. Every other device was signed out.") if changed else None
+    return _form_page(request, "account.html", notice=notice)
+
+
+@router.post("/account/password", response_class=HTMLResponse, include_in_schema=False)
+def change_password(request: Request, session: SessionDep, user: UserDep,
+                    current_password: FormText = "", new_password: FormText = ""):
+    try:
+        service.change_password(session, user, current_password, new_password,
+                                keep_session=request.state.auth.session_id, ip=_ip(request))
+    except AccountError as e:
+        return _form_page(request, "account.html", 422, error=e, notice=None)
+    except Throttled as e:
+        return _form_page(request, "account.html", 429, error=e, notice=None)
+    return RedirectResponse(f"{request.app.url_path_for('account_page')}?changed=1", status_code=303)
+
+
+# ---------------------------------------------------------------- the API twins
+
+@router.post("/api/accounts", status_code=201, response_model=AccountOut, tags=["accounts"],
+             responses={409: {"description": "The address cannot be used"},
+                        422: {"description": "Invalid address or weak password"},
+                        429: {"description": "Too many sign-ups from this address"}})
+def create_account(request: Request, body: Credentials, session: SessionDep,
+                   learner: LearnerDep) -> AccountOut:
+    """Create an account. Then get a token from `POST /api/tokens`."""
+    try:
+        user = service.create_account(session, body.email, body.password, lang=request.state.lang,
+                                      visitor_id=learner.visitor_id, ip=_ip(request))
+    except EmailTaken as e:
+        raise HTTPException(409, str(e)) from None
+    except AccountError as e:
+        raise HTTPException(422, str(e)) from None
+    except Throttled as e:
+        raise HTTPException(429, str(e), headers={"Retry-After": str(e.retry_after)}) from None
+    return AccountOut(email=user.email, lang=user.lang)
+
+
+@router.post("/api/tokens", status_code=201, response_model=TokenOut, tags=["accounts"],
+             responses={401: {"description": "Wrong e-mail or password"},
+                        429: {"description": "Too many failed attempts; see Retry-After"}})
+def create_token(request: Request, body: Credentials, session: SessionDep) -> TokenOut:
+    """Sign in: a bearer token for the other `/api` calls."""
+    try:
+        user = service.check_password(session, body.email, body.password, ip=_ip(request))
+    except AccountError as e:
+        raise HTTPException(401, str(e), headers={"WWW-Authenticate": "Bearer"}) from None
+    except Throttled as e:
+        raise HTTPException(429, str(e), headers={"Retry-After": str(e.retry_after)}) from None
+    token = service.start_session(session, user, kind="api", visitor_id=request.state.visitor_id)
+    return TokenOut(token=token, expires_at=utcnow() + SESSION_LIFETIME)
+
+
+@router.delete("/api/tokens", status_code=204, tags=["accounts"],
+               responses={401: {"description": "No valid bearer token was sent"}})
+def revoke_token(request: Request, session: SessionDep, user: UserDep) -> Response:
+    """Revoke the bearer token this request was sent with."""
+    if request.state.auth.via != "bearer":
+        raise HTTPException(401, _("Send the token to revoke as Authorization: Bearer <token>."),
+                            headers={"WWW-Authenticate": "Bearer"})
+    service.end_session(session, request.state.auth.session_id)
+    return Response(status_code=204)
+
+
+@router.get("/api/account", response_model=AccountOut, tags=["accounts"],
+            responses={401: {"description": "Not signed in"}})
+def read_account(user: UserDep) -> AccountOut:
+    """The signed-in account."""
+    return AccountOut(email=user.email, lang=user.lang)

@@ -1,0 +1,19 @@
+import torch
+from torch.profiler import profile, record_function
+
+
+def find_bottleneck(model, loader, loss_fn, optimizer):
+    with profile() as prof:
+        for x, y in loader:
+            with record_function("data"):
+                x, y = x.to("cpu"), y.to("cpu")
+            with record_function("forward"):
+                loss = loss_fn(model(x), y)
+            with record_function("backward"):
+                loss.backward()
+            with record_function("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+    phases = ("data", "forward", "backward", "optimizer")
+    totals = {r.key: r.cpu_time_total for r in prof.key_averages() if r.key in phases}
+    return max(totals, key=totals.get)

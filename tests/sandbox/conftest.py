@@ -1,0 +1,157 @@
+"""The hostile-program suite: each program runs in every sandbox this machine has, through
+the real grading path (a warm pool per sandbox, so torch is imported off the clock).
+
+The launcher's environment holds secrets for the whole session; the tests prove they never
+reach the sandbox. After every test no sandbox process or temp dir may be left behind.
+"""
+
+import dataclasses
+import os
+import re
+import socket
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch  # noqa: F401
+
+from app.config import ROOT, get_settings  # noqa: E402
+from app.lessons.content import load_course  # noqa: E402
+from worker import pool, sandbox  # noqa: E402
+from worker.grading import grade  # noqa: E402
+
+SECRET = "sk-treino-test-secret-4d1f"
+DB_SECRET = "db-content-7c2e-never-inside"
+MODES = ("bwrap", "process")
+
+
+@dataclasses.dataclass
+class Outcome:
+    verdict: dict
+    seconds: float
+
+    @property
+    def status(self) -> str:
+        return self.verdict["status"]
+
+    @property
+    def text(self) -> str:
+        """Everything the learner gets to see."""
+        return repr(self.verdict)
+
+
+@pytest.fixture(scope="session")
+def secrets_in_launcher(tmp_path_factory):
+    """Secrets in the launcher's environment and a database file it points at."""
+    db = tmp_path_factory.mktemp("db") / "treino.db"
+    db.write_text(DB_SECRET)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TREINO_SECRET_KEY", SECRET)
+        mp.setenv("TREINO_DATABASE_URL", f"sqlite:///{db}")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+        yield db
+
+
+@pytest.fixture(scope="session")
+def pools(secrets_in_launcher):
+    modes = [m for m in MODES if m == "process" or sandbox.bwrap_problem() is None]
+    started = {m: pool.Pool(2, start=lambda m=m: sandbox.Sandbox(m, "cpu")) for m in modes}
+    yield started
+    for p in started.values():
+        p.close()
+
+
+@pytest.fixture(scope="session")
+def has_cgroups() -> bool:
+    cg = sandbox.Cgroup.create(f"treino-probe-{os.getpid()}")
+    if cg is not None:
+        cg.destroy()
+    return cg is not None
+
+
+@pytest.fixture(scope="session")
+def exercise():
+    course = load_course(get_settings().lessons_dir)
+    found = course.exercise("gradient-accumulation/accumulate")
+    assert found is not None
+    return found
+
+
+@pytest.fixture(params=MODES)
+def mode(request, pools):
+    if request.param not in pools:
+        pytest.skip(f"bwrap unavailable here: {sandbox.bwrap_problem()}")
+    return request.param
+
+
+def _markers() -> dict[int, str]:
+    """Sandbox processes on this machine: pid -> cmdline."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "run.py" in cmd and re.search(r" (cpu|cuda) [0-9a-f]{12}", cmd):
+                found[int(entry)] = cmd
+    return found
+
+
+@pytest.fixture
+def run(mode, pools, exercise, monkeypatch):
+    """``run(code, **limits) -> Outcome`` in this test's sandbox; then nothing may be left."""
+    monkeypatch.setattr(pool, "_active", pools[mode])
+    box_pool = pools[mode]
+    taken: list[str] = []
+    original_take = box_pool.take
+
+    def take():
+        box = original_take()
+        taken.append(box.id)
+        return box
+
+    monkeypatch.setattr(box_pool, "take", take)
+
+    def go(code: str | bytes, **limits) -> Outcome:
+        ex = exercise
+        if limits:
+            ex = dataclasses.replace(ex, limits=dataclasses.replace(ex.limits, **limits))
+        code = code.encode() if isinstance(code, str) else code
+        started = time.monotonic()
+        verdict = grade(ex, code)
+        return Outcome(verdict, time.monotonic() - started)
+
+    yield go
+    deadline = time.monotonic() + 3
+    while True:
+        strays = {p: c for p, c in _markers().items() if any(i in c for i in taken)}
+        if not strays or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not strays, f"processes left behind: {strays}"
+    left = [d for d in Path(tempfile.gettempdir()).glob("treino-job-*")
+            if not any(b._root == d for b in box_pool._boxes)]
+    assert not left, f"temp dirs left behind: {left}"
+
+
+def host_paths():
+    """Files a learner would like to read."""
+    course = load_course(get_settings().lessons_dir)
+    folder = Path(course.exercise("gradient-accumulation/accumulate").path)
+    mistakes = sorted((folder / "mistakes").glob("*.py"))
+    return {"solution": folder / "solution.py", "mistake": mistakes[0], "repo": ROOT,
+            "var": ROOT / "var"}
+
+
+def listener() -> socket.socket:
+    """A service on the host's loopback, as PostgreSQL and Redis are."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s

@@ -1,0 +1,127 @@
+"""Submissions through pages and the API: queued as jobs, polled to a verdict, owner-only."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import LANGS
+from tests.conftest import arm_csrf, html
+from tests.worker.test_queue import fake_verdict
+from worker.runner import Worker
+
+EXERCISE_URL = "/lessons/gradient-accumulation/exercises/accumulate"
+API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
+HTMX = {"HX-Request": "true"}
+
+
+def grade_all(app) -> None:
+    """What the worker does: every queued job graded (by a stand-in grader)."""
+    with Worker(app.state.settings, grade=fake_verdict, course=app.state.course) as worker:
+        while worker.run_once():
+            pass
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_exercise_page_offers_the_prompt_the_starter_and_three_hints(client, course, lang):
+    exercise = course.exercise("gradient-accumulation/accumulate")
+    page = html(client.get(EXERCISE_URL, params={"lang": lang}))
+    assert page.select_one("h1").get_text(strip=True) == exercise.title[lang]
+    assert page.select_one("textarea#code").get_text() == exercise.starter
+    assert page.select_one('label[for="code"]')
+    word = {"en": "Hint {} of 3", "pt-BR": "Dica {} de 3"}[lang]
+    hints = page.select(".hints details")
+    assert [d.select_one("summary").get_text(strip=True) for d in hints] == [word.format(n) for n in (1, 2, 3)]
+    assert [d.select_one("p").get_text() for d in hints] == [h[lang] for h in exercise.hints]
+    form = page.select_one("form.code-form")
+    assert form["method"] == "post" and form["action"] == f"{EXERCISE_URL}/submissions"
+    assert [b["value"] for b in form.select("button[name=mode]")] == ["submit", "run"]
+
+
+def test_the_lesson_page_links_its_exercises(client, course):
+    page = html(client.get("/lessons/gradient-accumulation"))
+    links = [a["href"] for a in page.select(".exercises a")]
+    assert links == [f"/lessons/gradient-accumulation/exercises/{ex.slug}"
+                     for ex in course.lesson("gradient-accumulation").exercises]
+
+
+def test_htmx_submit_returns_a_status_that_polls_until_the_verdict(client, app):
+    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "x = 1", "mode": "submit"},
+                           headers=HTMX)
+    assert response.status_code == 200
+    status = html(response).select_one("#submission-status")
+    assert status["hx-trigger"] == "every 1s" and status["hx-swap"] == "outerHTML"
+    assert "1" in status.select_one("[role=status]").get_text()
+    poll_url = status["hx-get"]
+    grade_all(app)
+    final = html(client.get(poll_url, headers=HTMX)).select_one("#submission-status")
+    assert final.get("hx-trigger") is None, "a final status stops polling"
+    assert "status-passed" in final["class"]
+    assert final.select_one(".output pre").get_text() == "x = 1"
+
+
+def test_without_javascript_the_submit_redirects_to_the_submission_page(client, app):
+    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "y = 2"},
+                           follow_redirects=False)
+    assert response.status_code == 303
+    page = html(client.get(response.headers["location"]))
+    assert page.select_one("noscript meta[http-equiv=refresh]"), "refreshes itself while queued"
+    assert page.select_one(".submitted-code pre").get_text() == "y = 2"
+    grade_all(app)
+    page = html(client.get(response.headers["location"]))
+    assert not page.select("noscript meta[http-equiv=refresh]")
+    # the exercise page now shows the latest code and the history
+    exercise = html(client.get(EXERCISE_URL))
+    assert exercise.select_one("textarea#code").get_text() == "y = 2"
+    assert len(exercise.select(".history li")) == 1
+
+
+def test_a_second_submission_while_one_is_queued_is_429(client):
+    assert client.post(API_URL, json={"code": "a"}).status_code == 202
+    response = client.post(API_URL, json={"code": "b"})
+    assert response.status_code == 429
+    assert "already" in response.json()["detail"]
+    page = client.post(f"{EXERCISE_URL}/submissions", data={"code": "c"}, headers=HTMX)
+    assert page.status_code == 429
+    assert html(page).select_one(".status-line.is-error")
+
+
+def test_api_submit_poll_and_verdict(client, app):
+    created = client.post(API_URL, json={"code": "print('hi')"})
+    assert created.status_code == 202
+    body = created.json()
+    assert body["status"] == "queued"
+    polled = client.get(f"/api/submissions/{body['id']}").json()
+    assert polled == {"id": body["id"], "exercise": "gradient-accumulation/accumulate", "mode": "submit",
+                      "status": "queued", "queue_position": 1, "verdict": None}
+    grade_all(app)
+    polled = client.get(f"/api/submissions/{body['id']}").json()
+    assert polled["status"] == "passed" and polled["queue_position"] is None
+    assert polled["verdict"]["exercise"] == "gradient-accumulation/accumulate"
+
+
+def test_another_learner_cannot_see_my_submission(client, app):
+    sub_id = client.post(API_URL, json={"code": "secret = 42"}).json()["id"]
+    with TestClient(app) as stranger:
+        arm_csrf(stranger)
+        assert stranger.get(f"/api/submissions/{sub_id}").status_code == 404
+        assert stranger.get(f"/submissions/{sub_id}").status_code == 404
+        assert stranger.get(f"/submissions/{sub_id}", headers=HTMX).status_code == 404
+        assert "secret = 42" not in stranger.get(EXERCISE_URL).text
+
+
+@pytest.mark.parametrize(("url", "kwargs", "status"), [
+    ("/lessons/gradient-accumulation/exercises/nope", {}, 404),
+    ("/lessons/nope/exercises/accumulate", {}, 404),
+])
+def test_unknown_exercise_is_404(client, url, kwargs, status):
+    assert client.get(url, **kwargs).status_code == status
+    assert client.post(url.replace("/lessons/", "/api/lessons/") + "/submissions",
+                       json={"code": "x"}).status_code == status
+
+
+def test_malformed_submissions_are_clear_4xx(client):
+    assert client.post(API_URL, json={}).status_code == 422
+    assert client.post(API_URL, json={"code": "x", "mode": "fly"}).status_code == 422
+    assert client.post(API_URL, content=b"{not json", headers={"Content-Type": "application/json"}
+                       ).status_code == 422
+    assert client.post(f"{EXERCISE_URL}/submissions", data={}).status_code == 422
+    assert client.post(API_URL, json={"code": "x" * (300 * 1024)}).status_code == 413

@@ -1,0 +1,67 @@
+import dataclasses
+import os
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+with warnings.catch_warnings():  # torch warns at import when numpy is absent; nothing needs it
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch  # noqa: F401
+
+from app.config import get_settings  # noqa: E402
+from app.lessons.content import load_course  # noqa: E402
+from tests.worker.cases import CASES  # noqa: E402
+from worker.grading import grade  # noqa: E402
+
+LESSON = "gradient-accumulation"
+EXERCISES = ("accumulate", "remainder", "scaler-clipping", "token-loss")
+GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_FILES = sorted(GOLDEN.glob("*/*.py"))
+
+
+@pytest.fixture(scope="session")
+def course():
+    return load_course(get_settings().lessons_dir)
+
+
+@pytest.fixture(scope="session")
+def exercise(course):
+    """``exercise(slug, **limits)``: an exercise of the lesson, limits optionally changed."""
+
+    def get(slug, **limits):
+        found = course.exercise(f"{LESSON}/{slug}")
+        assert found is not None, slug
+        if limits:
+            found = dataclasses.replace(found, limits=dataclasses.replace(found.limits, **limits))
+        return found
+
+    return get
+
+
+def bank(exercise, slug) -> list[Path]:
+    folder = Path(exercise(slug).path)
+    return [folder / "solution.py", *sorted((folder / "mistakes").glob("*.py"))]
+
+
+@pytest.fixture(scope="session")
+def graded(exercise):
+    """Every submission the slow tests look at, graded once, each in its own sandbox.
+
+    Keys: ``("golden", slug, stem)``, ``("bank", slug, stem)`` for the exercises' own
+    solution and mistakes, ``("case", name)`` for ``cases.CASES``. One pool keeps every
+    core busy: a grade is mostly the child importing torch.
+    """
+    jobs = {("golden", p.parent.name, p.stem): (exercise(p.parent.name), p.read_bytes(), "en")
+            for p in GOLDEN_FILES}
+    for slug in EXERCISES:
+        for p in bank(exercise, slug):
+            jobs[("bank", slug, p.stem)] = (exercise(slug), p.read_bytes(), "en")
+    for name, case in CASES.items():
+        jobs[("case", name)] = (exercise(case.slug, **case.limits), case.code, case.lang)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TREINO_SECRET_KEY", "must-not-reach-the-sandbox")
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            futures = {key: pool.submit(grade, *job) for key, job in jobs.items()}
+            return {key: future.result() for key, future in futures.items()}

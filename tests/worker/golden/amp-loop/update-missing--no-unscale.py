@@ -1,0 +1,10 @@
+import torch
+
+
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)

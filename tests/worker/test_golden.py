@@ -1,0 +1,118 @@
+"""Golden submissions: each file's name says what the grader must answer.
+
+``golden/<exercise>/<expected>--<style>.py``: ``expected`` is ``pass`` or a diagnosis id.
+With the exercises' own ``mistakes/<id>.py`` (the second style), every mistake id of
+every exercise is caught in at least two coding styles.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from tests.worker.conftest import EXERCISES, GOLDEN, GOLDEN_FILES
+from worker import grading
+from worker.grading import check_exercise, format_verdict
+
+FIXED = {"loss-not-scaled", "zero-grad-every-micro-batch", "step-every-micro-batch",
+         "never-zero-grad", "wrong-boundary", "wrong-scale"}
+
+
+def expected(path: Path) -> str:
+    return path.stem.split("--")[0]
+
+
+def mistake_ids(exercise) -> set[str]:
+    return {p.stem for p in (Path(exercise.path) / "mistakes").glob("*.py")}
+
+
+def assert_answer(verdict, answer):
+    if answer in ("pass", "solution"):
+        assert verdict["status"] == "passed", format_verdict(verdict)
+        assert verdict["diagnosis"] is None
+    else:
+        assert verdict["status"] in ("failed", "error"), format_verdict(verdict)
+        assert (verdict["diagnosis"] or {}).get("id") == answer, format_verdict(verdict)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", GOLDEN_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_golden_submission(path, graded):
+    assert_answer(graded["golden", path.parent.name, path.stem], expected(path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", EXERCISES)
+def test_exercise_bank(slug, graded, exercise):
+    """solution.py passes; each mistakes/<id>.py is diagnosed as <id> (what check_exercise
+    proves, here from the shared pool)."""
+    names = ["solution", *sorted(mistake_ids(exercise(slug)))]
+    for name in names:
+        assert_answer(graded["bank", slug, name], name)
+
+
+@pytest.mark.slow
+def test_memory_mistakes_have_right_numbers_but_fail_on_memory(graded):
+    for name in ("backward-once-per-cycle--list-sum", "micro-batches-concatenated--chunks"):
+        verdict = graded["golden", "accumulate", name]
+        steps, trajectory, memory = verdict["checks"]
+        assert steps["status"] == trajectory["status"] == "passed"
+        assert memory["status"] == "failed"
+        metrics = verdict["metrics"]
+        assert metrics["peak_activation_bytes"] >= 3.9 * metrics["reference_peak_activation_bytes"]
+
+
+@pytest.mark.slow
+def test_explanation_quotes_the_learners_numbers(graded):
+    verdict = graded["golden", "accumulate", "loss-not-scaled--counter"]
+    assert "4.00×" in verdict["diagnosis"]["explanation"]
+    assert verdict["metrics"]["optimizer_steps"] == 3
+    assert verdict["metrics"]["update_ratio"] == pytest.approx(4.0, rel=0.1)
+    text = format_verdict(verdict, "en")
+    assert "(loss-not-scaled)" in text and text.startswith("Not yet")
+
+
+@pytest.mark.slow
+def test_unknown_mistake_still_says_what_differed(graded):
+    verdict = graded["case", "zero-before-step"]
+    assert verdict["status"] == "failed"
+    assert verdict["diagnosis"] is None
+    trajectory = verdict["checks"][1]
+    assert trajectory["status"] == "failed"
+    assert "passo 1" in trajectory["message"] and "0,00×" in trajectory["message"]
+
+
+def test_check_exercise_names_every_problem(exercise, monkeypatch):
+    answers = {"solution": ("failed", None), "token-mean-of-means": ("passed", None),
+               "token-padding-counted": ("failed", "token-sum-not-normalised"),
+               "token-sum-not-normalised": ("failed", "token-sum-not-normalised")}
+
+    def fake_grade(ex, code, lang="en"):
+        for name, (status, found) in answers.items():
+            if code == (Path(ex.path) / ("" if name == "solution" else "mistakes")
+                        / f"{name}.py").read_bytes():
+                return {"status": status, "diagnosis": found and {"id": found},
+                        "checks": [{"status": "failed", "message": "why"}]}
+        raise AssertionError("unexpected file")
+
+    monkeypatch.setattr(grading, "grade", fake_grade)
+    problems = check_exercise(exercise("token-loss"))
+    assert problems == [
+        "gradient-accumulation/token-loss: solution.py does not pass (failed: why)",
+        "gradient-accumulation/token-loss: mistakes/token-mean-of-means.py passes",
+        "gradient-accumulation/token-loss: mistakes/token-padding-counted.py is diagnosed as "
+        "token-sum-not-normalised (failed)",
+    ]
+
+
+def test_every_mistake_id_has_a_second_style(exercise):
+    for slug in EXERCISES:
+        ids = mistake_ids(exercise(slug))
+        golden = {expected(p) for p in (GOLDEN / slug).glob("*.py")} - {"pass"}
+        assert ids, slug
+        assert ids == golden, (slug, ids ^ golden)
+
+
+def test_fixed_contracts_have_their_mistake_ids(exercise):
+    assert mistake_ids(exercise("accumulate")) >= FIXED
+    remainder = FIXED | {"remainder-dropped", "remainder-wrong-scale"}
+    assert mistake_ids(exercise("remainder")) >= remainder

@@ -1,0 +1,42 @@
+import string
+from pathlib import Path
+
+from tests.worker.conftest import GOLDEN
+from worker.checks.messages import LANGUAGES, catalogue, number, render
+from worker.grading import STATUSES
+
+LESSONS = Path(__file__).resolve().parents[2] / "lessons"
+
+
+def placeholders(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def test_every_text_exists_in_both_languages():
+    for key, texts in catalogue().items():
+        assert set(texts) == set(LANGUAGES), key
+        assert all(isinstance(t, str) and t.strip() for t in texts.values()), key
+
+
+def test_both_languages_quote_the_same_numbers():
+    for key, texts in catalogue().items():
+        assert placeholders(texts["en"]) == placeholders(texts["pt-BR"]), key
+
+
+def test_every_diagnosis_id_and_status_has_its_texts():
+    ids = {p.stem for p in LESSONS.glob("*/exercises/*/mistakes/*.py")}
+    ids |= {p.stem.split("--")[0] for p in GOLDEN.glob("*/*.py")} - {"pass"}
+    keys = catalogue()
+    for diagnosis in ids:
+        assert f"diagnosis.{diagnosis}.title" in keys, diagnosis
+        assert f"diagnosis.{diagnosis}.explanation" in keys, diagnosis
+    for status in STATUSES:
+        assert f"verdict.status.{status}" in keys
+
+
+def test_numbers_follow_the_language():
+    values = {"ratio": 4.0, "coefficient": 1.0, "share": 0.25, "k": 4}
+    assert "4,00×" in render("diagnosis.loss-not-scaled.explanation", "pt-BR", values)
+    assert "4.00×" in render("diagnosis.loss-not-scaled.explanation", "en", values)
+    assert number(7232, "pt-BR") == "7.232"
+    assert number([4, 4, 1], "en") == "4, 4, 1"

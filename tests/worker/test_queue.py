@@ -1,0 +1,228 @@
+"""The queue on SQLite and PostgreSQL: each job graded once, leases, attempts, shutdown."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
+
+from app.accounts.service import Learner
+from app.config import ROOT, Settings
+from app.db import make_engine, upgrade
+from app.lessons.content import load_course
+from app.submissions.models import Mode, Status, Submission
+from app.submissions.service import AlreadyActive, enqueue, queue_position
+from tests.conftest import LESSONS
+from worker import queue
+from worker.runner import Worker
+
+COURSE = load_course(LESSONS)
+EXERCISE = COURSE.exercise("gradient-accumulation/accumulate")
+LEASE = timedelta(seconds=30)
+
+
+def fake_verdict(exercise, code: bytes, lang: str) -> dict:
+    return {"version": 1, "exercise": exercise.id, "status": "passed", "diagnosis": None,
+            "checks": [], "metrics": {"graded_by": os.getpid()}, "output": code.decode()}
+
+
+@pytest.fixture
+def sessions(database_url):
+    upgrade(database_url)
+    engine = make_engine(database_url)
+    yield sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
+
+
+def _enqueue(sessions, n: int, code: str = "pass") -> list[int]:
+    ids = []
+    for i in range(n):
+        with sessions.begin() as session:
+            sub = enqueue(session, Learner(f"visitor-{i}-{time.monotonic_ns()}"), EXERCISE,
+                          f"{code} {i}", mode=Mode.SUBMIT, lang="en")
+            ids.append(sub.id)
+    return ids
+
+
+def _rows(sessions) -> list[Submission]:
+    with sessions() as session:
+        return list(session.scalars(select(Submission).order_by(Submission.id)))
+
+
+def test_concurrent_claims_take_each_job_exactly_once(sessions):
+    ids = _enqueue(sessions, 30)
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def claimer(name: str) -> None:
+        while (job := queue.claim(sessions, name, LEASE, 3)) is not None:
+            with lock:
+                claimed.append(job.id)
+            assert queue.finish(sessions, job.id, name, {"status": "passed"})
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == ids and Counter(claimed).most_common(1)[0][1] == 1
+    assert {r.status for r in _rows(sessions)} == {"passed"}
+    assert {r.active_owner for r in _rows(sessions)} == {None}
+
+
+def test_one_active_submission_per_learner(sessions):
+    me = Learner("me")
+    with sessions.begin() as session:
+        enqueue(session, me, EXERCISE, "a", mode=Mode.SUBMIT, lang="en")
+    with sessions.begin() as session, pytest.raises(AlreadyActive):
+        enqueue(session, me, EXERCISE, "b", mode=Mode.SUBMIT, lang="en")
+    job = queue.claim(sessions, "w", LEASE, 3)
+    queue.finish(sessions, job.id, "w", {"status": "failed"})
+    with sessions.begin() as session:  # once final, the learner may submit again
+        enqueue(session, me, EXERCISE, "c", mode=Mode.SUBMIT, lang="en")
+
+
+def test_queue_position_counts_the_jobs_ahead(sessions):
+    ids = _enqueue(sessions, 3)
+    with sessions() as session:
+        assert [queue_position(session, session.get(Submission, i)) for i in ids] == [1, 2, 3]
+    queue.claim(sessions, "w", LEASE, 3)
+    with sessions() as session:
+        assert [queue_position(session, session.get(Submission, i)) for i in ids] == [None, 1, 2]
+
+
+def test_an_expired_lease_is_claimed_again_and_the_old_worker_cannot_finish(sessions):
+    [job_id] = _enqueue(sessions, 1)
+    first = queue.claim(sessions, "dead", timedelta(seconds=-1), 3)  # already expired
+    second = queue.claim(sessions, "alive", LEASE, 3)
+    assert first.id == second.id == job_id and second.attempts == 2
+    assert not queue.renew(sessions, job_id, "dead", LEASE)
+    assert not queue.finish(sessions, job_id, "dead", {"status": "failed"})
+    assert queue.finish(sessions, job_id, "alive", {"status": "passed"})
+    assert [(r.status, r.verdict) for r in _rows(sessions)] == [("passed", {"status": "passed"})]
+
+
+def test_after_the_attempts_cap_the_job_ends_as_error_with_a_reason(sessions):
+    [job_id] = _enqueue(sessions, 1)
+    for _ in range(3):
+        assert queue.claim(sessions, "dying", timedelta(seconds=-1), 3).id == job_id
+    assert queue.claim(sessions, "w", LEASE, 3) is None
+    [row] = _rows(sessions)
+    assert row.status == Status.ERROR and row.verdict["reason"] == "worker-trouble"
+    assert row.active_owner is None
+
+
+def test_release_puts_the_job_back_without_counting_the_attempt(sessions):
+    [job_id] = _enqueue(sessions, 1)
+    job = queue.claim(sessions, "w1", LEASE, 3)
+    assert queue.release(sessions, job.id, "w1")
+    again = queue.claim(sessions, "w2", LEASE, 3)
+    assert again.id == job_id and again.attempts == 1
+
+
+def _settings(url: str, **extra) -> Settings:
+    return Settings(database_url=url, lessons_dir=LESSONS, _env_file=None, **extra)
+
+
+def test_worker_grades_jobs_and_stores_verdicts(sessions, database_url):
+    ids = _enqueue(sessions, 2)
+    with Worker(_settings(database_url), grade=fake_verdict, course=COURSE) as worker:
+        assert worker.run_once() and worker.run_once() and not worker.run_once()
+    rows = _rows(sessions)
+    assert [r.id for r in rows] == ids and {r.status for r in rows} == {"passed"}
+    assert rows[0].verdict["output"] == "pass 0"
+
+
+def test_a_grader_crash_ends_the_job_as_error_not_lost(sessions, database_url):
+    _enqueue(sessions, 1)
+
+    def crash(*_args):
+        raise RuntimeError("bug in the checks")
+
+    with Worker(_settings(database_url), grade=crash, course=COURSE) as worker:
+        worker.run_once()
+    [row] = _rows(sessions)
+    assert row.status == "error" and row.verdict["reason"] == "grader-crashed"
+
+
+WORKER_SCRIPT = """
+import sys, time
+from app.config import Settings
+from tests.conftest import LESSONS
+from worker import runner
+
+def slow(exercise, code, lang):
+    print("grading", flush=True)
+    time.sleep(float(sys.argv[2]))
+    return {"version": 1, "exercise": exercise.id, "status": "failed", "diagnosis": None,
+            "checks": [], "metrics": {}, "output": "slow"}
+
+settings = Settings(database_url=sys.argv[1], lessons_dir=LESSONS, lease_seconds=1.0,
+                    poll_seconds=0.2, _env_file=None)
+import signal
+with runner.Worker(settings, grade=slow) as w:
+    signal.signal(signal.SIGTERM, w.stop)
+    w.run()
+print("stopped", flush=True)
+"""
+
+
+def _spawn_worker(url: str, grade_seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, url, str(grade_seconds)],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "grading"
+    return proc
+
+
+def test_a_worker_killed_mid_job_loses_nothing(sessions, database_url):
+    [job_id] = _enqueue(sessions, 1)
+    proc = _spawn_worker(database_url, 60)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    assert _rows(sessions)[0].status == "running"
+    time.sleep(1.2)  # the dead worker's 1 s lease runs out
+    with Worker(_settings(database_url), grade=fake_verdict, course=COURSE) as worker:
+        worker.run_once()
+    [row] = _rows(sessions)
+    assert (row.id, row.status, row.attempts) == (job_id, "passed", 2)
+
+
+def test_sigterm_lets_the_current_job_finish_then_exits(sessions, database_url):
+    _enqueue(sessions, 2)
+    proc = _spawn_worker(database_url, 1.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.strip() == "stopped"
+    rows = _rows(sessions)
+    assert [r.status for r in rows] == ["failed", "queued"], "finished one, left the next queued"
+
+
+@pytest.mark.postgres
+def test_notify_wakes_an_idle_worker_before_its_poll_interval(postgres_url):
+    upgrade(postgres_url)
+    worker = Worker(_settings(postgres_url, poll_seconds=60), grade=fake_verdict, course=COURSE)
+    thread = threading.Thread(target=lambda: worker.__enter__().run())
+    thread.start()
+    try:
+        time.sleep(0.5)  # the worker is now waiting on LISTEN
+        engine = make_engine(postgres_url)
+        factory = sessionmaker(engine, expire_on_commit=False)
+        [job_id] = _enqueue(factory, 1)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _rows(factory)[0].status != "passed":
+            time.sleep(0.05)
+        assert _rows(factory)[0].status == "passed", "not woken by NOTIFY within 20 s (poll is 60 s)"
+        engine.dispose()
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+        worker.__exit__()
+    assert job_id

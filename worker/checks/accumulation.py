@@ -1,0 +1,398 @@
+"""Checks of the "accumulation" kind (grad-accum research §3.3–§3.6).
+
+The reference is the true large batch: for every accumulation cycle, one batch made of
+its micro-batches, mean loss (or summed token losses over the cycle's tokens), one
+backward, clipping if the exercise clips, one SGD step — float64 on the CPU, built from
+the same seeded scenario the harness used. The learner passes when the parameters match
+it after every optimizer step, the step count is right and at most one micro-batch's
+activations were alive at a time. When something differs, ``.grad`` at every step is
+decomposed onto the per-micro-batch unit gradients the harness recorded, and the
+coefficients (expected: each micro-batch's share of its cycle) name the mistake.
+"""
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+with warnings.catch_warnings():  # torch says so at import when numpy is absent; nothing needs it
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
+
+from worker.checks import Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks.messages import Sci  # noqa: E402
+from worker.harness import memory, scenarios  # noqa: E402
+
+# traj_err = max_t |θ_t − θ_ref,t| / |θ_ref,t − θ_0|; wrong loops are ≥ 0.2 (§3.3, §3.6)
+TOLERANCES = {"float64": 1e-9, "float32": 1e-4}
+GPU_FACTOR = 10.0  # nondeterministic kernels on CUDA
+MEMORY_FACTOR = 1.1  # peak saved bytes may exceed one micro-batch's by 10 % …
+MEMORY_SLACK = 512  # … plus a few scalars (a divisor kept as a tensor, a token count)
+IGNORED = 0.02  # a micro-batch whose weight is below 2 % of its share did not enter the step
+CLOSE = 0.01  # weights that agree to 1 % are the same weight
+UNEXPLAINED = 0.01  # residual of the decomposition above which the gradient is unexplained
+
+
+@dataclass(frozen=True)
+class Reference:
+    cycles: list  # micro-batch indices of each cycle
+    weights: list  # per micro-batch: samples or real tokens
+    positions: list  # per micro-batch: loss positions, padding included
+    initial: torch.Tensor
+    trajectory: list  # parameters after each step
+    grads: list  # gradient before clipping at each step
+    micro_peak: int  # saved bytes of the largest single micro-batch
+    cycle_peak: int  # saved bytes of the first cycle taken as one batch
+
+
+def _flat(tensors):
+    return torch.cat([t.detach().reshape(-1) for t in tensors]).to(torch.float64)
+
+
+def _peak(scenario, batches):
+    params = list(scenario.model.parameters())
+    with memory.SavedTensorMeter(params) as meter:
+        scenario.batch_loss(scenario.model, batches).backward()
+    scenario.model.zero_grad()
+    return meter.peak
+
+
+@lru_cache(maxsize=32)
+def _reference(key: str) -> Reference:
+    params = json.loads(key)
+    scenario = scenarios.build(params, torch.float64)
+    model, batches = scenario.model, scenario.micro_batches
+    weights = list(model.parameters())
+    cycles = scenarios.cycles(len(batches), int(params["accum_steps"]))
+    micro_peak = max(_peak(scenario, [b]) for b in batches)
+    cycle_peak = _peak(scenario, [batches[i] for i in cycles[0]])
+    optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
+    initial, trajectory, grads = _flat(weights), [], []
+    for cycle in cycles:
+        optimizer.zero_grad()
+        scenario.batch_loss(model, [batches[i] for i in cycle]).backward()
+        grads.append(_flat([w.grad for w in weights]))
+        if params.get("max_norm") is not None:
+            torch.nn.utils.clip_grad_norm_(weights, float(params["max_norm"]))
+        optimizer.step()
+        trajectory.append(_flat(weights))
+    return Reference(
+        cycles=cycles,
+        weights=[scenario.weight(y) for _, y in batches],
+        positions=[scenario.positions(y) for _, y in batches],
+        initial=initial, trajectory=trajectory, grads=grads,
+        micro_peak=micro_peak, cycle_peak=cycle_peak,
+    )
+
+
+def reference(params: dict) -> Reference:
+    """The large-batch reference of ``params`` (cached: it depends on nothing else)."""
+    return _reference(json.dumps(params, sort_keys=True))
+
+
+def tolerance(params: dict, device: str) -> float:
+    tol = float(params.get("tolerance", TOLERANCES.get(params.get("dtype", "float64"), 1e-4)))
+    return tol * (GPU_FACTOR if device.startswith("cuda") else 1.0)
+
+
+def _vector(values) -> torch.Tensor:
+    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
+
+
+def _norm(t) -> float:
+    return float(torch.linalg.vector_norm(t))
+
+
+# ---------------------------------------------------------------- outcome
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    ref = reference(params)
+    steps = [_vector(s["params"]) for s in data["steps"]]
+    taken, expected = data["steps_total"], len(ref.trajectory)
+    final = _vector(data["final_params"])
+
+    errors, ratios = [], []
+    before, ref_before = ref.initial, ref.initial
+    for t in range(min(len(steps), expected)):
+        travelled = _norm(ref.trajectory[t] - ref.initial)
+        errors.append(_norm(steps[t] - ref.trajectory[t]) / travelled)
+        ratios.append(_norm(steps[t] - before) / _norm(ref.trajectory[t] - ref_before))
+        before, ref_before = steps[t], ref.trajectory[t]
+    tol = tolerance(params, device)
+    first_bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
+    final_err = _norm(final - ref.trajectory[-1]) / _norm(ref.trajectory[-1] - ref.initial)
+
+    checks = [_steps_check(taken, expected)]
+    checks.append(_trajectory_check(taken, expected, errors, ratios, first_bad, final_err, tol))
+    peak = int(data["peak_saved_bytes"])
+    limit = MEMORY_FACTOR * ref.micro_peak + MEMORY_SLACK
+    values = {"peak": peak, "reference": ref.micro_peak, "times": peak / ref.micro_peak}
+    checks.append(Check("memory", peak <= limit,
+                        "check.memory.passed" if peak <= limit else "check.memory.failed", values))
+
+    finite = [r for r in ratios if math.isfinite(r)]
+    metrics = {
+        "optimizer_steps": taken,
+        "reference_optimizer_steps": expected,
+        "update_ratio": round(sorted(finite)[len(finite) // 2], 4) if finite else None,
+        "trajectory_error": _round_sci(max(errors + [final_err])) if errors else None,
+        "peak_activation_bytes": peak,
+        "reference_peak_activation_bytes": ref.micro_peak,
+        "forwards": data["forwards"],
+        "backwards": data["backwards"],
+    }
+    if params.get("max_norm") is not None:
+        metrics["clip_calls"] = data["clips_total"]
+    diagnosis = None
+    if not all(c.passed for c in checks):
+        diagnosis = diagnose(params, ref, data, numbers_ok=checks[0].passed and checks[1].passed)
+    return Evaluation(checks, diagnosis, metrics)
+
+
+def _round_sci(x: float) -> float | None:
+    return float(f"{x:.3e}") if math.isfinite(x) else None
+
+
+def _steps_check(taken, expected):
+    values = {"steps": taken, "reference_steps": expected}
+    if taken == expected:
+        return Check("steps", True, "check.steps.passed", values)
+    return Check("steps", False, "check.steps.failed", values)
+
+
+def _trajectory_check(taken, expected, errors, ratios, first_bad, final_err, tol):
+    if taken == 0:
+        return Check("trajectory", False, "check.trajectory.no_steps", {})
+    if first_bad is not None:
+        values = {"step": first_bad + 1, "error": Sci(errors[first_bad]),
+                  "ratio": ratios[first_bad]}
+        return Check("trajectory", False, "check.trajectory.diverged", values)
+    if taken != expected:
+        return Check("trajectory", False, "check.trajectory.count",
+                     {"steps": taken, "reference_steps": expected})
+    if not final_err <= tol:
+        return Check("trajectory", False, "check.trajectory.final", {"error": Sci(final_err)})
+    return Check("trajectory", True, "check.trajectory.passed", {"error": Sci(max(errors))})
+
+
+# ---------------------------------------------------------------- diagnosis
+
+
+@dataclass(frozen=True)
+class StepWeights:
+    """How the micro-batches entered one optimizer step of the learner."""
+
+    step: int
+    coefficients: dict  # call index → coefficient
+    shares: dict  # call index → coefficient / the call's share of its reference cycle
+    support: list  # call indices that entered the step
+    micro_batches: list  # micro-batch indices that entered the step
+    residual: float
+
+
+def _shares(ref, calls):
+    """For each recorded loss call, its share of its reference cycle (n_j / N_cycle)."""
+    cycle_of = {i: c for c, cycle in enumerate(ref.cycles) for i in cycle}
+    shares = []
+    for call in calls:
+        if not call["mbs"]:
+            shares.append(None)
+            continue
+        cycle = ref.cycles[cycle_of[call["mbs"][0]]]
+        shares.append(call["n"] / sum(ref.weights[i] for i in cycle))
+    return shares
+
+
+def _gradient_at(data, t):
+    """The learner's accumulated gradient at step ``t``: before clipping, if it clipped."""
+    clips = [c for c in data["clips"] if c["after_step"] == t]
+    if clips and clips[-1]["unscaled"] is not False:
+        return _vector(clips[-1]["grad"])
+    return _vector(data["steps"][t]["grad"])
+
+
+def decompose(ref, data):
+    """For every learner step: the coefficients of ``.grad`` on the unit gradients (§3.4)."""
+    calls = data["calls"]
+    shares = _shares(ref, calls)
+    units = [_vector(c["unit"]).nan_to_num() for c in calls]
+    result = []
+    for t in range(len(data["steps"])):
+        grad = _gradient_at(data, t).nan_to_num()
+        candidates = [i for i, c in enumerate(calls) if c["after_step"] <= t]
+        if not candidates:
+            result.append(StepWeights(t, {}, {}, [], [], 1.0 if _norm(grad) else 0.0))
+            continue
+        basis = torch.stack([units[i] for i in candidates], dim=1)
+        solution = torch.linalg.lstsq(basis, grad.unsqueeze(1), driver="gelsd").solution[:, 0]
+        residual = _norm(basis @ solution - grad) / max(_norm(grad), 1e-300)
+        coefficients = dict(zip(candidates, solution.tolist(), strict=True))
+        rel = {i: (a / shares[i] if shares[i] else math.nan) for i, a in coefficients.items()}
+        support = [i for i in candidates if not abs(rel[i]) <= IGNORED]
+        mbs = sorted({m for i in support for m in calls[i]["mbs"]})
+        result.append(StepWeights(t, coefficients, rel, support, mbs, residual))
+    return result
+
+
+def _count(events, code):
+    return sum(1 for e in events if e[0] == code)
+
+
+def _same(values, target=None):
+    """Whether all ``values`` agree (with ``target`` when given) within CLOSE."""
+    if not values:
+        return False
+    centre = target if target is not None else sum(values) / len(values)
+    return all(abs(v - centre) <= CLOSE * max(abs(centre), 1e-12) for v in values)
+
+
+def diagnose(params, ref, data, numbers_ok):
+    """The known mistake the trace shows, or None."""
+    k = int(params["accum_steps"])
+    if numbers_ok:
+        return _memory_mistake(params, ref, data)
+    for rule in (_clip_and_scaler_order, _steps_per_micro_batch):
+        found = rule(params, ref, data)
+        if found is not None:
+            return found
+    weights = decompose(ref, data)
+    if not weights or any(w.residual > UNEXPLAINED for w in weights):
+        return None
+    calls = data["calls"]
+    supports = [set(w.support) for w in weights]
+    if not all(supports):  # a step with an empty gradient: no known mistake does that
+        return None
+
+    # only the last micro-batch of each step survived: zeroed on every micro-batch
+    windows = [[i for i, c in enumerate(calls) if c["after_step"] == w.step] for w in weights]
+    if all(len(w.support) == 1 and win and w.support[0] == win[-1]
+           for w, win in zip(weights, windows, strict=True)) and any(len(win) > 1 for win in windows):
+        w = next(w for w, win in zip(weights, windows, strict=True) if len(win) > 1)
+        return Diagnosis("zero-grad-every-micro-batch", {
+            "step": w.step + 1, "kept": calls[w.support[0]]["mbs"][0] + 1,
+            "lost": len(windows[w.step]) - 1, "share": w.shares[w.support[0]]})
+
+    # a micro-batch counted in two steps: gradients leaked from cycle to cycle
+    for t, support in enumerate(supports):
+        stale = set().union(*supports[:t]) & support if t else set()
+        if stale:
+            return Diagnosis("never-zero-grad", {
+                "step": t + 1, "stale": len({m for i in stale for m in calls[i]["mbs"]})})
+
+    got = [w.micro_batches for w in weights]
+    taken, expected = data["steps_total"], len(ref.cycles)
+    short_last = len(ref.cycles[-1]) < k
+    if got != ref.cycles[:len(got)]:
+        return Diagnosis("wrong-boundary", {
+            "got": [len(g) for g in got], "expected": [len(c) for c in ref.cycles[:len(got)]],
+            "step": next(t for t, g in enumerate(got) if g != ref.cycles[t]) + 1})
+    scale = _scale_mistake(params, ref, data, weights)
+    if scale is not None:
+        return scale
+    if taken == expected - 1 and short_last:
+        return Diagnosis("remainder-dropped", {
+            "left": len(ref.cycles[-1]), "steps": taken, "reference_steps": expected})
+    return None
+
+
+def _scale_mistake(params, ref, data, weights):
+    k = int(params["accum_steps"])
+    calls = data["calls"]
+    full = [w for w in weights if len(ref.cycles[w.step]) == k]
+    for w in full:
+        shares = [w.shares[i] for i in w.support]
+        coefficients = [w.coefficients[i] for i in w.support]
+        if _same(shares, 1.0):
+            continue
+        cycle = ref.cycles[w.step]
+        tokens = sum(ref.weights[i] for i in cycle)
+        if params.get("scenario") == "tokens":
+            counts = [calls[i]["n"] for i in w.support]
+            if _same(coefficients) and not _same(counts):
+                light, heavy = max(counts), min(counts)
+                return Diagnosis("token-mean-of-means", {
+                    "few": heavy, "many": light, "times": light / heavy, "tokens": tokens})
+            if _same(shares, float(tokens)):
+                return Diagnosis("token-sum-not-normalised", {"ratio": shares[0], "tokens": tokens})
+            positions = sum(ref.positions[i] for i in cycle)
+            if _same(shares, tokens / positions):
+                return Diagnosis("token-padding-counted", {
+                    "ratio": shares[0], "positions": positions, "tokens": tokens})
+        if not _same(shares):
+            return None
+        ratio = sum(shares) / len(shares)
+        if _same([ratio], float(k)):
+            return Diagnosis("loss-not-scaled", {"ratio": ratio, "k": k,
+                                                 "coefficient": coefficients[0], "share": 1 / k})
+        return Diagnosis("wrong-scale", {"ratio": ratio, "k": k, "divisor": k / ratio})
+    for w in weights:
+        size = len(ref.cycles[w.step])
+        shares = [w.shares[i] for i in w.support]
+        if size < k and _same(shares) and not _same(shares, 1.0):
+            ratio = sum(shares) / len(shares)
+            return Diagnosis("remainder-wrong-scale", {
+                "left": size, "ratio": ratio, "divisor": size / ratio, "k": k})
+    return None
+
+
+def _clip_and_scaler_order(params, ref, data):
+    events = data["events"]
+    if params.get("max_norm") is not None:
+        per_step = {}
+        for clip in data["clips"]:
+            per_step[clip["after_step"]] = per_step.get(clip["after_step"], 0) + 1
+        if per_step and max(per_step.values()) > 1:
+            return Diagnosis("clip-every-micro-batch", {
+                "clips": data["clips_total"], "steps": data["steps_total"]})
+        early = [c for c in data["clips"] if c["unscaled"] is False]
+        if early:
+            seen = _norm(_vector(early[0]["grad"]).nan_to_num())
+            t = early[0]["after_step"]
+            true = _norm(ref.grads[t]) if t < len(ref.grads) else math.nan
+            return Diagnosis("clip-before-unscale", {
+                "scale": _scale_before(data, early[0]), "norm": seen, "true_norm": true})
+    if params.get("scaler"):
+        updates, steps = _count(events, "update"), _count(events, "scaler.step")
+        if updates > steps:
+            return Diagnosis("scaler-update-every-micro-batch", {"updates": updates, "steps": steps})
+    return None
+
+
+def _scale_before(data, clip):
+    scales = [s["scale"] for s in data["steps"] if s["scale"] is not None]
+    scale = scales[0] if scales else data.get("final_scale")
+    return int(scale) if scale is not None else 0
+
+
+def _steps_per_micro_batch(params, ref, data):
+    taken, expected = data["steps_total"], len(ref.cycles)
+    micro = len(ref.weights)
+    if taken > expected and taken >= 0.75 * micro:
+        return Diagnosis("step-every-micro-batch", {
+            "steps": taken, "micro_batches": micro, "reference_steps": expected,
+            "k": int(params["accum_steps"])})
+    return None
+
+
+def _memory_mistake(params, ref, data):
+    peak = int(data["peak_saved_bytes"])
+    values = {"peak": peak, "reference": ref.micro_peak, "times": peak / ref.micro_peak,
+              "forwards": data["forwards"], "backwards": data["backwards"]}
+    if data["backwards"] < data["forwards"]:
+        return Diagnosis("backward-once-per-cycle", values)
+    largest = max((e[1] for e in data["events"] if e[0] == "F"), default=0)
+    micro = int(params["micro_batch"])
+    if largest > micro:
+        return Diagnosis("micro-batches-concatenated", {**values, "size": largest, "micro": micro})
+    return None
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    """A known mistake behind an exception (GradScaler refuses some wrong orders)."""
+    if params.get("scaler") and "No inf checks were recorded" in error.get("message", ""):
+        events = (data or {}).get("events", [])
+        return Diagnosis("scaler-update-every-micro-batch", {
+            "updates": _count(events, "update"), "steps": _count(events, "scaler.step")})
+    return None

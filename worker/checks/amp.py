@@ -1,0 +1,224 @@
+"""Checks of the "amp" kind (lesson 1; grad-accum research §4.1, §3.6).
+
+The reference is the instructor's AMP loop run here on the same seeded scenario, under the
+same autocast dtype and device (not float64: autocast changes the numbers on purpose,
+§3.3). The learner passes when the linear layers ran in the 16-bit dtype and the loss in
+float32, every step went through the scaler in order (scale → backward → unscale_ → clip →
+step → update), the batch with an inf left the weights untouched and halved the scale,
+and the parameters before every batch match the reference's.
+"""
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+with warnings.catch_warnings():  # torch says so at import when numpy is absent; nothing needs it
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
+
+from worker.checks import Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks.messages import Sci  # noqa: E402
+from worker.harness import scenarios  # noqa: E402
+
+# error = max over batches |θ − θ_ref| / |θ_ref,end − θ_0|: correct loops on the CPU are
+# bitwise equal (0.0), CUDA kernels may round differently; a float16 loss is 8.8e-4 off,
+# an fp32 forward 7.7e-4, the scaler mistakes ≥ 0.5 or NaN
+TOLERANCE = {"cpu": 1e-4, "cuda": 1e-2}
+
+
+@dataclass(frozen=True)
+class Reference:
+    snapshots: list  # parameters before every batch, then after the last
+    scales: list  # the scale before every batch, then after the last
+    clip_norms: list  # the true (unscaled) gradient norm at every batch
+
+
+def _flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).to("cpu", torch.float64)
+
+
+@lru_cache(maxsize=8)
+def _reference(key: str, device: str) -> Reference:
+    params = json.loads(key)
+    model, batches, loss_fn = scenarios.amp_batches(params, device)
+    device_type = torch.device(device).type
+    dtype = getattr(torch, params["amp_dtype"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
+    scaler = torch.amp.GradScaler(device_type, init_scale=float(params["init_scale"]),
+                                  growth_interval=int(params["growth_interval"]))
+    snapshots, scales, norms = [], [], []
+    for x, y in batches:
+        snapshots.append(_flat(model))
+        scales.append(float(scaler.get_scale()))
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                          float(params["max_norm"]))))
+        scaler.step(optimizer)
+        scaler.update()
+    snapshots.append(_flat(model))
+    scales.append(float(scaler.get_scale()))
+    return Reference(snapshots, scales, norms)
+
+
+def reference(params: dict, device: str) -> Reference:
+    """The instructor's run of ``params`` on ``device`` (the CPU when CUDA is absent)."""
+    if not (device.startswith("cuda") and torch.cuda.is_available()):
+        device = "cpu"
+    return _reference(json.dumps(params, sort_keys=True), device)
+
+
+def _vector(values) -> torch.Tensor:
+    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
+
+
+def _norm(t) -> float:
+    return float(torch.linalg.vector_norm(t))
+
+
+def _count(events, code):
+    return sum(1 for e in events if e[0] == code)
+
+
+def _learner_snapshots(data, n):
+    """Parameters and scale before each batch (first forward of it), then at the end."""
+    first = {}
+    for snap in data["snapshots"]:
+        first.setdefault(snap["batch"], snap)
+    found = [first.get(i) for i in range(n)]
+    end = {"params": data["final_params"], "scale": data["final_scale"]}
+    return found + [end]
+
+
+# ---------------------------------------------------------------- outcome
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    ref = reference(params, device)
+    n = len(ref.snapshots) - 1
+    mine = _learner_snapshots(data, n)
+    wanted = params["amp_dtype"]
+
+    checks = [_autocast_check(data, wanted), _order_check(data, n)]
+    checks.append(_overflow_check(params, mine))
+    tol = float(params.get("tolerance", TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]))
+    travelled = _norm(ref.snapshots[-1] - ref.snapshots[0])
+    errors = [(_norm(_vector(s["params"]) - ref.snapshots[i]) / travelled) if s else math.inf
+              for i, s in enumerate(mine)]
+    worst = max(range(len(errors)), key=lambda i: errors[i] if math.isfinite(errors[i]) else 1e300)
+    error = errors[worst]
+    if all(e <= tol for e in errors):
+        checks.append(Check("amp_trajectory", True, "check.amp_trajectory.passed",
+                            {"error": Sci(error)}))
+    else:
+        first = next(i for i, e in enumerate(errors) if not e <= tol)
+        checks.append(Check("amp_trajectory", False, "check.amp_trajectory.failed",
+                            {"batch": first, "error": Sci(errors[first])}))
+    metrics = {
+        "linear_dtypes": data["linear_dtypes"],
+        "loss_dtypes": data["loss_dtypes"],
+        "final_scale": data["final_scale"],
+        "reference_final_scale": ref.scales[-1],
+        "optimizer_steps": _count(data["events"], "S"),
+        "trajectory_error": float(f"{error:.3e}") if math.isfinite(error) else None,
+    }
+    diagnosis = None
+    if not all(c.passed for c in checks):
+        diagnosis = diagnose(params, ref, data, mine)
+    return Evaluation(checks, diagnosis, metrics)
+
+
+def _autocast_check(data, wanted):
+    linear, losses = data["linear_dtypes"], data["loss_dtypes"]
+    low = linear.get(wanted, 0)
+    total = sum(linear.values())
+    if low != total or not total:
+        return Check("autocast", False, "check.autocast.linear",
+                     {"count": total - low, "total": total, "dtype": wanted,
+                      "seen": ", ".join(sorted(linear))})
+    if losses and set(losses) != {"float32"}:
+        return Check("autocast", False, "check.autocast.loss",
+                     {"seen": ", ".join(sorted(losses))})
+    return Check("autocast", True, "check.autocast.passed", {"total": total, "dtype": wanted})
+
+
+def _order_check(data, n):
+    events = data["events"]
+    counts = {code: _count(events, code) for code in ("scale", "scaler.step", "update", "C")}
+    values = {"scales": counts["scale"], "steps": counts["scaler.step"],
+              "updates": counts["update"], "clips": counts["C"], "batches": n}
+    early = [c for c in data["clips"] if not c["unscaled"]]
+    if any(count != n for count in counts.values()) or early:
+        return Check("scaler_order", False, "check.scaler_order.failed", values)
+    return Check("scaler_order", True, "check.scaler_order.passed", values)
+
+
+def _overflow_check(params, mine):
+    j = int(params["overflow_batch"])
+    before, after = mine[j], mine[j + 1]
+    if before is None or after is None:
+        return Check("overflow", False, "check.overflow.not_seen", {"batch": j})
+    changed = before["params"] != after["params"]
+    values = {"batch": j, "before": int(before["scale"]), "after": int(after["scale"])}
+    if changed:
+        return Check("overflow", False, "check.overflow.applied", values)
+    if after["scale"] != before["scale"] / 2:
+        return Check("overflow", False, "check.overflow.scale", values)
+    return Check("overflow", True, "check.overflow.passed", values)
+
+
+# ---------------------------------------------------------------- diagnosis
+
+
+def diagnose(params, ref, data, mine):
+    """The known mistake the trace shows, or None."""
+    events, wanted = data["events"], params["amp_dtype"]
+    linear = data["linear_dtypes"]
+    total = sum(linear.values())
+    if total and linear.get("float32", 0) == total:
+        return Diagnosis("no-autocast", {"total": total, "dtype": wanted})
+    if data["loss_dtypes"].get(wanted) and data["loss_autocast"]["off"]:
+        return Diagnosis("loss-outside-autocast", {"dtype": wanted})
+    scaled, stepped = _count(events, "scale"), _count(events, "scaler.step")
+    j = int(params["overflow_batch"])
+    if not scaled and not stepped:
+        return Diagnosis("no-scaler", {"batch": j, **_overflow_values(mine, j)})
+    if not stepped and _count(events, "S"):
+        return Diagnosis("step-without-scaler", {
+            "steps": _count(events, "S"), "batch": j, **_overflow_values(mine, j)})
+    early = [(i, c) for i, c in enumerate(data["clips"]) if not c["unscaled"]]
+    if early:
+        i, clip = early[0]
+        true = ref.clip_norms[i] if i < len(ref.clip_norms) else math.nan
+        return Diagnosis("clip-before-unscale", {
+            "scale": int(clip["scale"]), "norm": clip["norm"] if clip["norm"] is not None else math.inf,
+            "true_norm": true, "max_norm": float(params["max_norm"])})
+    return None
+
+
+def _overflow_values(mine, j):
+    after = mine[j + 1]["params"] if mine[j + 1] else []
+    return {"nan": sum(1 for v in after if v is None), "count": len(after)}
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    """A known mistake behind an exception: GradScaler refuses some wrong orders."""
+    message = error.get("message", "")
+    events = (data or {}).get("events", [])
+    frames = error.get("traceback") or []
+    if "_scale is None" in message and not _count(events, "scale"):
+        # unscale_/step need the scale that scaler.scale(loss) sets up
+        return Diagnosis("unscaled-backward", {"code": frames[-1]["code"] if frames else ""})
+    if ("has already been called since the last update()" in message
+            or "is being called after step()" in message) and not _count(events, "update"):
+        return Diagnosis("update-missing", {"steps": _count(events, "S")})
+    if "No inf checks were recorded" in message and not _count(events, "scaler.step"):
+        return Diagnosis("step-without-scaler", {
+            "steps": _count(events, "S"), "batch": int(params["overflow_batch"]),
+            "nan": 0, "count": 0})
+    return None

@@ -1,0 +1,65 @@
+"""The learner-facing texts: ``messages.yaml`` (key → {en, pt-BR}), numbers by Babel."""
+
+import math
+from functools import cache
+from pathlib import Path
+
+import yaml
+from babel.numbers import format_decimal
+
+LANGUAGES = ("en", "pt-BR")
+CATALOGUE = Path(__file__).with_name("messages.yaml")
+
+
+class Sci(float):
+    """A number that may be tiny or huge (errors, ratios): 1.8e-15, 3.00, 4.2e+06."""
+
+
+@cache
+def catalogue() -> dict[str, dict[str, str]]:
+    with CATALOGUE.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def language(lang: str) -> str:
+    return lang if lang in LANGUAGES else "en"
+
+
+def _locale(lang: str) -> str:
+    return language(lang).replace("-", "_")
+
+
+def _scientific(value: float, locale: str) -> str:
+    """Two decimals where they say enough, else a short mantissa: 1.1e-15 / 1,1e-15."""
+    if value == 0 or 1e-2 <= abs(value) < 1e4:
+        return format_decimal(value, format="#,##0.00", locale=locale)
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{format_decimal(float(mantissa), format='0.0', locale=locale)}e{int(exponent)}"
+
+
+def number(value, lang: str) -> str:
+    locale = _locale(lang)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("∞" if value > 0 else "-∞")
+    if isinstance(value, Sci):
+        return _scientific(value, locale)
+    if isinstance(value, int):
+        return format_decimal(value, format="#,##0", locale=locale)
+    if isinstance(value, float):
+        return format_decimal(value, format="#,##0.00", locale=locale)
+    if isinstance(value, list | tuple):
+        return ", ".join(number(item, lang) for item in value)
+    return str(value)
+
+
+def text(key: str, lang: str) -> str:
+    entry = catalogue()[key]
+    return entry[language(lang)]
+
+
+def render(key: str, lang: str, values: dict | None = None) -> str:
+    """The text of ``key`` in ``lang`` with ``{placeholders}`` filled in, numbers localised."""
+    template = text(key, lang)
+    return template.format(**{k: number(v, lang) for k, v in (values or {}).items()})

@@ -1,0 +1,91 @@
+"""Checks of the "phases" kind (lesson 3; grad-accum research §4.2).
+
+Every fetch, forward, backward and optimizer step the harness timed must lie inside a
+``record_function`` range named after its phase, and on every loop (each with a different
+phase made slow on purpose) the learner's answer must name the slow phase. The harness's
+own totals per label back the answer up: they are the learner's ranges, timed.
+"""
+
+from worker.checks import Check, Diagnosis, Evaluation
+
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+def _inside(span, ranges, name):
+    start, end = span
+    return any(r[0] == name and r[1] <= start and end <= r[2] for r in ranges)
+
+
+def _coverage(run):
+    """phase → (events inside a range with its name, events)."""
+    return {phase: (sum(_inside(s, run["ranges"], phase) for s in run["points"][phase]),
+                    len(run["points"][phase])) for phase in PHASES}
+
+
+def _totals(run):
+    totals = dict.fromkeys(PHASES, 0.0)
+    for name, start, end in run["ranges"]:
+        if name in totals:
+            totals[name] += end - start
+    return totals
+
+
+def _spent(run, phase):
+    return sum(end - start for start, end in run["points"][phase])
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    runs = data["runs"]
+    checks = []
+    uncovered = []
+    for run in runs:
+        for phase, (inside, total) in _coverage(run).items():
+            if inside < total:
+                uncovered.append((phase, inside, total))
+    if uncovered:
+        phase, inside, total = uncovered[0]
+        checks.append(Check("labels", False, "check.labels.failed",
+                            {"phase": phase, "inside": inside, "total": total}))
+    else:
+        checks.append(Check("labels", True, "check.labels.passed", {"phases": ", ".join(PHASES)}))
+    wrong = [run for run in runs if run["answer"] != run["slow"]]
+    if wrong:
+        run = wrong[0]
+        checks.append(Check("answer", False, "check.answer.failed",
+                            {"answer": run["answer"], "slow": run["slow"]}))
+    else:
+        checks.append(Check("answer", True, "check.answer.passed",
+                            {"loops": len(runs), "slow": ", ".join(r["slow"] for r in runs)}))
+    metrics = {"labelled_ms": [{k: round(v, 1) for k, v in _totals(r).items()} for r in runs]}
+    diagnosis = None
+    if not all(c.passed for c in checks):
+        diagnosis = diagnose(runs)
+    return Evaluation(checks, diagnosis, metrics)
+
+
+def diagnose(runs):
+    """The known mistake the timelines show, or None."""
+    names = {r[0] for run in runs for r in run["ranges"]}
+    missing = [phase for phase in PHASES if phase not in names]
+    if missing:
+        return Diagnosis("missing-labels", {"missing": ", ".join(missing),
+                                            "found": ", ".join(sorted(names)) or "—"})
+    for run in runs:
+        inside, total = _coverage(run)["data"]
+        if inside < total and run["slow"] == "data":
+            return Diagnosis("data-outside-label", {
+                "outside": total - inside, "total": total,
+                "labelled": _totals(run)["data"], "spent": _spent(run, "data")})
+    if any(inside < total for run in runs for inside, total in _coverage(run).values()):
+        return None
+    for run in runs:
+        if run["answer"] != run["slow"]:
+            totals = _totals(run)
+            return Diagnosis("wrong-phase-named", {
+                "answer": run["answer"], "slow": run["slow"], "slow_ms": totals[run["slow"]],
+                "answer_ms": totals.get(run["answer"], 0.0)})
+    return None
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    return None

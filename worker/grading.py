@@ -1,0 +1,211 @@
+"""Grade one submission: validate, run it in the sandbox, judge the trace, build the verdict.
+
+The verdict is the versioned object of DESIGN.md ("Verdict object"); ``format_verdict``
+prints it for a terminal and ``check_exercise`` proves an exercise's own files (its
+solution passes, each ``mistakes/<id>.py`` fails and is diagnosed as ``<id>``).
+"""
+
+import ast
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from worker import pool, sandbox
+from worker.checks import Check, Diagnosis, Evaluation, kind_module
+from worker.checks.messages import language, number, render, text
+
+VERDICT_VERSION = 1
+STATUSES = ("passed", "failed", "error", "timeout", "rejected")
+
+
+def _limits(exercise) -> sandbox.Limits:
+    lim = exercise.limits
+    return sandbox.Limits(wall_seconds=lim.wall_seconds, cpu_seconds=lim.cpu_seconds,
+                          memory_mb=lim.memory_mb, output_kb=lim.output_kb)
+
+
+def _check(check: Check, lang: str) -> dict:
+    return {"name": text(f"check.{check.name}.name", lang),
+            "status": "passed" if check.passed else "failed",
+            "message": render(check.message, lang, check.values)}
+
+
+def _diagnosis(diagnosis: Diagnosis | None, lang: str) -> dict | None:
+    if diagnosis is None:
+        return None
+    return {"id": diagnosis.id,
+            "title": text(f"diagnosis.{diagnosis.id}.title", lang),
+            "explanation": render(f"diagnosis.{diagnosis.id}.explanation", lang, diagnosis.values)}
+
+
+def _verdict(exercise, status, lang, checks=(), diagnosis=None, metrics=None, output=""):
+    return {
+        "version": VERDICT_VERSION,
+        "exercise": exercise.id,
+        "status": status,
+        "diagnosis": _diagnosis(diagnosis, lang),
+        "checks": [_check(c, lang) for c in checks],
+        "metrics": metrics or {},
+        "output": output,
+    }
+
+
+def _cap(output: str, limit_kb: int) -> str:
+    limit = limit_kb * 1024
+    return output if len(output) <= limit else output[:limit] + "\n[…]"
+
+
+def validate(exercise, code: bytes) -> Check | None:
+    """Why ``code`` is refused before running, or None."""
+    limit = exercise.limits.code_kb
+    if len(code) > limit * 1024:
+        return Check("input", False, "rejected.too_large",
+                     {"size": round(len(code) / 1024, 1), "limit": limit})
+    if b"\x00" in code:
+        return Check("input", False, "rejected.not_text", {})
+    try:
+        code.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Check("input", False, "rejected.not_utf8", {"offset": exc.start})
+    return None
+
+
+def syntax_error(code: bytes) -> dict | None:
+    """The syntax error of ``code`` as the harness would report it, found without running it."""
+    try:
+        compile(code.decode("utf-8"), "submission.py", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        return {"phase": "syntax", "type": type(exc).__name__, "message": exc.msg,
+                "line": exc.lineno, "code": (exc.text or "").strip()[:200]}
+    except (RecursionError, MemoryError):
+        return {"phase": "syntax", "type": "SyntaxError", "message": "too deeply nested",
+                "line": 0, "code": ""}
+    return None
+
+
+def _error_check(error: dict, entry: str) -> Check:
+    phase, kind = error.get("phase"), error.get("type", "")
+    if phase == "syntax":
+        return Check("run", False, "error.syntax",
+                     {"line": error.get("line") or 0, "message": error.get("message", ""),
+                      "code": error.get("code", "")})
+    if kind == "MissingFunction":
+        return Check("run", False, "error.missing_function", {"entry": entry})
+    if kind == "WrongSignature":
+        expected = error.get("expected", [])
+        return Check("run", False, "error.signature",
+                     {"entry": entry, "count": len(expected), "expected": ", ".join(expected)})
+    if kind == "ModuleNotFoundError" and error.get("module"):
+        return Check("run", False, "error.import", {"module": error["module"]})
+    if phase == "harness":
+        return Check("run", False, "error.harness", {"message": error.get("message", "")})
+    frames = error.get("traceback") or []
+    values = {"type": kind, "message": error.get("message", "")}
+    if frames:
+        last = frames[-1]
+        values |= {"line": last["line"], "function": last["function"], "code": last["code"]}
+        return Check("run", False, "error.exception_at", values)
+    return Check("run", False, "error.exception", values)
+
+
+def grade(exercise, code: bytes, lang: str = "en", device: str | None = None) -> dict[str, Any]:
+    """The verdict of ``code`` for ``exercise`` (texts in ``lang``); ``device`` defaults to
+    the worker's (``TREINO_DEVICE``)."""
+    lang = language(lang)
+    refused = validate(exercise, code)
+    if refused is not None:
+        return _verdict(exercise, "rejected", lang, [refused])
+    syntax = syntax_error(code)  # the commonest mistake gets its answer without a sandbox
+    if syntax is not None:
+        return _verdict(exercise, "error", lang, [_error_check(syntax, exercise.entry)])
+    limits = _limits(exercise)
+    setup = sandbox.setup()
+    device = device or setup.device
+    job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
+    checks_module = kind_module(exercise.check_kind)
+    result = pool.run(exercise.check_kind, job, code, limits)
+    # "process" means the learner's code ran without isolation: pages say so plainly
+    metrics: dict[str, Any] = {"device": device, "sandbox_ms": result.wall_ms,
+                               "isolation": setup.isolation}
+    if result.status == "timeout":
+        check = Check("run", False, "error.timeout", {"seconds": limits.wall_seconds})
+        return _verdict(exercise, "timeout", lang, [check], metrics=metrics,
+                        output=_cap(result.output, limits.output_kb))
+    if result.status == "crashed":
+        check = Check("run", False, "error.crashed", {"reason": result.reason})
+        return _verdict(exercise, "error", lang, [check], metrics=metrics,
+                        output=_cap(result.output, limits.output_kb))
+    trace = result.trace
+    # the learner's prints, then anything written to the process's own stdout/stderr
+    output = _cap(trace.get("output", "") + result.output, limits.output_kb)
+    metrics |= {f"harness_{k}": v for k, v in (trace.get("timings") or {}).items()}
+    started = time.perf_counter()
+    if trace.get("outcome") != "ok":
+        error = trace.get("error") or {}
+        diagnosis = checks_module.diagnose_error(exercise.check_params, trace.get("data"), error)
+        metrics["check_ms"] = round((time.perf_counter() - started) * 1000)
+        return _verdict(exercise, "error", lang, [_error_check(error, exercise.entry)],
+                        diagnosis, metrics, output)
+    evaluation: Evaluation = checks_module.evaluate(exercise.check_params, trace["data"], device)
+    metrics = {**evaluation.metrics, **metrics,
+               "check_ms": round((time.perf_counter() - started) * 1000)}
+    status = "passed" if evaluation.passed else "failed"
+    return _verdict(exercise, status, lang, evaluation.checks, evaluation.diagnosis, metrics,
+                    output)
+
+
+MARKS = {"passed": "✓", "failed": "✗"}
+
+
+def format_verdict(verdict: dict, lang: str = "en") -> str:
+    """The verdict as readable terminal text."""
+    lang = language(lang)
+    status = verdict["status"]
+    lines = [f"{text(f'verdict.status.{status}', lang)} — {verdict['exercise']}"]
+    diagnosis = verdict.get("diagnosis")
+    if diagnosis:
+        lines += ["", f"{text('verdict.diagnosis', lang)}: {diagnosis['title']} ({diagnosis['id']})",
+                  f"  {diagnosis['explanation']}"]
+    if verdict["checks"]:
+        lines += [""] + [f"  {MARKS[c['status']]} {c['name']}: {c['message']}"
+                         for c in verdict["checks"]]
+    metrics = verdict.get("metrics") or {}
+    shown = [(key, metrics[key]) for key in (
+        "optimizer_steps", "update_ratio", "peak_activation_bytes",
+        "reference_peak_activation_bytes", "device", "sandbox_ms", "check_ms") if key in metrics]
+    if shown:
+        lines += ["", text("verdict.metrics", lang) + ":"]
+        lines += [f"  {text(f'metric.{key}', lang)}: "
+                  f"{number(value, lang) if value is not None else '—'}" for key, value in shown]
+    if verdict.get("output"):
+        lines += ["", text("verdict.output", lang) + ":"]
+        lines += ["  " + line for line in verdict["output"].rstrip("\n").splitlines()]
+    return "\n".join(lines)
+
+
+def check_exercise(exercise) -> list[str]:
+    """Problems with an exercise's own files; an empty list means it is sound."""
+    folder = Path(exercise.path)
+    mistakes = sorted((folder / "mistakes").glob("*.py"))
+    files = [folder / "solution.py", *mistakes]
+    # one sandbox per file, as for learners; several at once to use the cores (one job per GPU)
+    workers = 1 if sandbox.setup().device == "cuda" else min(len(files), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as threads:
+        verdicts = list(threads.map(lambda path: grade(exercise, path.read_bytes()), files))
+    problems = []
+    solution = verdicts[0]
+    if solution["status"] != "passed":
+        reason = "; ".join(c["message"] for c in solution["checks"] if c["status"] == "failed")
+        problems.append(f"{exercise.id}: solution.py does not pass ({solution['status']}: {reason})")
+    if not mistakes:
+        problems.append(f"{exercise.id}: no mistakes/<diagnosis-id>.py files")
+    for path, verdict in zip(mistakes, verdicts[1:], strict=True):
+        found = (verdict["diagnosis"] or {}).get("id")
+        if verdict["status"] == "passed":
+            problems.append(f"{exercise.id}: mistakes/{path.name} passes")
+        elif found != path.stem:
+            problems.append(f"{exercise.id}: mistakes/{path.name} is diagnosed as {found} "
+                            f"({verdict['status']})")
+    return problems

@@ -1,0 +1,179 @@
+"""Harness of the "amp" kind (lesson 1): runs the learner's AMP loop on a
+float32 MLP whose batches include one with an inf, and records what it did.
+
+Recorded: the dtype every ``nn.Linear`` produced and every loss had (and whether autocast
+was on when the loss was computed); the order of loss calls (L), backwards (B), clipping
+(C), optimizer steps (S), zero_grad (Z) and GradScaler calls; before every forward, which
+batch it is, the parameters and the scale; the gradient norm each clip saw; the end state.
+"""
+
+import math
+
+import scenarios
+import torch
+
+MAX_EVENTS = 2000
+MAX_SNAPSHOTS = 64
+
+SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "scaler", "device_type", "amp_dtype",
+             "max_norm"]
+
+
+def flat(tensors):
+    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
+    return [v if math.isfinite(v) else None for v in values.tolist()]
+
+
+def _finite(value):
+    return value if math.isfinite(value) else None
+
+
+class Recorder:
+    def __init__(self, model, scaler):
+        self.params = list(model.parameters())
+        self.scaler = scaler
+        self.events = []
+        self.snapshots = []  # before every forward: batch, parameters, scale
+        self.linear_dtypes = {}
+        self.loss_dtypes = {}
+        self.loss_autocast = {"on": 0, "off": 0}
+        self.clips = []
+        self.unscaled = False
+
+    def event(self, *item):
+        if len(self.events) < MAX_EVENTS:
+            self.events.append(list(item))
+
+    def scale(self):
+        return float(self.scaler.get_scale())
+
+
+def _count(table, key):
+    table[key] = table.get(key, 0) + 1
+
+
+def _wrap(obj, name, before):
+    original = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        before()
+        return original(*args, **kwargs)
+
+    setattr(obj, name, wrapper)
+
+
+class Loader:
+    def __init__(self, batches):
+        self._batches = batches
+
+    def __len__(self):
+        return len(self._batches)
+
+    def __iter__(self):
+        return iter(self._batches)
+
+
+class RecordingLoss:
+    def __init__(self, loss_fn, recorder, device_type):
+        self._loss_fn = loss_fn
+        self._rec = recorder
+        self._device_type = device_type
+
+    def __getattr__(self, name):
+        return getattr(self._loss_fn, name)
+
+    def __call__(self, *args, **kwargs):
+        loss = self._loss_fn(*args, **kwargs)
+        rec = self._rec
+        _count(rec.loss_dtypes, str(loss.dtype).removeprefix("torch."))
+        on = torch.is_autocast_enabled(self._device_type)
+        rec.loss_autocast["on" if on else "off"] += 1
+        rec.event("L")
+        return loss
+
+
+def _instrument(model, optimizer, scaler, batches, rec):
+    ptrs = {x.data_ptr(): i for i, (x, _) in enumerate(batches)}
+
+    def on_forward(module, args):
+        x = args[0] if args else None
+        index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
+        rec.event("F", index)
+        if len(rec.snapshots) < MAX_SNAPSHOTS:
+            rec.snapshots.append({"batch": index, "params": flat(rec.params),
+                                  "scale": rec.scale()})
+
+    def on_linear(module, args, output):
+        if isinstance(output, torch.Tensor):
+            _count(rec.linear_dtypes, str(output.dtype).removeprefix("torch."))
+
+    model.register_forward_pre_hook(on_forward)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(on_linear)
+    rec.params[0].register_post_accumulate_grad_hook(lambda p: rec.event("B"))
+
+    _wrap(optimizer, "step", lambda: rec.event("S"))
+    _wrap(optimizer, "zero_grad", lambda: rec.event("Z"))
+    _wrap(model, "zero_grad", lambda: rec.event("Z"))
+
+    def unscale():
+        rec.event("unscale_")
+        rec.unscaled = True
+
+    def update():
+        rec.event("update")
+        rec.unscaled = False
+
+    _wrap(scaler, "scale", lambda: rec.event("scale"))
+    _wrap(scaler, "unscale_", unscale)
+    _wrap(scaler, "step", lambda: rec.event("scaler.step"))
+    _wrap(scaler, "update", update)
+
+    original_clip = torch.nn.utils.clip_grad.clip_grad_norm_
+
+    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        parameters = list(parameters)
+        norm = original_clip(parameters, max_norm, *args, **kwargs)
+        rec.event("C")
+        rec.clips.append({"norm": _finite(float(norm)), "unscaled": rec.unscaled,
+                          "scale": rec.scale()})
+        return norm
+
+    # patched before the learner's file is imported, so `from torch.nn.utils import …` sees it
+    torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
+    torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+
+
+def run(job, api):
+    params = job["params"]
+    device = job.get("device", "cpu")
+    device_type = torch.device(device).type
+    model, batches, loss_fn = scenarios.amp_batches(params, device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
+    scaler = torch.amp.GradScaler(device_type, init_scale=float(params["init_scale"]),
+                                  growth_interval=int(params["growth_interval"]))
+    rec = Recorder(model, scaler)
+    _instrument(model, optimizer, scaler, batches, rec)
+    available = {
+        "model": model, "loader": Loader(batches),
+        "loss_fn": RecordingLoss(loss_fn, rec, device_type), "optimizer": optimizer,
+        "scaler": scaler, "device_type": device_type,
+        "amp_dtype": getattr(torch, params["amp_dtype"]), "max_norm": float(params["max_norm"]),
+    }
+    fn = api.load_entry()
+    api.check_signature(fn, SIGNATURE)
+    error = api.call(fn, [available[name] for name in SIGNATURE])
+    data = {
+        "snapshots": rec.snapshots,
+        "final_params": flat(rec.params),
+        "final_scale": rec.scale(),
+        "events": rec.events,
+        "linear_dtypes": rec.linear_dtypes,
+        "loss_dtypes": rec.loss_dtypes,
+        "loss_autocast": rec.loss_autocast,
+        "clips": rec.clips,
+    }
+    return data, error

@@ -1,0 +1,165 @@
+"""Harness of the "phases" kind (lesson 3): the learner labels the phases of a training
+step with ``record_function`` and returns the one that takes the longest.
+
+The learner's function runs once per entry of ``params["slow"]``, each time on a fresh
+loop where that phase is made slow on purpose ("data": the loader sleeps on every fetch;
+"backward": the model's backward sleeps; "forward", "optimizer" likewise). Recorded per
+run: every labelled range (name, start, end), when each fetch, forward, backward and
+optimizer step happened, and the answer.
+"""
+
+import time
+
+import torch
+from torch import nn
+
+PHASES = ("data", "forward", "backward", "optimizer")
+MAX_RANGES = 400
+MAX_ANSWER = 80
+# torch labels its own ops with record_function too ("Optimizer.step#SGD.step", …)
+TORCH_LABELS = ("#", "::", "Optimizer.", "enumerate(DataLoader)")
+
+
+class _SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+class Pause(nn.Module):
+    """Identity whose forward and/or backward take a fixed time."""
+
+    def __init__(self, forward_s=0.0, backward_s=0.0):
+        super().__init__()
+        self.forward_s, self.backward_s = forward_s, backward_s
+
+    def forward(self, x):
+        if self.forward_s:
+            time.sleep(self.forward_s)
+        return _SlowBackward.apply(x, self.backward_s) if self.backward_s else x
+
+
+class Run:
+    """The timeline of one call of the learner's function."""
+
+    def __init__(self):
+        self.ranges = []
+        self.points = {phase: [] for phase in PHASES}  # phase → [(start, end)]
+
+    def point(self, phase, start, end=None):
+        self.points[phase].append((start, time.perf_counter() if end is None else end))
+
+
+class SleepyLoader:
+    def __init__(self, batches, seconds, run):
+        self._batches, self._seconds, self._run = batches, seconds, run
+
+    def __len__(self):
+        return len(self._batches)
+
+    def __iter__(self):
+        for batch in self._batches:
+            start = time.perf_counter()
+            if self._seconds:
+                time.sleep(self._seconds)
+            self._run.point("data", start)
+            yield batch
+
+
+def _patch_record_function(state):
+    real = torch.autograd.profiler.record_function
+
+    class record_function(real):  # noqa: N801  (the name the learner imports)
+        def __enter__(self):
+            self._started = time.perf_counter()
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            result = super().__exit__(*exc)
+            run = state["run"]
+            name = str(self.name)
+            if (run is not None and len(run.ranges) < MAX_RANGES
+                    and not any(mark in name for mark in TORCH_LABELS)):
+                run.ranges.append([name[:40], self._started, time.perf_counter()])
+            return result
+
+    # before the learner's file is imported, so `from torch.profiler import …` sees it
+    torch.autograd.profiler.record_function = record_function
+    torch.profiler.record_function = record_function
+
+
+def _build(params, slow, run):
+    seconds = float(params["slow_ms"]) / 1000
+    torch.manual_seed(int(params.get("seed", 0)))
+    pause = Pause(forward_s=seconds if slow == "forward" else 0.0,
+                  backward_s=seconds if slow == "backward" else 0.0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), pause, nn.Linear(16, 3))
+    size = int(params["batch_size"])
+    batches = [(torch.randn(size, 6), torch.randint(0, 3, (size,)))
+               for _ in range(int(params["n_batches"]))]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    started = {}
+    model.register_forward_pre_hook(lambda m, a: started.__setitem__("f", time.perf_counter()))
+    model.register_forward_hook(lambda m, a, o: run.point("forward", started.pop("f")))
+    first = next(model.parameters())  # its gradient is written last: the end of backward
+
+    def on_backward_start(grad):
+        started["b"] = time.perf_counter()
+
+    def on_output(module, args, output):
+        if output.requires_grad:
+            output.register_hook(on_backward_start)
+
+    model.register_forward_hook(on_output)
+    first.register_post_accumulate_grad_hook(
+        lambda p: run.point("backward", started.pop("b", time.perf_counter())))
+    step = optimizer.step
+
+    def timed_step(*args, **kwargs):
+        start = time.perf_counter()
+        if slow == "optimizer":
+            time.sleep(seconds)
+        result = step(*args, **kwargs)
+        run.point("optimizer", start)
+        return result
+
+    optimizer.step = timed_step
+    loader = SleepyLoader(batches, seconds if slow == "data" else 0.0, run)
+    return model, loader, nn.CrossEntropyLoss(), optimizer
+
+
+def run(job, api):
+    params = job["params"]
+    state = {"run": None}
+    _patch_record_function(state)
+    fn = api.load_entry()
+    api.check_signature(fn, ["model", "loader", "loss_fn", "optimizer"])
+    runs = []
+    for slow in params["slow"]:
+        state["run"] = current = Run()
+        model, loader, loss_fn, optimizer = _build(params, slow, current)
+        origin = time.perf_counter()
+        answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
+        state["run"] = None
+
+        def ms(t, origin=origin):
+            return round((t - origin) * 1000, 3)
+
+        runs.append({
+            "slow": slow,
+            "answer": answer[:MAX_ANSWER] if isinstance(answer, str) else repr(answer)[:MAX_ANSWER],
+            "answer_is_text": isinstance(answer, str),
+            "ranges": [[name, ms(a), ms(b)] for name, a, b in current.ranges],
+            "points": {phase: [[ms(a), ms(b)] for a, b in spans]
+                       for phase, spans in current.points.items()},
+        })
+        if error is not None:
+            return {"runs": runs}, error
+    return {"runs": runs}, None

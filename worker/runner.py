@@ -1,0 +1,145 @@
+"""One grading worker: claim a job, grade it in the sandbox while renewing its lease, store the
+verdict; sleep until woken (PostgreSQL NOTIFY) or the poll interval passes. SIGTERM lets the
+current job finish, then the loop ends."""
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+from app.db import make_engine
+from app.lessons.content import Course, load_course
+from worker import queue
+
+log = logging.getLogger("treino.worker")
+
+Grader = Callable[[Any, bytes, str], dict[str, Any]]
+
+
+class Worker:
+    def __init__(self, settings: Settings, grade: Grader | None = None,
+                 course: Course | None = None) -> None:
+        self.settings = settings
+        self.course = course or load_course(settings.lessons_dir)
+        self.engine = make_engine(settings.database_url)
+        self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.lease = timedelta(seconds=settings.lease_seconds)
+        self.stopping = threading.Event()
+        if grade is None:
+            from worker.grading import grade as grade  # torch-side imports only in the worker
+        self.grade = grade
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        log.info("worker %s started", self.name)
+        with self._waker() as wait:
+            while not self.stopping.is_set():
+                if not self.run_once():
+                    wait()
+        log.info("worker %s stopped", self.name)
+
+    def run_once(self) -> bool:
+        """Grade one job if there is one; True when a job was handled."""
+        job = queue.claim(self.sessions, self.name, self.lease, self.settings.max_attempts)
+        if job is None:
+            return False
+        log.info("job %s claimed (%s, attempt %d)", job.id, job.exercise, job.attempts,
+                 extra={"request_id": job.request_id})
+        with self._heartbeat(job.id):
+            verdict = self._grade(job)
+        if queue.finish(self.sessions, job.id, self.name, verdict):
+            log.info("job %s finished: %s", job.id, verdict["status"],
+                     extra={"request_id": job.request_id})
+        else:
+            log.warning("job %s: lease lost, verdict dropped", job.id)
+        return True
+
+    def _grade(self, job: queue.Job) -> dict[str, Any]:
+        exercise = self.course.exercise(job.exercise)
+        if exercise is None:
+            return queue.trouble_verdict(job.exercise, "exercise-gone")
+        try:
+            return self.grade(exercise, job.code.encode("utf-8"), job.lang)
+        except Exception:  # a bug of ours must not lose the job: it ends as error, with a reason
+            log.exception("job %s: grading crashed", job.id)
+            return queue.trouble_verdict(job.exercise, "grader-crashed")
+
+    # ------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _heartbeat(self, job_id: int):
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.lease.total_seconds() / 3):
+                if not queue.renew(self.sessions, job_id, self.name, self.lease):
+                    log.warning("job %s: lease renewal refused", job_id)
+                    return
+
+        thread = threading.Thread(target=beat, name=f"lease-{job_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    @contextmanager
+    def _waker(self):
+        """A wait() that returns on NOTIFY (PostgreSQL), on stop, or after the poll interval."""
+        poll = self.settings.poll_seconds
+        url = make_url(self.settings.database_url)
+        if url.get_backend_name() != "postgresql":
+            yield lambda: self.stopping.wait(poll)
+            return
+        import psycopg
+
+        conn = psycopg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False),
+                               autocommit=True)
+        try:
+            conn.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+
+            def wait() -> None:  # in short slices, so stop() is seen within a second
+                deadline = time.monotonic() + poll
+                while not self.stopping.is_set() and (left := deadline - time.monotonic()) > 0:
+                    if list(conn.notifies(timeout=min(left, 1.0), stop_after=1)):
+                        return
+
+            yield wait
+        finally:
+            conn.close()
+
+    def stop(self, *_args: object) -> None:
+        self.stopping.set()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.engine.dispose()
+
+
+def main(settings: Settings) -> int:
+    from worker import pool, sandbox
+
+    setup = sandbox.setup()  # logs whether learner code is isolated
+    with Worker(settings) as worker, pool.running(settings.pool_size):
+        log.info("worker %s: sandbox %s, device %s, %d warm", worker.name, setup.isolation,
+                 setup.device, settings.pool_size)
+        signal.signal(signal.SIGTERM, worker.stop)
+        signal.signal(signal.SIGINT, worker.stop)
+        worker.run()
+    return 0

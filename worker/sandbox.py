@@ -1,0 +1,627 @@
+"""The one launcher of learner code: ``treino check`` and the queue worker both use it.
+
+A ``Sandbox`` is single-use: started, it warms up (the harness imports torch and, on a GPU,
+creates the CUDA context), then waits for one job; ``run`` hands the job over, waits under the
+job's wall-clock limit, kills the whole tree and reads back the trace. ``worker.pool`` keeps a
+few warm ones; ``run()`` here is the cold one-shot.
+
+Two kinds, chosen by ``TREINO_SANDBOX`` (``setup()``):
+
+- ``bwrap``: bubblewrap, itself started with a scrubbed environment (its PID 1 keeps the
+  launcher's), as uid 65534 in new user, PID, network (only ``lo``), IPC, UTS and cgroup
+  namespaces; a read-only view of the interpreter, the venv and system libraries only (never
+  the repository, ./var or lessons/); size-capped tmpfs for the work dir, /tmp and /dev/shm;
+  fresh /proc, minimal /dev (plus the assigned GPU's nodes); dies with its parent.
+- ``process``: a child process with the same environment, rlimits and session, and nothing
+  else: it sees the filesystem and the network the worker sees. For laptops without bwrap.
+
+Both get rlimits (CPU, file size, open files, no core) and, where the host lets us create
+cgroups, a memory and pids cgroup that is also swept at the end; without one, memory is bounded
+by RLIMIT_AS on the CPU (torch's CUDA context maps far more address space than it uses).
+
+The worker never opens a path the sandbox could have touched: the request goes in over a
+socket, the trace and the output come back in memory files it created itself.
+"""
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import re
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+log = logging.getLogger("treino.sandbox")
+
+HARNESS = Path(__file__).with_name("harness")
+TRACE_LIMIT = 4 * 1024 * 1024
+FILE_LIMIT = 16 * 1024 * 1024  # any file the child writes (its output, the trace)
+OPEN_FILES = 256  # torch opens a few dozen shared libraries while importing
+PIDS = 256  # processes and threads per sandbox (pids cgroup; RLIMIT_NPROC without one)
+TMPFS_BYTES = 64 * 1024 * 1024  # each of /job, /tmp; /dev/shm gets a quarter
+WARM_UP_SECONDS = 180  # importing torch on a slow, busy CPU; not part of any job's limit
+CPU_CEILING = 600 + WARM_UP_SECONDS  # hard RLIMIT_CPU; the harness lowers it for the job
+SANDBOX_UID = 65534
+BWRAP = "bwrap"
+
+
+class SandboxUnavailable(RuntimeError):
+    """The configured sandbox or device cannot be used here; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_seconds: float = 60
+    cpu_seconds: int = 60
+    memory_mb: int = 3072  # the whole sandbox (cgroup), or its address space without one
+    output_kb: int = 64
+
+
+@dataclass(frozen=True)
+class Result:
+    status: Literal["ok", "timeout", "crashed"]
+    trace: dict | None  # the harness's trace; None unless status is "ok"
+    wall_ms: int  # from hand-off to the end of the sandbox: the job, not the warm-up
+    output: str  # what reached the process's own stdout/stderr (capped)
+    returncode: int | None
+    reason: str = ""  # for "crashed": a short machine-readable cause
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What this process runs learner code with."""
+
+    isolation: Literal["bwrap", "process"]
+    device: Literal["cpu", "cuda"]
+    gpu: int | None = None  # the /dev/nvidiaN bound into bwrap sandboxes on CUDA
+
+
+# ---------------------------------------------------------------- choosing the sandbox
+
+
+@functools.lru_cache
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot run sandboxes here, or None; probed once per process."""
+    if shutil.which(BWRAP) is None:
+        return "bubblewrap (bwrap) is not installed"
+    argv = [*_bwrap_args("cpu", None), sys.executable, "-I", "-S", "-c", "pass"]
+    try:
+        done = subprocess.run(argv, env=_environment("/job"), capture_output=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap did not start: {exc}"
+    if done.returncode != 0:
+        reason = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"]
+        return f"bwrap cannot create its namespaces: {reason[-1]}"
+    return None
+
+
+def isolation(mode: str = "auto") -> Literal["bwrap", "process"]:
+    """``bwrap`` when learner code is isolated by bubblewrap, ``process`` when it is not.
+
+    ``mode`` is the setting: ``auto`` takes bwrap when it works, ``process`` never does, and
+    ``bwrap`` raises ``SandboxUnavailable`` when it cannot run.
+    """
+    if mode == "process":
+        return "process"
+    problem = bwrap_problem()
+    if problem is None:
+        return "bwrap"
+    if mode == "bwrap":
+        raise SandboxUnavailable(f"TREINO_SANDBOX=bwrap but {problem}")
+    return "process"
+
+
+def resolve_device(mode: str = "auto") -> Literal["cpu", "cuda"]:
+    """``cpu`` or ``cuda`` for the setting ``auto|cpu|cuda``; ``cuda`` must be there."""
+    if mode == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if mode == "cuda":
+        raise SandboxUnavailable("TREINO_DEVICE=cuda but torch sees no CUDA device")
+    return "cpu"
+
+
+def assigned_gpu(dev: str = "/dev") -> int:
+    """The minor number of the one GPU this worker owns: CUDA_VISIBLE_DEVICES' single index,
+    else the only /dev/nvidiaN there is (a container given one GPU)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible:
+        if not re.fullmatch(r"\d+", visible):
+            raise SandboxUnavailable("a worker owns one GPU: set CUDA_VISIBLE_DEVICES to one "
+                                     f"device number (it is {visible!r})")
+        return int(visible)
+    nodes = sorted(int(m.group(1)) for name in os.listdir(dev)
+                   if (m := re.fullmatch(r"nvidia(\d+)", name)))
+    if len(nodes) != 1:
+        raise SandboxUnavailable(f"{len(nodes)} GPUs visible: set CUDA_VISIBLE_DEVICES to the "
+                                 "one this worker owns")
+    return nodes[0]
+
+
+@functools.lru_cache
+def setup() -> Setup:
+    """The sandbox and device of this process, from the settings; raises
+    ``SandboxUnavailable`` (say it in one line and stop) when a mandatory one is missing."""
+    from app.config import get_settings
+
+    settings = get_settings()
+    kind = isolation(settings.sandbox)
+    device = resolve_device(settings.device)
+    gpu = assigned_gpu() if device == "cuda" and kind == "bwrap" else None
+    if kind == "process":
+        log.warning("sandbox: process only, learner code is NOT isolated (%s)",
+                    "TREINO_SANDBOX=process" if settings.sandbox == "process" else bwrap_problem())
+    else:
+        log.info("sandbox: bwrap; device: %s%s", device, "" if gpu is None else f" (/dev/nvidia{gpu})")
+    return Setup(kind, device, gpu)
+
+
+# ---------------------------------------------------------------- building the sandbox
+
+
+def _environment(home: str) -> dict[str, str]:
+    """The whole environment of the sandbox, and of bwrap itself: nothing of the worker's."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": f"{home}/tmp",
+        "USER": "sandbox",  # getpass.getuser() without a passwd file
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _readonly_paths() -> list[str]:
+    """What Python and torch need: the interpreter's prefix, the venv, the system libraries."""
+    paths = []
+    for prefix in (sys.base_prefix, sys.prefix):
+        if prefix in ("/", "/usr"):  # a system Python: its stdlib is under /usr/lib
+            paths.append(os.path.realpath(sys.executable))
+        elif prefix not in paths:
+            paths.append(prefix)
+    paths += [p for p in ("/usr/lib", "/usr/lib64", "/usr/lib32")
+              if os.path.isdir(p) and not os.path.islink(p)]
+    paths.append("/etc/ld.so.cache")
+    return paths
+
+
+def driver_libraries(ldconfig: str) -> list[str]:
+    """The NVIDIA driver's user-space libraries listed by ``ldconfig -p`` (64-bit only)."""
+    found = []
+    for line in ldconfig.splitlines():
+        m = re.match(r"\s*(lib(?:cuda|nvidia-[\w.-]+?)\.so[.\d]*) \((.*?)\) => (\S+)", line)
+        if m and "x86-64" in m.group(2):
+            found.append(m.group(3))
+    return sorted(set(found))
+
+
+def _gpu_args(gpu: int, dev: str = "/dev", ldconfig: str | None = None) -> list[str]:
+    """The assigned GPU's device nodes and the driver libraries not already visible.
+
+    ``/dev/nvidia-uvm-tools`` (profiling) and the other GPUs' nodes stay out."""
+    args = []
+    for name in (f"nvidia{gpu}", "nvidiactl", "nvidia-uvm"):
+        node = os.path.join(dev, name)
+        if not os.path.exists(node):
+            raise SandboxUnavailable(f"{node} is missing")
+        args += ["--dev-bind", node, f"/dev/{name}"]
+    if ldconfig is None:
+        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    seen = tuple(p + "/" for p in _readonly_paths())
+    for lib in driver_libraries(ldconfig):
+        for path in {lib, os.path.realpath(lib)}:
+            if not path.startswith(seen):
+                args += ["--ro-bind", path, path]
+    return [*args, "--ro-bind-try", "/sys", "/sys"]  # NVML and the driver read topology there
+
+
+def _bwrap_args(device: str, gpu: int | None) -> list[str]:
+    args = [
+        BWRAP, "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+        "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+        "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
+        "--hostname", "sandbox",
+    ]
+    for path in _readonly_paths():
+        args += ["--ro-bind", path, path]
+    for top in ("/lib", "/lib64", "/lib32", "/bin"):  # merged /usr: links; otherwise the dirs
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif top != "/bin" and os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    args += ["--ro-bind", str(HARNESS), "/harness",
+             "--proc", "/proc", "--dev", "/dev",
+             "--size", str(TMPFS_BYTES // 4), "--tmpfs", "/dev/shm",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/job"]
+    if device == "cuda" and gpu is not None:
+        args += _gpu_args(gpu)
+    return [*args, "--remount-ro", "/", "--chdir", "/job"]
+
+
+# ---------------------------------------------------------------- cgroups
+
+
+class Cgroup:
+    """A memory + pids cgroup for one sandbox (v2, or v1's two hierarchies); ``create``
+    returns None, and says why once, where the host does not let us make one."""
+
+    ROOT = Path("/sys/fs/cgroup")
+    _warned = False
+
+    def __init__(self, dirs: dict[str, Path], v2: bool) -> None:
+        self.dirs, self.v2 = dirs, v2
+
+    @classmethod
+    def create(cls, name: str) -> "Cgroup | None":
+        try:
+            return cls._create(name)
+        except OSError as exc:
+            cls._say_once(f"cannot create cgroups ({exc.strerror or exc}): no memory or pids "
+                          "limit beyond rlimits")
+            return None
+
+    @classmethod
+    def _say_once(cls, why: str) -> None:
+        if not cls._warned:
+            cls._warned = True
+            log.warning("sandbox: %s", why)
+
+    @classmethod
+    def _own(cls) -> dict[str, str]:
+        own = {}
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                own[c] = path
+        return own
+
+    @classmethod
+    def _create(cls, name: str) -> "Cgroup | None":
+        own = cls._own()
+        if (cls.ROOT / "memory").is_dir() and (cls.ROOT / "pids").is_dir():  # v1
+            dirs = {c: cls.ROOT / c / own.get(c, "/").lstrip("/") / name for c in ("memory", "pids")}
+            made = []
+            try:
+                for d in dirs.values():
+                    d.mkdir()
+                    made.append(d)
+            except OSError:
+                for d in made:
+                    d.rmdir()
+                raise
+            return cls(dirs, v2=False)
+        if (cls.ROOT / "cgroup.controllers").exists():
+            base = cls.ROOT / own.get("", "/").lstrip("/")
+            enabled = (base / "cgroup.subtree_control").read_text().split()
+            if not {"memory", "pids"} <= set(enabled):
+                # only possible where this cgroup holds no processes (delegate one to the worker)
+                (base / "cgroup.subtree_control").write_text("+memory +pids")
+            d = base / name
+            d.mkdir()
+            return cls({"memory": d, "pids": d}, v2=True)
+        cls._say_once("no cgroup hierarchy with memory and pids: rlimits only")
+        return None
+
+    def procs_files(self) -> list[str]:
+        return sorted({str(d / "cgroup.procs") for d in self.dirs.values()})
+
+    def limit(self, memory_bytes: int, pids: int) -> None:
+        memory = self.dirs["memory"]
+        pid_dir = self.dirs["pids"]
+        try:
+            if self.v2:
+                (memory / "memory.max").write_text(str(memory_bytes))
+                (memory / "memory.swap.max").write_text("0")
+            else:
+                (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            (pid_dir / "pids.max").write_text(str(pids))
+        except OSError as exc:  # e.g. a limit below what the warm sandbox already uses
+            log.warning("sandbox: cgroup limit not set: %s", exc)
+
+    def oom_killed(self) -> bool:
+        memory = self.dirs["memory"]
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        with contextlib.suppress(OSError):
+            for line in (memory / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and int(value) > 0:
+                    return True
+        return False
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for f in self.procs_files():
+            with contextlib.suppress(OSError):
+                found |= {int(p) for p in Path(f).read_text().split()}
+        return found
+
+    def destroy(self) -> None:
+        """Kill everything in it, then remove it (retrying while the dead are reaped)."""
+        if self.v2:
+            with contextlib.suppress(OSError):
+                (self.dirs["memory"] / "cgroup.kill").write_text("1")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for pid in self.pids():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                for d in set(self.dirs.values()):
+                    if d.exists():
+                        d.rmdir()
+                return
+            except OSError:
+                time.sleep(0.02)
+        log.warning("sandbox: cgroup %s not removed: processes remain", self.dirs["memory"])
+
+
+# ---------------------------------------------------------------- one sandbox
+
+
+def _read_memfd(fd: int, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a memory file; None if it holds more."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        return None
+    return os.pread(fd, limit + 1, 0)
+
+
+def _decode_capped(data: bytes, limit: int) -> str:
+    text = data[:limit].decode("utf-8", "replace")
+    return text + ("\n[output truncated]" if len(data) > limit else "")
+
+
+def parse_trace(raw: bytes | None) -> dict | None:
+    if not raw:
+        return None
+    try:
+        trace = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return trace if isinstance(trace, dict) else None
+
+
+def read_trace(out_dir: Path, limit: int = TRACE_LIMIT) -> dict | None:
+    """A trace file in a directory the sandbox could write: no links followed, regular files
+    only, capped. (The launcher itself gets traces in memory files; this is for tools that
+    look at a work dir.)"""
+    try:
+        dir_fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fd = os.open("trace.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+    try:
+        return parse_trace(_read_memfd(fd, limit))
+    finally:
+        os.close(fd)
+
+
+def _cause(returncode: int | None) -> str:
+    if returncode is not None and returncode > 128:  # bwrap reports a killed child as 128 + signal
+        returncode = -(returncode - 128)
+    if returncode is not None and returncode < 0:
+        signum = -returncode
+        if signum == signal.SIGXCPU:
+            return "cpu"
+        if signum == signal.SIGXFSZ:
+            return "file-size"
+        with contextlib.suppress(ValueError):
+            return signal.Signals(signum).name
+        return f"signal-{signum}"
+    return "no-trace"
+
+
+class Sandbox:
+    """One single-use sandbox: started warming up, given one job, then gone."""
+
+    def __init__(self, isolation: str = "process", device: str = "cpu",
+                 gpu: int | None = None) -> None:
+        self.isolation, self.device = isolation, device
+        self.id = secrets.token_hex(6)
+        self.started = time.monotonic()
+        self._root: Path | None = None
+        self._used = False
+        self.cgroup = Cgroup.create(f"treino-{self.id}")
+        if self.cgroup is not None:
+            self.cgroup.limit(4 * 1024 ** 3, PIDS)  # for the warm-up; the job's come at hand-off
+        self._output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
+        self._trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
+        self._sock, child_sock = socket.socketpair()
+        try:
+            self.proc = self._spawn(child_sock.fileno(), gpu)
+        except BaseException:
+            self._sock.close()
+            self._release()
+            raise
+        finally:
+            child_sock.close()
+
+    def _spawn(self, child_sock: int, gpu: int | None) -> subprocess.Popen:
+        fds = [child_sock, self._trace]
+        if self.isolation == "bwrap":
+            work, harness = "/job", "/harness"
+            prefix = _bwrap_args(self.device, gpu)
+            cwd = "/"
+        else:
+            self._root = Path(tempfile.mkdtemp(prefix="treino-job-"))
+            shutil.copytree(HARNESS, self._root / "harness",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            (self._root / "job").mkdir()
+            work, harness, prefix = str(self._root / "job"), str(self._root / "harness"), []
+            cwd = work
+        argv = [*prefix, sys.executable, "-I", "-B", f"{harness}/run.py", work,
+                str(child_sock), str(self._trace), self.device, self.id]
+        env = _environment(work)
+        if self.isolation == "process" and "CUDA_VISIBLE_DEVICES" in os.environ:
+            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        return subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            stdout=self._output, stderr=self._output, start_new_session=True,
+            pass_fds=fds, close_fds=True, preexec_fn=self._child_setup(),
+        )
+
+    def _child_setup(self):
+        """Runs in the child between fork and exec: join the cgroup, set the rlimits."""
+        procs = self.cgroup.procs_files() if self.cgroup else []
+        table = [
+            (resource.RLIMIT_CPU, (CPU_CEILING, CPU_CEILING)),
+            (resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT)),
+            (resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES)),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ]
+        if self.cgroup is None and self.isolation == "bwrap":
+            table.append((resource.RLIMIT_NPROC, (PIDS * 4, PIDS * 4)))  # counts all of uid 65534
+
+        def apply() -> None:
+            pid = str(os.getpid()).encode()
+            for path in procs:
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.write(fd, pid)
+                finally:
+                    os.close(fd)
+            for which, value in table:
+                resource.setrlimit(which, value)
+
+        return apply
+
+    # ------------------------------------------------------------ state
+
+    def ready(self, timeout: float = 0) -> bool:
+        """True once warmed up (the harness said so); False if not yet, or dead."""
+        if self._used or self.proc.poll() is not None:
+            return False
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._sock, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                return False
+        self._sock.setblocking(True)
+        try:
+            ok = self._sock.recv(1, socket.MSG_PEEK) == b"R"
+        except OSError:
+            return False
+        return ok
+
+    def alive(self) -> bool:
+        return not self._used and self.proc.poll() is None
+
+    # ------------------------------------------------------------ the job
+
+    def run(self, kind: str, job: dict, code: bytes, limits: Limits) -> Result:
+        """Hand one job over and wait for its end; the sandbox is gone afterwards."""
+        if self._used:
+            raise RuntimeError("a sandbox runs one job only")
+        try:
+            if not self.ready(WARM_UP_SECONDS):
+                self._kill()
+                output = _decode_capped(os.pread(self._output, 4096, 0), 4096)
+                log.error("sandbox %s did not warm up: %s", self.id, output.strip()[-500:])
+                return Result("crashed", None, 0, "", self.proc.returncode, "sandbox-start")
+            self._used = True
+            self._sock.recv(1)
+            skip = os.fstat(self._output).st_size  # the warm-up's output is ours, not the learner's
+            if self.cgroup is not None:
+                self.cgroup.limit(limits.memory_mb * 1024 * 1024, PIDS)
+            address_space = None if self.cgroup or self.device == "cuda" else limits.memory_mb
+            job = {**job, "kind": kind, "output_limit": limits.output_kb * 1024,
+                   "trace_limit": TRACE_LIMIT}
+            request = {"job": job, "code": code.decode("utf-8"),
+                       "limits": {"cpu_seconds": limits.cpu_seconds,
+                                  "address_space_mb": address_space}}
+            started = time.monotonic()
+            try:
+                self._sock.settimeout(10)
+                self._sock.sendall(json.dumps(request).encode("utf-8"))
+                self._sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # it died while warm; reported below as a crash
+            self._sock.close()
+            try:
+                returncode = self.proc.wait(timeout=max(0.0, limits.wall_seconds -
+                                                        (time.monotonic() - started)))
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            self._kill()
+            if timed_out:
+                returncode = self.proc.wait()
+            wall_ms = round((time.monotonic() - started) * 1000)
+            output = _decode_capped(os.pread(self._output, limits.output_kb * 1024 + 1, skip),
+                                    limits.output_kb * 1024)
+            if timed_out:
+                return Result("timeout", None, wall_ms, output, returncode)
+            trace = parse_trace(_read_memfd(self._trace, TRACE_LIMIT))
+            if trace is None:
+                cause = "memory" if self.cgroup and self.cgroup.oom_killed() else _cause(returncode)
+                return Result("crashed", None, wall_ms, output, returncode, cause)
+            return Result("ok", trace, wall_ms, output, returncode)
+        finally:
+            self.close()
+
+    def _kill(self) -> None:
+        """The whole tree: bwrap's PID 1 takes its namespace down with it; the cgroup sweep
+        catches what left the process group (the process-only sandbox)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            for pid in self.cgroup.pids():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Kill it (if still running) and free everything it held."""
+        self._used = True
+        self._kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.destroy()
+            self.cgroup = None
+        for fd in (self._output, self._trace):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._output = self._trace = -1
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+
+def start() -> Sandbox:
+    """A new sandbox of this process's setup, warming up."""
+    s = setup()
+    return Sandbox(s.isolation, s.device, s.gpu)
+
+
+def run(kind: str, job: dict, code: bytes, limits: Limits) -> Result:
+    """Run ``code`` under the harness of ``kind`` in a cold sandbox of this process's setup."""
+    return start().run(kind, job, code, limits)
