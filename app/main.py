@@ -11,6 +11,7 @@ from app import errors
 from app.accounts import routes as accounts
 from app.config import ROOT, Settings, get_settings
 from app.db import make_engine
+from app.drafts import routes as drafts
 from app.lessons import routes as lessons
 from app.lessons.content import load_course
 from app.middleware import BodyLimit, RequestContext, SecurityHeaders
@@ -42,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(accounts.router)
     app.include_router(progress.router)
     app.include_router(submissions.router)
+    app.include_router(drafts.router)
     errors.install(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestContext)  # every response, errors too, has a language

@@ -1,8 +1,9 @@
 """Every table, imported in one place so migrations and tests see the whole schema."""
 
 from app.accounts.models import AuthSession, ThrottleHit, User
+from app.drafts.models import Draft
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
 
-__all__ = ["AuthSession", "CardReached", "QuizAttempt", "Submission", "ThrottleHit", "User"]
+__all__ = ["AuthSession", "CardReached", "Draft", "QuizAttempt", "Submission", "ThrottleHit", "User"]

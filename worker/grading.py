@@ -6,6 +6,7 @@ solution passes, each ``mistakes/<id>.py`` fails and is diagnosed as ``<id>``).
 """
 
 import ast
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,8 @@ from typing import Any
 from worker import pool, sandbox
 from worker.checks import Check, Diagnosis, Evaluation, kind_module
 from worker.checks.messages import language, number, render, text
+
+log = logging.getLogger("treino.grading")
 
 VERDICT_VERSION = 1
 STATUSES = ("passed", "failed", "error", "timeout", "rejected")
@@ -110,9 +113,11 @@ def _error_check(error: dict, entry: str) -> Check:
     return Check("run", False, "error.exception", values)
 
 
-def grade(exercise, code: bytes, lang: str = "en", device: str | None = None) -> dict[str, Any]:
+def grade(exercise, code: bytes, lang: str = "en", device: str | None = None, *,
+          run_only: bool = False) -> dict[str, Any]:
     """The verdict of ``code`` for ``exercise`` (texts in ``lang``); ``device`` defaults to
-    the worker's (``TREINO_DEVICE``)."""
+    the worker's (``TREINO_DEVICE``). ``run_only``: run it and measure, judge nothing (status
+    "passed" then means "it ran")."""
     lang = language(lang)
     refused = validate(exercise, code)
     if refused is not None:
@@ -137,9 +142,20 @@ def grade(exercise, code: bytes, lang: str = "en", device: str | None = None) ->
         check = Check("run", False, "error.crashed", {"reason": result.reason})
         return _verdict(exercise, "error", lang, [check], metrics=metrics,
                         output=_cap(result.output, limits.output_kb))
-    trace = result.trace
+    try:
+        return _judge(exercise, result.trace, result.output, checks_module, metrics, lang, device,
+                      run_only)
+    except Exception:  # a trace the harness did not write (the learner forged it): no verdict
+        log.warning("%s: trace not understood", exercise.id, exc_info=True)
+        check = Check("run", False, "error.crashed", {"reason": "invalid-trace"})
+        return _verdict(exercise, "error", lang, [check], metrics=metrics,
+                        output=_cap(result.output, limits.output_kb))
+
+
+def _judge(exercise, trace, process_output, checks_module, metrics, lang, device, run_only=False):
+    limits = exercise.limits
     # the learner's prints, then anything written to the process's own stdout/stderr
-    output = _cap(trace.get("output", "") + result.output, limits.output_kb)
+    output = _cap(trace.get("output", "") + process_output, limits.output_kb)
     metrics |= {f"harness_{k}": v for k, v in (trace.get("timings") or {}).items()}
     started = time.perf_counter()
     if trace.get("outcome") != "ok":
@@ -148,6 +164,11 @@ def grade(exercise, code: bytes, lang: str = "en", device: str | None = None) ->
         metrics["check_ms"] = round((time.perf_counter() - started) * 1000)
         return _verdict(exercise, "error", lang, [_error_check(error, exercise.entry)],
                         diagnosis, metrics, output)
+    if run_only:  # what the loop did (steps, losses…) where the kind can tell; no pass/fail
+        summarize = getattr(checks_module, "summarize", None)
+        measured = summarize(exercise.check_params, trace["data"]) if summarize else {}
+        metrics = {**measured, **metrics, "check_ms": round((time.perf_counter() - started) * 1000)}
+        return _verdict(exercise, "passed", lang, metrics=metrics, output=output)
     evaluation: Evaluation = checks_module.evaluate(exercise.check_params, trace["data"], device)
     metrics = {**evaluation.metrics, **metrics,
                "check_ms": round((time.perf_counter() - started) * 1000)}

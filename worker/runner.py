@@ -24,7 +24,7 @@ from worker import queue
 
 log = logging.getLogger("treino.worker")
 
-Grader = Callable[[Any, bytes, str], dict[str, Any]]
+Grader = Callable[..., dict[str, Any]]  # (exercise, code, lang, *, run_only=False)
 
 
 class Worker:
@@ -72,6 +72,9 @@ class Worker:
         if exercise is None:
             return queue.trouble_verdict(job.exercise, "exercise-gone")
         try:
+            if job.mode == "run":  # run and measure, not graded: the page says "Ran"
+                return {**self.grade(exercise, job.code.encode("utf-8"), job.lang, run_only=True),
+                        "mode": "run"}
             return self.grade(exercise, job.code.encode("utf-8"), job.lang)
         except Exception:  # a bug of ours must not lose the job: it ends as error, with a reason
             log.exception("job %s: grading crashed", job.id)

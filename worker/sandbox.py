@@ -252,7 +252,9 @@ def _bwrap_args(device: str, gpu: int | None) -> list[str]:
              "--proc", "/proc", "--dev", "/dev",
              "--size", str(TMPFS_BYTES // 4), "--tmpfs", "/dev/shm",
              "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/job"]
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/job",
+             # the trace's own room: a full work dir must not cost the learner their verdict
+             "--size", str(2 * TRACE_LIMIT), "--tmpfs", "/job/out"]
     if device == "cuda" and gpu is not None:
         args += _gpu_args(gpu)
     return [*args, "--remount-ro", "/", "--chdir", "/job"]

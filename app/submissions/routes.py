@@ -1,29 +1,24 @@
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from sqlalchemy.orm import Session
 
-from app.accounts.service import LearnerDep
-from app.db import SessionDep
+from app.accounts.service import Learner, LearnerDep
+from app.db import SessionDep, aware
+from app.drafts import service as drafts
 from app.i18n import gettext as _
-from app.lessons.content import Exercise
 from app.lessons.service import CourseDep, LessonDep
-from app.submissions import service
-from app.submissions.models import Mode, Submission
+from app.submissions import present, service
+from app.submissions.editor import phrases
+from app.submissions.figures import figures
+from app.submissions.models import Mode, Status, Submission
 from app.submissions.schemas import SubmissionCreated, SubmissionIn, SubmissionOut
-from app.web import is_htmx, render
+from app.submissions.service import ExerciseDep
+from app.web import here, is_htmx, render, templates
 
 router = APIRouter()
-
-
-def get_exercise(lesson: LessonDep, exercise_slug: str) -> Exercise:
-    exercise = next((ex for ex in lesson.exercises if ex.slug == exercise_slug), None)
-    if exercise is None:
-        raise HTTPException(404)
-    return exercise
-
-
-ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
+present.install(templates.env)
 
 
 def busy_message() -> str:
@@ -34,14 +29,34 @@ def busy_message() -> str:
 
 @router.get("/lessons/{slug}/exercises/{exercise_slug}", response_class=HTMLResponse)
 def exercise_page(request: Request, lesson: LessonDep, exercise: ExerciseDep, course: CourseDep,
-                  learner: LearnerDep, session: SessionDep):
-    past = service.history(session, learner, exercise)
+                  learner: LearnerDep, session: SessionDep, hints: int = 0):
+    past = service.history(session, learner, exercise.id)
     latest = past[0] if past else None
+    draft = drafts.get(session, learner, exercise.id)
+    code = draft.code if draft else latest.code if latest else exercise.starter  # the draft wins
     return render(request, "exercise.html", {
+        **_status_context(session, latest),
         "course": course, "lesson": lesson, "exercise": exercise, "history": past,
-        "code": latest.code if latest else exercise.starter, "submission": latest,
-        "queue_position": service.queue_position(session, latest) if latest else None, "error": None,
+        "code": code, "draft_at": aware(draft.updated_at).isoformat() if draft else "",
+        "shown": _shown(hints, exercise), "reset": request.query_params.get("reset") == "1",
+        "editor_phrases": phrases() if request.state.lang != "en" else {},
     })
+
+
+def _shown(asked: int, exercise) -> int:
+    return max(0, min(asked, len(exercise.hints)))
+
+
+@router.get("/lessons/{slug}/exercises/{exercise_slug}/hints", response_class=HTMLResponse)
+def hints_fragment(request: Request, lesson: LessonDep, exercise: ExerciseDep, shown: int = 1):
+    """The hints with the first `shown` open: each one is sent only once the previous was asked for."""
+    if not is_htmx(request):
+        return RedirectResponse(str(request.url_for("exercise_page", slug=lesson.slug,
+                                                    exercise_slug=exercise.slug)
+                                    .include_query_params(hints=_shown(shown, exercise)))
+                                + "#hints", status_code=303)
+    return render(request, "_hints.html", {"lesson": lesson, "exercise": exercise,
+                                           "shown": _shown(shown, exercise)})
 
 
 @router.post("/lessons/{slug}/exercises/{exercise_slug}/submissions", response_class=HTMLResponse)
@@ -53,10 +68,10 @@ def submit_form(request: Request, lesson: LessonDep, exercise: ExerciseDep, lear
                                      lang=request.state.lang)
     except service.AlreadyActive:
         return render(request, "_submission_status.html",
-                      {"submission": None, "error": busy_message(), "queue_position": None},
+                      {**_status_context(session, None), "error": busy_message(), "announce": True},
                       status_code=429)
     if is_htmx(request):
-        return _status(request, session, submission)
+        return _status(request, session, learner, submission, announce=True)
     return RedirectResponse(request.url_for("submission_page", submission_id=submission.id),
                             status_code=303)
 
@@ -68,20 +83,34 @@ def submission_page(request: Request, submission_id: int, learner: LearnerDep, s
     if submission is None:
         raise HTTPException(404)
     if is_htmx(request):
-        return _status(request, session, submission)
+        # a poll: announce (and refresh the history) once, when the status has just become final
+        return _status(request, session, learner, submission,
+                       announce=Status(submission.status).final)
     exercise = course.exercise(submission.exercise)
     return render(request, "submission.html", {
-        "course": course, "submission": submission, "exercise": exercise,
+        "course": course, "exercise": exercise,
         "lesson": course.lesson(exercise.lesson) if exercise else None,
-        "queue_position": service.queue_position(session, submission), "error": None,
+        **_status_context(session, submission),
     })
 
 
-def _status(request: Request, session, submission: Submission):
-    return render(request, "_submission_status.html", {
-        "submission": submission, "error": None,
-        "queue_position": service.queue_position(session, submission),
-    })
+def _status_context(session: Session, submission: Submission | None) -> dict:
+    """The context of _submission_status.html."""
+    verdict = (submission.verdict or {}) if submission else {}
+    return {
+        "submission": submission, "error": None, "announce": False, "history": None,
+        "queue_position": service.queue_position(session, submission) if submission else None,
+        "elapsed": service.elapsed_seconds(submission) if submission else None,
+        "figures": figures(verdict) if submission and Status(submission.status).final else [],
+    }
+
+
+def _status(request: Request, session: Session, learner: Learner, submission: Submission, *,
+            announce: bool):
+    context = {**_status_context(session, submission), "announce": announce}
+    if announce and Status(submission.status).final and "/exercises/" in here(request):
+        context["history"] = service.history(session, learner, submission.exercise)
+    return render(request, "_submission_status.html", context)
 
 
 # ---------------------------------------------------------------- API

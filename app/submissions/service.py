@@ -1,12 +1,29 @@
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Depends, HTTPException
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.accounts.service import Learner, owned_by
+from app.db import aware, utcnow
+from app.drafts import service as drafts
 from app.lessons.content import Exercise
+from app.lessons.service import LessonDep
 from app.submissions.models import Mode, Status, Submission
 
 NOTIFY_CHANNEL = "treino_jobs"  # worker/queue.py listens on it
+
+
+def get_exercise(lesson: LessonDep, exercise_slug: str) -> Exercise:
+    exercise = next((ex for ex in lesson.exercises if ex.slug == exercise_slug), None)
+    if exercise is None:
+        raise HTTPException(404)
+    return exercise
+
+
+ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
 
 
 class AlreadyActive(Exception):
@@ -25,6 +42,7 @@ def enqueue(session: Session, learner: Learner, exercise: Exercise, code: str, *
             session.add(submission)
     except IntegrityError:
         raise AlreadyActive from None
+    drafts.save(session, learner, exercise.id, code)  # what was sent is the draft from now on
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_notify(:channel, :id)"),
                         {"channel": NOTIFY_CHANNEL, "id": str(submission.id)})
@@ -40,12 +58,27 @@ def get_own(session: Session, learner: Learner, submission_id: int) -> Submissio
                                                    owned_by(Submission, learner)))
 
 
-def history(session: Session, learner: Learner, exercise: Exercise, limit: int = 20) -> list[Submission]:
+def history(session: Session, learner: Learner, exercise_id: str, limit: int = 20) -> list[Submission]:
     """The learner's submissions for one exercise, newest first."""
     return list(session.scalars(
         select(Submission)
-        .where(owned_by(Submission, learner), Submission.exercise == exercise.id)
+        .where(owned_by(Submission, learner), Submission.exercise == exercise_id)
         .order_by(Submission.id.desc()).limit(limit)))
+
+
+def passed_exercise_ids(session: Session, learner: Learner) -> set[str]:
+    """Exercises the learner passed by a graded submission (a plain run passes nothing)."""
+    return set(session.scalars(
+        select(Submission.exercise).distinct()
+        .where(owned_by(Submission, learner), Submission.mode == Mode.SUBMIT,
+               Submission.status == Status.PASSED)))
+
+
+def elapsed_seconds(submission: Submission, now: datetime | None = None) -> int | None:
+    """Whole seconds since the job started running; None unless running."""
+    if submission.status != Status.RUNNING or submission.started_at is None:
+        return None
+    return max(0, int(((now or utcnow()) - aware(submission.started_at)).total_seconds()))
 
 
 def queue_position(session: Session, submission: Submission) -> int | None:

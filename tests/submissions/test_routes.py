@@ -1,5 +1,7 @@
 """Submissions through pages and the API: queued as jobs, polled to a verdict, owner-only."""
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -21,19 +23,46 @@ def grade_all(app) -> None:
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_exercise_page_offers_the_prompt_the_starter_and_three_hints(client, course, lang):
+def test_exercise_page_offers_the_prompt_the_starter_and_an_editor(client, course, lang):
     exercise = course.exercise("gradient-accumulation/accumulate")
     page = html(client.get(EXERCISE_URL, params={"lang": lang}))
     assert page.select_one("h1").get_text(strip=True) == exercise.title[lang]
-    assert page.select_one("textarea#code").get_text() == exercise.starter
+    textarea = page.select_one("textarea#code")
+    assert textarea.get_text() == exercise.starter
+    assert textarea.has_attr("data-code-editor") and textarea["data-draft-url"] == f"{EXERCISE_URL}/draft"
+    phrases = json.loads(textarea["data-phrases"])
+    assert (phrases == {}) if lang == "en" else (phrases["Find"] == "Procurar")
     assert page.select_one('label[for="code"]')
-    word = {"en": "Hint {} of 3", "pt-BR": "Dica {} de 3"}[lang]
-    hints = page.select(".hints details")
-    assert [d.select_one("summary").get_text(strip=True) for d in hints] == [word.format(n) for n in (1, 2, 3)]
-    assert [d.select_one("p").get_text() for d in hints] == [h[lang] for h in exercise.hints]
+    assert page.select_one('script[type=module]')["src"] == "/static/js/editor.js"
     form = page.select_one("form.code-form")
     assert form["method"] == "post" and form["action"] == f"{EXERCISE_URL}/submissions"
     assert [b["value"] for b in form.select("button[name=mode]")] == ["submit", "run"]
+    assert "Ctrl+Enter" in form.select_one("button[value=submit]").get_text()
+    assert "Esc" in page.select_one("#editor-help").get_text()
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_hints_open_one_at_a_time(client, course, lang):
+    exercise = course.exercise("gradient-accumulation/accumulate")
+    word = {"en": "Hint {} of 3", "pt-BR": "Dica {} de 3"}[lang]
+    hints = html(client.get(EXERCISE_URL, params={"lang": lang})).select_one("#hints")
+    assert not hints.select(".hint-item"), "no hint is on the page before it is asked for"
+    for shown in (1, 2, 3):
+        link = hints.select_one("a.hint-next")
+        assert link["hx-get"].endswith(f"hints?shown={shown}")
+        hints = html(client.get(link["hx-get"], headers=HTMX)).select_one("#hints")
+        assert [h.select_one("h3").get_text() for h in hints.select(".hint-item")] == [
+            word.format(n) for n in range(1, shown + 1)]
+        assert hints.select(".hint-item p")[-1].get_text() == exercise.hints[shown - 1][lang]
+    assert not hints.select("a.hint-next"), "all three are open"
+
+
+def test_hints_without_javascript_go_through_the_exercise_page(client):
+    response = client.get(f"{EXERCISE_URL}/hints?shown=2", follow_redirects=False)
+    assert response.status_code == 303
+    assert response.headers["location"].endswith(f"{EXERCISE_URL}?hints=2#hints")
+    page = html(client.get(response.headers["location"]))
+    assert len(page.select("#hints .hint-item")) == 2
 
 
 def test_the_lesson_page_links_its_exercises(client, course):
@@ -47,15 +76,22 @@ def test_htmx_submit_returns_a_status_that_polls_until_the_verdict(client, app):
     response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "x = 1", "mode": "submit"},
                            headers=HTMX)
     assert response.status_code == 200
-    status = html(response).select_one("#submission-status")
+    fragment = html(response)
+    status = fragment.select_one("#submission-status")
     assert status["hx-trigger"] == "every 1s" and status["hx-swap"] == "outerHTML"
-    assert "1" in status.select_one("[role=status]").get_text()
+    assert "you are next" in status.select_one(".status-line").get_text()
+    assert "sent" in fragment.select_one("#status-announcer[hx-swap-oob=innerHTML]").get_text()
     poll_url = status["hx-get"]
+    again = html(client.get(poll_url, headers=HTMX))
+    assert not again.select("#status-announcer"), "a poll that changes nothing says nothing"
     grade_all(app)
-    final = html(client.get(poll_url, headers=HTMX)).select_one("#submission-status")
+    final_page = html(client.get(poll_url, headers={**HTMX, "HX-Current-URL": f"http://testserver{EXERCISE_URL}"}))
+    final = final_page.select_one("#submission-status")
     assert final.get("hx-trigger") is None, "a final status stops polling"
-    assert "status-passed" in final["class"]
+    assert "state-passed" in final["class"]
     assert final.select_one(".output pre").get_text() == "x = 1"
+    assert "Passed" in final_page.select_one("#status-announcer").get_text()
+    assert final_page.select_one("#history[hx-swap-oob]"), "the history is refreshed with the outcome"
 
 
 def test_without_javascript_the_submit_redirects_to_the_submission_page(client, app):
@@ -71,7 +107,7 @@ def test_without_javascript_the_submit_redirects_to_the_submission_page(client, 
     # the exercise page now shows the latest code and the history
     exercise = html(client.get(EXERCISE_URL))
     assert exercise.select_one("textarea#code").get_text() == "y = 2"
-    assert len(exercise.select(".history li")) == 1
+    assert len(exercise.select(".history tbody tr")) == 1
 
 
 def test_a_second_submission_while_one_is_queued_is_429(client):

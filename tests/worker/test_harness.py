@@ -54,3 +54,29 @@ def test_scenarios_are_seeded():
     b = scenarios.build({"scenario": "tokens", "n_micro": 2, "micro_batch": 2, "seed": 3})
     assert all((x1 == x2).all() and (y1 == y2).all()
                for (x1, y1), (x2, y2) in zip(a.micro_batches, b.micro_batches, strict=True))
+
+
+def test_live_tensor_meter_sees_what_a_checkpointed_backward_recomputes():
+    from torch.utils.checkpoint import checkpoint
+
+    from worker.harness import memory
+
+    params = {"seed": 0, "width": 16, "blocks": 6, "depth": 3, "batch_size": 64, "n_batches": 1}
+    model, [(x, y)], loss_fn = scenarios.block_net(params)
+    weights = list(model.parameters())
+
+    def peak(forward):
+        model.zero_grad(set_to_none=True)
+        with memory.LiveTensorMeter(weights) as meter:
+            loss_fn(forward(x), y).backward()
+        return meter.peak
+
+    def per_block(h):
+        for block in model.blocks:
+            h = checkpoint(block, h, use_reentrant=False)
+        return model.head(h)
+
+    naive = peak(model)
+    assert peak(per_block) <= 0.6 * naive
+    # one checkpoint around everything: backward recomputes it all at once
+    assert peak(lambda h: checkpoint(model, h, use_reentrant=False)) == naive

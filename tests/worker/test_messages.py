@@ -2,7 +2,7 @@ import string
 from pathlib import Path
 
 from tests.worker.conftest import GOLDEN
-from worker.checks.messages import LANGUAGES, catalogue, number, render
+from worker.checks.messages import LANGUAGES, Sci, catalogue, number, render
 from worker.grading import STATUSES
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
@@ -40,3 +40,13 @@ def test_numbers_follow_the_language():
     assert "4.00×" in render("diagnosis.loss-not-scaled.explanation", "en", values)
     assert number(7232, "pt-BR") == "7.232"
     assert number([4, 4, 1], "en") == "4, 4, 1"
+
+
+def test_tiny_and_huge_numbers_read_well_in_both_languages():
+    assert number(Sci(1.1e-15), "en") == "1.1e-15"
+    assert number(Sci(1.1e-15), "pt-BR") == "1,1e-15"
+    assert number(Sci(3.0), "pt-BR") == "3,00"  # not 3,0E0
+    assert number(Sci(4194304.0), "en") == "4.2e6"
+    assert number(Sci(0.0), "en") == "0.00"
+    assert number(float("nan"), "pt-BR") == "NaN"
+    assert number(float("inf"), "en") == "∞"

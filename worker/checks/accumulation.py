@@ -140,6 +140,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "trajectory_error": _round_sci(max(errors + [final_err])) if errors else None,
         "peak_activation_bytes": peak,
         "reference_peak_activation_bytes": ref.micro_peak,
+        "large_batch_peak_activation_bytes": ref.cycle_peak,  # the naive loop, for the page
         "forwards": data["forwards"],
         "backwards": data["backwards"],
     }
@@ -149,6 +150,25 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     if not all(c.passed for c in checks):
         diagnosis = diagnose(params, ref, data, numbers_ok=checks[0].passed and checks[1].passed)
     return Evaluation(checks, diagnosis, metrics)
+
+
+MAX_LOSSES = 64
+
+
+def summarize(params: dict, data: dict) -> dict:
+    """What a plain run did (no verdict): steps, memory, and the loss on all the exercise's
+    data with the parameters at the start and after each step, computed here, not trusted."""
+    scenario = scenarios.build(params, torch.float64)
+    weights = list(scenario.model.parameters())
+    losses = []
+    with torch.no_grad():
+        for snapshot in [data["initial_params"], *(s["params"] for s in data["steps"])][:MAX_LOSSES]:
+            torch.nn.utils.vector_to_parameters(_vector(snapshot), weights)
+            loss = float(scenario.batch_loss(scenario.model, scenario.micro_batches))
+            losses.append(round(loss, 6) if math.isfinite(loss) else None)
+    return {"optimizer_steps": int(data["steps_total"]),
+            "peak_activation_bytes": int(data["peak_saved_bytes"]),
+            "forwards": int(data["forwards"]), "backwards": int(data["backwards"]), "losses": losses}
 
 
 def _round_sci(x: float) -> float | None:

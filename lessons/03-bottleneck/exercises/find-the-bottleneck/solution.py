@@ -1,4 +1,3 @@
-import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 PHASES = ("data", "forward", "backward", "optimizer")

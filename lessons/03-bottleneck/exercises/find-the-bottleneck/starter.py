@@ -1,4 +1,3 @@
-import torch
 from torch.profiler import record_function
 
 

@@ -1,4 +1,3 @@
-import torch
 from torch.profiler import profile, record_function
 
 

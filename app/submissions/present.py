@@ -1,0 +1,31 @@
+"""How a submission reads on the page: its outcome in words, and when it was sent."""
+
+from datetime import datetime
+
+from babel.dates import format_timedelta
+from jinja2 import Environment
+
+from app.db import aware, utcnow
+from app.i18n import current_lang, locale_name
+from app.i18n import gettext as _
+from app.submissions.models import Mode, Status, Submission
+from app.web import status_label
+
+
+def outcome_label(submission: Submission) -> str:
+    """A run that ran "Ran" (nothing was graded); everything else as its status says."""
+    if submission.mode == Mode.RUN and submission.status == Status.PASSED:
+        return _("Ran")
+    return status_label(submission.status)
+
+
+def when(moment: datetime, now: datetime | None = None) -> str:
+    """"3 minutes ago", in the page's language."""
+    delta = aware(moment) - (now or utcnow())
+    if abs(delta.total_seconds()) < 45:
+        return _("just now")
+    return format_timedelta(delta, add_direction=True, locale=locale_name(current_lang()))
+
+
+def install(env: Environment) -> None:
+    env.globals.update(outcome_label=outcome_label, when=when)

@@ -1,0 +1,5 @@
+from torch.utils.data import DataLoader
+
+
+def make_loader(dataset, batch_size):
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=2)

@@ -1,0 +1,7 @@
+
+
+def train_step(model, x, y, loss_fn, optimizer):
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)

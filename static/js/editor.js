@@ -1,0 +1,136 @@
+// The exercise editor: CodeMirror 6 over the page's <textarea name="code">, which stays the
+// source of truth (the form posts it; without JavaScript it is the editor). Drafts are kept in
+// this browser at once on every change and on the server every few seconds.
+import {
+  basicSetup, Compartment, EditorState, EditorView, indentWithTab, keymap, oneDark, python,
+} from "../vendor/codemirror.js"
+
+const SERVER_SAVE_MS = 4000
+const dark = window.matchMedia("(prefers-color-scheme: dark)")
+const isMac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent)
+
+function csrfToken() {
+  try { return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRF-Token"] || "" }
+  catch { return "" }
+}
+
+function readLocal(key) {
+  try { return JSON.parse(localStorage.getItem(key) || "null") } catch { return null }
+}
+
+function writeLocal(key, code) {
+  try { localStorage.setItem(key, JSON.stringify({code, at: Date.now()})) } catch { /* full or off */ }
+}
+
+// The newer of this browser's draft and the server's (already in the textarea) wins.
+function startingCode(ta) {
+  const key = ta.dataset.draftKey
+  if ("draftReset" in ta.dataset) { localStorage.removeItem(key); return ta.value }
+  const local = readLocal(key)
+  const serverAt = Date.parse(ta.dataset.draftAt || "") || 0
+  if (local && typeof local.code === "string" && local.code !== ta.value && local.at > serverAt) {
+    return local.code
+  }
+  return ta.value
+}
+
+function mount(ta) {
+  if (ta.dataset.mounted) return
+  ta.dataset.mounted = "1"
+  const form = ta.form
+  const submitButton = form.querySelector("[data-submit-default]")
+  const state = document.querySelector("[data-draft-state]")
+  const phrases = JSON.parse(ta.dataset.phrases || "{}")
+  const theme = new Compartment()
+  let dirty = false
+  let saving = false
+
+  const code = startingCode(ta)
+  dirty = code !== ta.value
+  ta.value = code
+
+  const showState = (text) => { if (state) { state.textContent = text; state.hidden = false } }
+
+  async function saveToServer(keepalive = false) {
+    if (!dirty || saving) return
+    saving = true
+    dirty = false
+    try {
+      const response = await fetch(ta.dataset.draftUrl, {
+        method: "PUT", keepalive, credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-CSRF-Token": csrfToken()},
+        body: JSON.stringify({code: ta.value}),
+      })
+      if (!response.ok) throw new Error(String(response.status))
+      showState(ta.dataset.draftSaved)
+    } catch {
+      dirty = true
+      showState(ta.dataset.draftOffline)
+    } finally {
+      saving = false
+    }
+  }
+
+  const host = document.createElement("div")
+  host.className = "code-editor"
+  ta.after(host)
+  ta.hidden = true
+  const view = new EditorView({
+    parent: host,
+    state: EditorState.create({
+      doc: code,
+      extensions: [
+        // before basicSetup, so Mod-Enter submits instead of inserting a blank line
+        keymap.of([{key: "Mod-Enter", run: () => { form.requestSubmit(submitButton); return true }}]),
+        basicSetup,
+        keymap.of([indentWithTab]),
+        python(),
+        EditorState.phrases.of(phrases),
+        theme.of(dark.matches ? oneDark : []),
+        EditorView.contentAttributes.of({
+          "aria-label": document.querySelector(`label[for="${ta.id}"]`)?.textContent.trim() || "Code",
+          "aria-describedby": ta.getAttribute("aria-describedby") || "",
+        }),
+        EditorView.updateListener.of((update) => {
+          if (!update.docChanged) return
+          ta.value = update.state.doc.toString()
+          writeLocal(ta.dataset.draftKey, ta.value)
+          dirty = true
+        }),
+      ],
+    }),
+  })
+  // the label still leads to the editor
+  document.querySelector(`label[for="${ta.id}"]`)?.addEventListener("click", () => view.focus())
+  dark.addEventListener("change", (e) => {
+    view.dispatch({effects: theme.reconfigure(e.matches ? oneDark : [])})
+  })
+  setInterval(() => saveToServer(), SERVER_SAVE_MS)
+  window.addEventListener("pagehide", () => saveToServer(true))
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "hidden") saveToServer(true)
+  })
+  form.addEventListener("submit", () => writeLocal(ta.dataset.draftKey, ta.value))
+  document.querySelector("[data-reset-form]")?.addEventListener("submit", () => {
+    localStorage.removeItem(ta.dataset.draftKey)
+    dirty = false
+  })
+  if (dirty) saveToServer()
+}
+
+function labelShortcuts(root) {
+  if (!isMac) return
+  root.querySelectorAll("[data-shortcut]").forEach((kbd) => { kbd.textContent = "⌘+Enter" })
+}
+
+function scan(root) {
+  root.querySelectorAll("textarea[data-code-editor]").forEach(mount)
+  labelShortcuts(root)
+}
+
+scan(document)
+document.addEventListener("htmx:load", (event) => {
+  // a newly opened hint takes the focus, so keyboard and screen-reader users land on it
+  const swapped = event.detail.elt
+  if (swapped.id === "hints") swapped.querySelector("[data-autofocus]")?.focus()
+})

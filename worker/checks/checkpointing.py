@@ -1,0 +1,145 @@
+"""Checks of the "checkpointing" kind (lesson 4; grad-accum research §3.5, §4.3).
+
+The reference is the naive step — ``loss_fn(model(x), y).backward()``, one SGD step — on
+the same seeded float64 ``BlockNet``, here on the CPU. The learner passes when the gradient
+at every step equals the reference's (checkpointing recomputes exactly the same numbers),
+the peak of live tensor bytes during each step stays within ``budget`` × the naive step's
+(measured the same way: what ``max_memory_allocated`` would see, on any device), and the
+gradients are released (``None``) when the step returns.
+"""
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+with warnings.catch_warnings():  # torch says so at import when numpy is absent; nothing needs it
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
+
+from worker.checks import Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks.messages import Sci  # noqa: E402
+from worker.harness import memory, scenarios  # noqa: E402
+
+# relative gradient error: checkpointing is bitwise equal on the CPU (0.0); a CUDA float64
+# step may differ in the last bits; a detached or unrecorded block is off by ≥ 0.1
+TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}
+
+
+@dataclass(frozen=True)
+class Reference:
+    grads: list
+    peak: int  # naive step, largest over the batches
+
+
+def _flat(tensors):
+    return torch.cat([t.detach().reshape(-1) for t in tensors]).to(torch.float64)
+
+
+@lru_cache(maxsize=8)
+def _reference(key: str) -> Reference:
+    params = json.loads(key)
+    model, batches, loss_fn = scenarios.block_net(params)
+    weights = list(model.parameters())
+    optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
+    grads, peak = [], 0
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        with memory.LiveTensorMeter(weights) as meter:
+            loss_fn(model(x), y).backward()
+        peak = max(peak, meter.peak)
+        grads.append(_flat([w.grad for w in weights]))
+        optimizer.step()
+    return Reference(grads, peak)
+
+
+def reference(params: dict) -> Reference:
+    return _reference(json.dumps(params, sort_keys=True))
+
+
+def _vector(values) -> torch.Tensor:
+    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
+
+
+def _norm(t) -> float:
+    return float(torch.linalg.vector_norm(t))
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    ref = reference(params)
+    tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
+    errors = [_norm(_vector(s["grad"]) - g) / _norm(g)
+              for s, g in zip(data["steps"], ref.grads, strict=False)]
+    expected = len(ref.grads)
+    bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
+    if len(data["steps"]) != expected:
+        grads = Check("gradients", False, "check.gradients.steps",
+                      {"steps": len(data["steps"]), "expected": expected})
+    elif bad is not None:
+        grads = Check("gradients", False, "check.gradients.failed",
+                      {"step": bad + 1, "error": Sci(errors[bad])})
+    else:
+        grads = Check("gradients", True, "check.gradients.passed", {"error": Sci(max(errors))})
+    peak = max(data["peaks"])
+    budget = float(params["budget"])
+    values = {"peak": peak, "naive": ref.peak, "ratio": peak / ref.peak, "budget": budget}
+    fits = peak <= budget * ref.peak
+    mem = Check("peak", fits, "check.peak.passed" if fits else "check.peak.failed", values)
+    kept = max(data["grads_kept"])
+    released = Check("released", not kept,
+                     "check.released.passed" if not kept else "check.released.failed",
+                     {"kept": kept})
+    checks = [grads, mem, released]
+    metrics = {"peak_live_bytes": peak, "naive_peak_live_bytes": ref.peak,
+               "peak_ratio": round(peak / ref.peak, 3), "recomputed_blocks": _recomputed(data)}
+    diagnosis = None
+    if not all(c.passed for c in checks):
+        diagnosis = diagnose(params, ref, data, errors, values)
+    return Evaluation(checks, diagnosis, metrics)
+
+
+def _recomputed(data):
+    return len({e[1] for e in data["events"] if e[0] == "F" and e[2]})
+
+
+def _longest_recompute(data):
+    """The most block forwards that ran back to back during a backward: one recomputation."""
+    longest = run = 0
+    for e in data["events"]:
+        run = run + 1 if e[0] == "F" and e[2] else 0
+        longest = max(longest, run)
+    return longest
+
+
+def diagnose(params, ref, data, errors, values):
+    """The known mistake the trace shows, or None."""
+    tol = 1e-6
+    if len(data["steps"]) == len(ref.grads) and any(not e <= tol for e in errors):
+        t = next(t for t, e in enumerate(errors) if not e <= tol)
+        reached = {e[1] for e in data["events"] if e[0] == "G"}
+        return Diagnosis("gradients-changed", {
+            "step": t + 1, "error": Sci(errors[t]),
+            "without": data["blocks"] - len(reached), "blocks": data["blocks"]})
+    if len(data["steps"]) != len(ref.grads):
+        return None
+    blocks, kept = data["blocks"], max(data["grads_kept"])
+    kept_values = {**values, "kept": kept, "bytes": data["grad_bytes"]}
+    if values["ratio"] > values["budget"]:
+        if _longest_recompute(data) == blocks:
+            return Diagnosis("checkpoint-everything-at-once", {**values, "blocks": blocks})
+        if kept and _recomputed(data) == blocks:  # checkpointed, but last step's grads linger
+            return Diagnosis("grads-kept", kept_values)
+        return Diagnosis("over-budget", {**values, "recomputed": _recomputed(data),
+                                         "blocks": blocks})
+    if kept:
+        return Diagnosis("grads-kept", kept_values)
+    return None
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    """A known mistake behind an exception."""
+    if "does not require grad" in error.get("message", ""):
+        frames = error.get("traceback") or []
+        return Diagnosis("no-grad-forward", {"code": frames[-1]["code"] if frames else ""})
+    return None

@@ -1,0 +1,74 @@
+"""Harness of the "checkpointing" kind (lesson 4): the learner's ``train_step`` must fit a
+memory budget (activation checkpointing) while computing the same gradients.
+
+``train_step(model, x, y, loss_fn, optimizer)`` runs once per batch on a seeded float64
+``BlockNet``. Recorded: the peak bytes of live tensors during each call (every tensor an
+op creates, recomputation included; parameters left out), the gradient at every optimizer
+step, whether gradients were still held after each call, and the order of block forwards
+(F, with whether backward was running: a recomputation) and of gradients reaching each
+block (G).
+"""
+
+import math
+
+import memory
+import scenarios
+import torch
+
+MAX_EVENTS = 2000
+
+
+def flat(tensors):
+    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
+    return [v if math.isfinite(v) else None for v in values.tolist()]
+
+
+def _backward_running():
+    return torch._C._current_autograd_node() is not None
+
+
+def run(job, api):
+    params = job["params"]
+    device = job.get("device", "cpu")
+    model, batches, loss_fn = scenarios.block_net(params)
+    model = model.to(device)
+    batches = [(x.to(device), y.to(device)) for x, y in batches]
+    weights = list(model.parameters())
+    optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
+    events, steps = [], []
+
+    def event(*item):
+        if len(events) < MAX_EVENTS:
+            events.append(list(item))
+
+    for index, block in enumerate(model.blocks):
+        block.register_forward_pre_hook(
+            lambda m, a, index=index: event("F", index, _backward_running()))
+        next(block.parameters()).register_post_accumulate_grad_hook(
+            lambda p, index=index: event("G", index))
+    step = optimizer.step
+
+    def recorded_step(*args, **kwargs):
+        event("S")
+        steps.append({"grad": flat([p.grad if p.grad is not None else torch.zeros_like(p)
+                                    for p in weights]),
+                      "missing": [i for i, p in enumerate(weights) if p.grad is None]})
+        return step(*args, **kwargs)
+
+    optimizer.step = recorded_step
+    fn = api.load_entry()
+    api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
+    peaks, kept, error = [], [], None
+    for x, y in batches:
+        event("call")
+        meter = memory.LiveTensorMeter(weights)
+        with meter:
+            error = api.call(fn, [model, x, y, loss_fn, optimizer])
+        peaks.append(meter.peak)
+        kept.append(sum(p.grad is not None for p in weights))
+        if error is not None:
+            break
+    data = {"peaks": peaks, "grads_kept": kept, "steps": steps, "events": events,
+            "final_params": flat(weights), "blocks": len(model.blocks),
+            "grad_bytes": sum(p.numel() * p.element_size() for p in weights)}
+    return data, error
