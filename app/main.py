@@ -13,17 +13,18 @@ from app.config import ROOT, Settings, get_settings
 from app.db import make_engine
 from app.drafts import routes as drafts
 from app.lessons import routes as lessons
-from app.lessons.content import load_course
+from app.lessons.content import Course, load_course
 from app.middleware import BodyLimit, RequestContext, SecurityHeaders
+from app.ops import routes as ops
 from app.progress import routes as progress
 from app.quizzes import routes as quizzes
 from app.security import verify_csrf
 from app.submissions import routes as submissions
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, course: Course | None = None) -> FastAPI:
     settings = settings or get_settings()
-    course = load_course(settings.lessons_dir)  # a broken lesson stops start-up here
+    course = course or load_course(settings.lessons_dir)  # a broken lesson stops start-up here
     engine = make_engine(settings.database_url)
 
     @asynccontextmanager
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(progress.router)
     app.include_router(submissions.router)
     app.include_router(drafts.router)
+    app.include_router(ops.router)
     errors.install(app)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestContext)  # every response, errors too, has a language

@@ -2,8 +2,10 @@
 
 from app.accounts.models import AuthSession, ThrottleHit, User
 from app.drafts.models import Draft
+from app.ops.models import WorkerBeat
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
 
-__all__ = ["AuthSession", "CardReached", "Draft", "QuizAttempt", "Submission", "ThrottleHit", "User"]
+__all__ = ["AuthSession", "CardReached", "Draft", "QuizAttempt", "Submission", "ThrottleHit", "User",
+           "WorkerBeat"]

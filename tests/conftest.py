@@ -1,7 +1,9 @@
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from sqlalchemy.engine import make_url
 
 from app.config import ROOT, Settings
 from app.db import upgrade
+from app.lessons.content import Course, load_course
 from app.main import create_app
 
 LESSONS = ROOT / "lessons"
@@ -52,20 +55,36 @@ def sign_in(client: TestClient, email: str, password: str = PASSWORD):
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'treino.db'}"
+def empty_sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'empty.db'}"
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory) -> Path:
+    """Migrated once per run; each test gets a copy (migrating costs seconds, copying nothing)."""
+    path = tmp_path_factory.mktemp("template") / "treino.db"
+    upgrade(f"sqlite:///{path}")
+    return path
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+def sqlite_url(tmp_path: Path, _sqlite_template: Path) -> str:
+    """A migrated SQLite database of this test's own."""
+    target = tmp_path / "treino.db"
+    shutil.copyfile(_sqlite_template, target)
+    return f"sqlite:///{target}"
+
+
+@contextmanager
+def _pg_database(template: str | None = None) -> Iterator[str]:
+    """A new PostgreSQL database (a copy of `template` if given), dropped afterwards."""
     if not PG_URL:
         pytest.fail("TREINO_TEST_DATABASE_URL is not set: the PostgreSQL tier needs a server "
                     "(CI sets it; locally: postgresql+psycopg://postgres@127.0.0.1:5432/test)")
     name = f"treino_test_{secrets.token_hex(6)}"
     admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     try:
         yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
     finally:
@@ -74,9 +93,35 @@ def postgres_url() -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture
+def empty_postgres_url() -> Iterator[str]:
+    with _pg_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def _postgres_template() -> Iterator[str]:
+    with _pg_database() as url:
+        upgrade(url)
+        yield make_url(url).database
+
+
+@pytest.fixture
+def postgres_url(_postgres_template: str) -> Iterator[str]:
+    """A migrated PostgreSQL database of this test's own."""
+    with _pg_database(template=_postgres_template) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database_url(request) -> str:
+    """An empty database, on SQLite and on the real PostgreSQL."""
+    return request.getfixturevalue(f"empty_{request.param}_url")
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request) -> str:
-    """Each database test runs on SQLite and on the real PostgreSQL."""
+    """A migrated database: each such test runs on SQLite and on the real PostgreSQL."""
     return request.getfixturevalue(f"{request.param}_url")
 
 
@@ -86,9 +131,8 @@ def settings(sqlite_url: str) -> Settings:
 
 
 @pytest.fixture
-def app(settings: Settings):
-    upgrade(settings.database_url)
-    return create_app(settings)
+def app(settings: Settings, _course: Course):
+    return create_app(settings, course=_course)
 
 
 @pytest.fixture
@@ -98,10 +142,10 @@ def client(app) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def db_app(database_url: str):
+def db_app(database_url: str, _course: Course):
     """The app on SQLite and, in a second run, on the real PostgreSQL."""
-    upgrade(database_url)
-    app = create_app(Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None))
+    app = create_app(Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None),
+                     course=_course)
     yield app
     app.state.sessionmaker.kw["bind"].dispose()  # tests may query it outside the app's lifespan
 
@@ -110,6 +154,11 @@ def db_app(database_url: str):
 def db_client(db_app) -> Iterator[TestClient]:
     with TestClient(db_app) as c:
         yield arm_csrf(c)
+
+
+@pytest.fixture(scope="session")
+def _course() -> Course:
+    return load_course(LESSONS)
 
 
 @pytest.fixture

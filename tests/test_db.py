@@ -8,7 +8,8 @@ import app.models  # noqa: F401
 from app.db import Base, upgrade
 
 
-def test_migrations_from_empty_match_the_models(database_url):
+def test_migrations_from_empty_match_the_models(empty_database_url):
+    database_url = empty_database_url
     upgrade(database_url)
     upgrade(database_url)  # idempotent
     engine = create_engine(database_url)

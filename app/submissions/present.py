@@ -27,5 +27,9 @@ def when(moment: datetime, now: datetime | None = None) -> str:
     return format_timedelta(delta, add_direction=True, locale=locale_name(current_lang()))
 
 
+def iso(moment: datetime) -> str:
+    return aware(moment).isoformat()
+
+
 def install(env: Environment) -> None:
-    env.globals.update(outcome_label=outcome_label, when=when)
+    env.globals.update(outcome_label=outcome_label, when=when, iso=iso)

@@ -98,7 +98,7 @@ def _status_context(session: Session, submission: Submission | None) -> dict:
     """The context of _submission_status.html."""
     verdict = (submission.verdict or {}) if submission else {}
     return {
-        "submission": submission, "error": None, "announce": False, "history": None,
+        "submission": submission, "error": None, "announce": False, "history_oob": None,
         "queue_position": service.queue_position(session, submission) if submission else None,
         "elapsed": service.elapsed_seconds(submission) if submission else None,
         "figures": figures(verdict) if submission and Status(submission.status).final else [],
@@ -109,7 +109,7 @@ def _status(request: Request, session: Session, learner: Learner, submission: Su
             announce: bool):
     context = {**_status_context(session, submission), "announce": announce}
     if announce and Status(submission.status).final and "/exercises/" in here(request):
-        context["history"] = service.history(session, learner, submission.exercise)
+        context["history_oob"] = service.history(session, learner, submission.exercise)
     return render(request, "_submission_status.html", context)
 
 

@@ -32,7 +32,7 @@ def exercise(course):
     """``exercise(slug, **limits)``: the course's exercise ``slug``, limits optionally changed."""
 
     def get(slug, **limits):
-        found = next((e for e in course.exercises() if e.slug == slug), None)
+        found = next((e for e in course.exercises if e.slug == slug), None)
         assert found is not None, slug
         if limits:
             found = dataclasses.replace(found, limits=dataclasses.replace(found.limits, **limits))

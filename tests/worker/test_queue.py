@@ -15,7 +15,7 @@ from sqlalchemy.orm import sessionmaker
 
 from app.accounts.service import Learner
 from app.config import ROOT, Settings
-from app.db import make_engine, upgrade
+from app.db import make_engine
 from app.lessons.content import load_course
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.service import AlreadyActive, enqueue, queue_position
@@ -35,7 +35,6 @@ def fake_verdict(exercise, code: bytes, lang: str) -> dict:
 
 @pytest.fixture
 def sessions(database_url):
-    upgrade(database_url)
     engine = make_engine(database_url)
     yield sessionmaker(engine, expire_on_commit=False)
     engine.dispose()
@@ -207,7 +206,7 @@ def test_sigterm_lets_the_current_job_finish_then_exits(sessions, database_url):
 
 @pytest.mark.postgres
 def test_notify_wakes_an_idle_worker_before_its_poll_interval(postgres_url):
-    upgrade(postgres_url)
+
     worker = Worker(_settings(postgres_url, poll_seconds=60), grade=fake_verdict, course=COURSE)
     thread = threading.Thread(target=lambda: worker.__enter__().run())
     thread.start()

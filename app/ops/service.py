@@ -1,0 +1,74 @@
+"""Operations: liveness, readiness and the figures Prometheus scrapes, all from the database so
+every web replica answers the same."""
+
+from datetime import timedelta
+
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from app.db import alembic_config, aware, utcnow
+from app.ops.models import WorkerBeat
+from app.submissions.models import Status, Submission
+
+WORKER_FRESH = timedelta(seconds=60)
+LATENCY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300)
+
+
+def readiness(session: Session, database_url: str) -> dict[str, bool]:
+    """Each condition for taking traffic: database reachable, schema current, a worker alive."""
+    checks = {"database": False, "migrations": False, "worker": False}
+    try:
+        session.execute(text("SELECT 1"))
+    except Exception:  # any driver error means not ready; the reason is in the server log
+        return checks
+    checks["database"] = True
+    head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+    current = MigrationContext.configure(session.connection()).get_current_revision()
+    checks["migrations"] = current == head
+    checks["worker"] = bool(session.scalar(
+        select(func.count()).select_from(WorkerBeat).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    return checks
+
+
+def metrics(session: Session) -> str:
+    """Prometheus text exposition."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_text: str) -> None:
+        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
+
+    by_status = dict(session.execute(
+        select(Submission.status, func.count()).group_by(Submission.status)).all())
+    family("treino_queue_depth", "gauge", "Submissions waiting to be graded.")
+    lines.append(f"treino_queue_depth {by_status.get(Status.QUEUED, 0)}")
+    family("treino_submissions_running", "gauge", "Submissions being graded now.")
+    lines.append(f"treino_submissions_running {by_status.get(Status.RUNNING, 0)}")
+    family("treino_verdicts_total", "counter", "Final verdicts, by status.")
+    for status in Status:
+        if status.final:
+            lines.append(f'treino_verdicts_total{{status="{status}"}} {by_status.get(status, 0)}')
+
+    family("treino_grading_latency_seconds", "histogram",
+           "From submission to verdict, for every final submission.")
+    rows = session.execute(select(Submission.created_at, Submission.finished_at)
+                           .where(Submission.finished_at.is_not(None))).all()
+    latencies = [(aware(done) - aware(made)).total_seconds() for made, done in rows]
+    for bound in LATENCY_BUCKETS:
+        count = sum(1 for s in latencies if s <= bound)
+        lines.append(f'treino_grading_latency_seconds_bucket{{le="{bound}"}} {count}')
+    lines.append(f'treino_grading_latency_seconds_bucket{{le="+Inf"}} {len(latencies)}')
+    lines.append(f"treino_grading_latency_seconds_sum {sum(latencies):.3f}")
+    lines.append(f"treino_grading_latency_seconds_count {len(latencies)}")
+
+    fresh = list(session.scalars(select(WorkerBeat).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    family("treino_workers", "gauge", "Workers seen in the last minute, by sandbox isolation.")
+    for isolation in ("bwrap", "process"):
+        lines.append(f'treino_workers{{isolation="{isolation}"}} '
+                     f"{sum(1 for w in fresh if w.isolation == isolation)}")
+    family("treino_warm_pool_size", "gauge", "Warm sandboxes ready, over all workers.")
+    lines.append(f"treino_warm_pool_size {sum(w.warm for w in fresh)}")
+    family("treino_gpus_in_use", "gauge", "GPUs grading a job now.")
+    lines.append(f"treino_gpus_in_use {sum(w.busy for w in fresh if w.device.startswith('cuda'))}")
+    return "\n".join(lines) + "\n"

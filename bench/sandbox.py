@@ -1,0 +1,84 @@
+"""Sandbox costs: start-up of bwrap vs a plain process, and hand-off -> verdict, cold vs warm.
+
+    .venv/bin/python bench/sandbox.py [--runs 10] [--modes bwrap,process]
+
+Cold: a sandbox started for the submission (it imports torch while the learner waits).
+Warm: one from the pool, already warm when the submission arrives. Both are timed from the
+call of ``grade`` to the verdict, on the accumulate exercise's reference solution.
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch  # noqa: F401
+
+from app.config import get_settings  # noqa: E402
+from app.lessons.content import load_course  # noqa: E402
+from worker import grading, pool, sandbox  # noqa: E402
+
+
+def p50(samples: list[float]) -> str:
+    return (f"p50 {statistics.median(samples):7.1f} ms  "
+            f"(min {min(samples):.1f}, max {max(samples):.1f}, n={len(samples)})")
+
+
+def start_cost(runs: int) -> None:
+    bare = [sys.executable, "-I", "-S", "-c", "pass"]
+    argv = {"process": bare, "bwrap": [*sandbox._bwrap_args("cpu", None), *bare]}
+    times: dict[str, list[float]] = {k: [] for k in argv}
+    for _ in range(runs):  # interleaved, to share the noise
+        for name, cmd in argv.items():
+            t = time.perf_counter()
+            subprocess.run(cmd, env=sandbox._environment("/job"), check=True)
+            times[name].append((time.perf_counter() - t) * 1000)
+    for name, samples in times.items():
+        print(f"start, python -I -S -c pass, {name:7}: {p50(samples)}")
+
+
+def verdicts(mode: str, runs: int, exercise, code: bytes) -> None:
+    start = lambda: sandbox.Sandbox(mode, "cpu")  # noqa: E731
+    cold, warm = [], []
+    for _ in range(runs):
+        pool._active = None
+        t = time.perf_counter()
+        assert grading.grade(exercise, code)["status"] == "passed"
+        cold.append((time.perf_counter() - t) * 1000)
+    p = pool.Pool(1, start=start)
+    pool._active = p
+    try:
+        for _ in range(runs):
+            while not p._boxes[0].ready(0.05):
+                pass
+            t = time.perf_counter()
+            assert grading.grade(exercise, code)["status"] == "passed"
+            warm.append((time.perf_counter() - t) * 1000)
+    finally:
+        pool._active = None
+        p.close()
+    print(f"{mode:7} cold submission -> verdict: {p50(cold)}")
+    print(f"{mode:7} warm submission -> verdict: {p50(warm)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--modes", default="bwrap,process")
+    args = parser.parse_args()
+    exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/accumulate")
+    code = (Path(exercise.path) / "solution.py").read_bytes()
+    start_cost(max(args.runs, 30))
+    for mode in args.modes.split(","):
+        verdicts(mode, args.runs, exercise, code)
+
+
+if __name__ == "__main__":
+    main()

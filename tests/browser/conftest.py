@@ -1,0 +1,114 @@
+"""Browser tests: the real app (uvicorn, temp SQLite) and a real grading worker, driven by
+Playwright through Debian's Chromium (never a downloaded browser). Screenshots of failures
+land in test-results/."""
+
+import shutil
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.config import ROOT, Settings
+from app.db import upgrade
+from app.main import create_app
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]'")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+RESULTS = ROOT / "test-results"
+LESSONS = ROOT / "lessons"
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    setattr(item, f"rep_{call.when}", outcome.get_result())
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory) -> Iterator[str]:
+    """The app on a free loopback port, with a real worker grading in a thread."""
+    import uvicorn
+
+    with warnings.catch_warnings():  # torch warns at import when numpy is absent; nothing needs it
+        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        import torch  # noqa: F401
+    from worker import pool
+    from worker.runner import Worker
+
+    db = tmp_path_factory.mktemp("browser") / "treino.db"
+    settings = Settings(database_url=f"sqlite:///{db}", lessons_dir=LESSONS, poll_seconds=0.3,
+                        _env_file=None)
+    upgrade(settings.database_url)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    web = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    web.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    with pool.running(1), Worker(settings) as worker:  # one warm sandbox: the next grade is quick
+        grader = threading.Thread(target=worker.run, name="worker", daemon=True)
+        grader.start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            worker.stop()
+            grader.join(timeout=120)
+            server.should_exit = True
+            web.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not CHROMIUM:
+        pytest.skip("no chromium on PATH (make system-deps installs it)")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--disable-dev-shm-usage"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def new_page(browser, live_server, request):
+    """``new_page(**context_options)``: a page in a fresh browser context (its own visitor)."""
+    pages = []
+
+    def make(**options):
+        context = browser.new_context(base_url=live_server, **options)
+        context.set_default_timeout(20_000)
+        page = context.new_page()
+        page.on("pageerror", lambda exc: pytest.fail(f"JavaScript error: {exc}"))
+        pages.append(page)
+        return page
+
+    yield make
+    failed = getattr(request.node, "rep_call", None)
+    for i, page in enumerate(pages):
+        if failed is not None and failed.failed:
+            RESULTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(RESULTS / f"failed-{request.node.name}-{i}.png"), full_page=True)
+        page.context.close()
+
+
+def shot(page, name: str) -> Path:
+    """A screenshot kept for people to look at (test-results/ is git-ignored)."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

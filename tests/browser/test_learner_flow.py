@@ -1,0 +1,182 @@
+"""The learner's screen in a real browser: lesson, quick-check, editor, live grading by the real
+worker, the verdict that names the mistake, drafts that survive a reload, pt-BR, accessibility."""
+
+import re
+
+import pytest
+
+from app.config import ROOT
+from tests.browser.conftest import shot
+
+pytestmark = pytest.mark.browser
+
+LESSON = "/lessons/gradient-accumulation"
+EXERCISE = f"{LESSON}/exercises/accumulate"
+FOLDER = ROOT / "lessons" / "02-gradient-accumulation" / "exercises" / "accumulate"
+NOT_SCALED = (FOLDER / "mistakes" / "loss-not-scaled.py").read_text()
+SOLUTION = (FOLDER / "solution.py").read_text()
+GRADE_MS = 240_000  # a cold grade on a busy 2-core machine
+
+
+def replace_code(page, code: str) -> None:
+    """Select everything in the editor and type `code` in its place (as one text input, so the
+    editor's auto-indent does not re-indent what is already indented)."""
+    page.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(code)
+
+
+def answer(page, question, option_id: str) -> str:
+    form = page.locator(f"#quiz-{question.id}")
+    form.locator(f"input[value='{option_id}']").check()
+    form.get_by_role("button").click()
+    feedback = page.locator(f"#feedback-{question.id}")
+    feedback.locator(".explanation").wait_for()
+    return feedback.get_attribute("class")
+
+
+def test_a_learner_reads_checks_fails_is_told_why_fixes_and_passes(new_page, course=None):
+    from app.config import get_settings
+    from app.lessons.content import load_course
+
+    lesson = load_course(get_settings().lessons_dir).lesson("gradient-accumulation")
+    page = new_page(viewport={"width": 1280, "height": 900})
+
+    # read the core lesson, answer its quick-check wrong, then right
+    page.goto(LESSON)
+    assert page.locator("h1").inner_text() == lesson.text("en").title
+    page.locator(".card").last.scroll_into_view_if_needed()
+    question = lesson.questions[0]
+    wrong = next(o for o in question.options if not o.correct)
+    right = next(o for o in question.options if o.correct)
+    assert "is-wrong" in answer(page, question, wrong.id)
+    assert "is-right" in answer(page, question, right.id)
+
+    # the exercise: the editor enhances the textarea
+    page.goto(EXERCISE)
+    page.locator(".cm-editor").wait_for()
+    assert page.locator("textarea#code").is_hidden()
+    assert page.get_by_role("button", name=re.compile(r"Submit \(Ctrl\+Enter\)")).is_visible()
+    assert "Esc then Tab" in page.locator("#editor-help").inner_text()
+
+    # a loop that forgets to divide the loss, sent with the keyboard
+    replace_code(page, NOT_SCALED)
+    assert page.locator("textarea#code").input_value() == NOT_SCALED, "the textarea stays the truth"
+    page.keyboard.press("Control+Enter")
+    page.locator("#submission-status .status-line.is-waiting").wait_for()
+    failed = page.locator(".verdict-card.verdict-failed")
+    failed.wait_for(timeout=GRADE_MS)
+    assert failed.locator(".verdict-title").inner_text() == "Not yet right"
+    diagnosis = failed.locator(".diagnosis")
+    assert diagnosis.locator("h4").inner_text() == "The loss is not divided by accum_steps"
+    assert "4.00×" in diagnosis.inner_text(), "the explanation quotes the learner's own numbers"
+    assert failed.locator(".check-failed").count() >= 1
+    assert failed.locator(".figure-memory .bar-naive").count() == 1, "memory against the naive loop"
+    assert "Not yet right" in page.locator("#status-announcer").inner_text(), "a screen reader hears it"
+    assert page.locator("#history tbody tr").count() == 1
+    shot(page, "verdict-failed-desktop-light")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.emulate_media(color_scheme="dark")
+    shot(page, "verdict-failed-phone-dark")
+
+    # the hints open one at a time
+    page.get_by_role("link", name="Show hint 1 of 3").click()
+    page.locator("#hint-1").wait_for()
+    assert page.locator("#hint-2").count() == 0
+    assert page.evaluate("document.activeElement.id") == "hint-1"
+
+    # fix it and pass
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.emulate_media(color_scheme="light")
+    replace_code(page, SOLUTION)
+    page.keyboard.press("Control+Enter")
+    passed = page.locator(".verdict-card.verdict-passed")
+    passed.wait_for(timeout=GRADE_MS)
+    assert passed.locator(".verdict-title").inner_text() == "Passed"
+    assert passed.locator(".check-failed").count() == 0
+    assert page.locator("#history tbody tr").count() == 2
+    shot(page, "verdict-passed-desktop-light")
+    page.emulate_media(color_scheme="dark")
+    shot(page, "verdict-passed-desktop-dark")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.emulate_media(color_scheme="light")
+    shot(page, "verdict-passed-phone-light")
+
+    # the submission page shows the code and the verdict
+    page.locator("#history tbody tr").first.get_by_role("link").click()
+    assert page.locator(".submitted-code pre").inner_text().strip() == SOLUTION.strip()
+    assert page.locator(".verdict-card.verdict-passed").is_visible()
+
+    # progress on the course page: the quick-check counts; "exercises passed" once the lead wires it
+    page.goto("/")
+    progress = page.locator(".course-card", has_text=lesson.text("en").title)
+    assert "Quick check: passed" in progress.inner_text()
+
+
+def test_a_draft_survives_a_reload_and_reset_asks_first(new_page):
+    page = new_page()
+    page.goto(EXERCISE)
+    page.locator(".cm-editor").wait_for()
+    page.locator(".cm-content").click()
+    page.keyboard.press("Control+End")
+    page.keyboard.insert_text("\n# half-way through my loop\n")
+    page.reload()  # at once: the browser's copy is written on every change
+    page.locator(".cm-editor").wait_for()
+    assert "# half-way through my loop" in page.locator(".cm-content").inner_text()
+    page.locator("[data-draft-state]").filter(has_text="Draft saved").wait_for()  # and the server's
+
+    # another tab without this browser's storage still gets the server's draft
+    page.evaluate("localStorage.clear()")
+    page.reload()
+    page.locator(".cm-editor").wait_for()
+    assert "# half-way through my loop" in page.locator("textarea#code").input_value()
+
+    # Esc then Tab leaves the editor
+    page.locator(".cm-content").click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('.cm-editor') === null")
+
+    # reset asks first, then brings the starter back
+    page.locator(".reset summary").click()
+    page.get_by_role("button", name="Yes, reset my code").click()
+    page.wait_for_url(re.compile(r"reset=1"))
+    page.locator(".cm-editor").wait_for()
+    assert "# half-way through my loop" not in page.locator(".cm-content").inner_text()
+
+
+def test_in_portuguese_a_run_shows_losses_without_grading(new_page):
+    page = new_page(locale="pt-BR")
+    page.goto(f"{EXERCISE}?lang=pt-BR")
+    page.locator(".cm-editor").wait_for()
+    assert page.get_by_role("button", name=re.compile(r"Enviar \(Ctrl\+Enter\)")).is_visible()
+    assert "Esc e depois Tab" in page.locator("#editor-help").inner_text()
+    replace_code(page, SOLUTION)
+    page.get_by_role("button", name="Rodar sem corrigir").click()
+    ran = page.locator(".verdict-card.verdict-ran")
+    ran.wait_for(timeout=GRADE_MS)
+    assert ran.locator(".verdict-title").inner_text() == "Rodou"
+    assert ran.locator(".checks").count() == 0, "a run is not graded"
+    losses = ran.locator(".figure-losses tbody tr")
+    assert losses.count() == 4  # the start and three optimizer steps
+    assert "Após o passo 3" in losses.last.inner_text()
+    shot(page, "run-pt-BR-desktop-light")
+
+
+AXE = ROOT / "static" / "vendor" / "axe.min.js"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("url", [LESSON, EXERCISE])
+def test_no_serious_accessibility_violations(new_page, url, scheme):
+    page = new_page(color_scheme=scheme)
+    page.goto(url)
+    if url == EXERCISE:
+        page.locator(".cm-editor").wait_for()
+    assert AXE.is_file()
+    page.add_script_tag(url="/static/vendor/axe.min.js")  # by URL: the page's CSP forbids inline script
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    serious = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+               for v in result["violations"] if v["impact"] in ("serious", "critical")]
+    assert serious == []

@@ -1,0 +1,53 @@
+"""Operations endpoints: alive, ready (database, migrations, a worker), Prometheus metrics."""
+
+from datetime import timedelta
+
+from app.db import utcnow
+from app.ops.models import WorkerBeat
+
+API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
+
+
+def _beat(app, **fields) -> None:
+    with app.state.sessionmaker.begin() as session:
+        session.merge(WorkerBeat(**{"name": "w1", "isolation": "bwrap", "device": "cpu", "warm": 2,
+                                    "busy": 0, "seen_at": utcnow(), **fields}))
+
+
+def test_healthz(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_readyz_needs_a_worker_seen_recently(db_client, db_app):
+    response = db_client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {"ready": False, "database": True, "migrations": True, "worker": False}
+    _beat(db_app, seen_at=utcnow() - timedelta(minutes=5))
+    assert db_client.get("/readyz").status_code == 503, "a stale heartbeat is not a worker"
+    _beat(db_app)
+    assert db_client.get("/readyz").json() == {"ready": True, "database": True, "migrations": True,
+                                              "worker": True}
+
+
+def _metric(text: str, name: str) -> float:
+    [value] = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(name + " ")]
+    return float(value)
+
+
+def test_metrics_report_the_queue_verdicts_latency_and_workers(db_client, db_app):
+    from tests.submissions.test_routes import grade_all
+
+    assert db_client.post(API_URL, json={"code": "x"}).status_code == 202
+    text = db_client.get("/metrics").text
+    assert _metric(text, "treino_queue_depth") == 1
+    assert _metric(text, 'treino_verdicts_total{status="passed"}') == 0
+    grade_all(db_app)
+    _beat(db_app, device="cuda:0", busy=1, warm=3)
+    text = db_client.get("/metrics").text
+    assert _metric(text, "treino_queue_depth") == 0
+    assert _metric(text, 'treino_verdicts_total{status="passed"}') == 1
+    assert _metric(text, "treino_grading_latency_seconds_count") == 1
+    assert _metric(text, 'treino_grading_latency_seconds_bucket{le="+Inf"}') == 1
+    assert _metric(text, 'treino_workers{isolation="bwrap"}') == 1
+    assert _metric(text, "treino_warm_pool_size") == 3
+    assert _metric(text, "treino_gpus_in_use") == 1

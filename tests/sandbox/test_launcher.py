@@ -1,0 +1,139 @@
+"""The launcher's pieces that need no sandbox: GPU binding, the choice of sandbox, the pool."""
+
+import os
+
+import pytest
+
+from worker import pool, sandbox
+
+LDCONFIG = """\
+12 libs found in cache `/etc/ld.so.cache'
+\tlibnvidia-ml.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1
+\tlibnvidia-ptxjitcompiler.so.1 (libc6,x86-64) => /opt/nvidia/lib64/libnvidia-ptxjitcompiler.so.1
+\tlibcuda.so.1 (libc6,x86-64) => /opt/nvidia/lib64/libcuda.so.1
+\tlibcuda.so.1 (libc6) => /usr/lib/i386-linux-gnu/libcuda.so.1
+\tlibcudart.so.12 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcudart.so.12
+\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6
+"""
+
+
+@pytest.fixture
+def fake_dev(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools",
+                 "nvidia-modeset"):
+        (tmp_path / name).touch()
+    return tmp_path
+
+
+def test_driver_libraries_are_the_64_bit_nvidia_ones():
+    assert sandbox.driver_libraries(LDCONFIG) == [
+        "/opt/nvidia/lib64/libcuda.so.1",
+        "/opt/nvidia/lib64/libnvidia-ptxjitcompiler.so.1",
+        "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    ]
+
+
+def test_only_the_assigned_gpu_is_bound(fake_dev):
+    args = sandbox._gpu_args(1, dev=str(fake_dev), ldconfig=LDCONFIG)
+    pairs = list(zip(args, args[1:], args[2:], strict=False))
+    devices = [dst for flag, _src, dst in pairs if flag == "--dev-bind"]
+    assert devices == ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    assert "/dev/nvidia0" not in args and "/dev/nvidia-uvm-tools" not in args
+    assert "/dev/nvidia-modeset" not in args
+    binds = [src for flag, src, _dst in pairs if flag == "--ro-bind"]
+    # /usr/lib is visible already; the libraries elsewhere are bound one by one
+    assert binds == ["/opt/nvidia/lib64/libcuda.so.1",
+                     "/opt/nvidia/lib64/libnvidia-ptxjitcompiler.so.1"]
+
+
+def test_a_missing_gpu_node_is_refused(fake_dev):
+    os.remove(fake_dev / "nvidia-uvm")
+    with pytest.raises(sandbox.SandboxUnavailable, match="nvidia-uvm is missing"):
+        sandbox._gpu_args(0, dev=str(fake_dev), ldconfig=LDCONFIG)
+
+
+def test_the_worker_owns_one_gpu(fake_dev, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert sandbox.assigned_gpu(str(fake_dev)) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    with pytest.raises(sandbox.SandboxUnavailable, match="one device number"):
+        sandbox.assigned_gpu(str(fake_dev))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(sandbox.SandboxUnavailable, match="2 GPUs visible"):
+        sandbox.assigned_gpu(str(fake_dev))
+    os.remove(fake_dev / "nvidia0")  # a container given GPU 1 only
+    assert sandbox.assigned_gpu(str(fake_dev)) == 1
+
+
+def test_bwrap_args_show_the_isolation():
+    args = sandbox._bwrap_args("cpu", None)
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+                 "--unshare-uts", "--disable-userns", "--die-with-parent", "--new-session"):
+        assert flag in args
+    assert args[args.index("--uid") + 1] == "65534"
+    visible = {args[i + 2] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")}
+    from app.config import ROOT
+
+    assert not any(v == str(ROOT) or v.startswith(str(ROOT / "lessons")) or
+                   v.startswith(str(ROOT / "var")) for v in visible)
+    assert "--bind" not in args and "--dev-bind" not in args  # nothing of the host is writable
+
+
+def test_mode_choice(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bubblewrap (bwrap) is not installed")
+    assert sandbox.isolation("process") == "process"
+    assert sandbox.isolation("auto") == "process"
+    with pytest.raises(sandbox.SandboxUnavailable, match="TREINO_SANDBOX=bwrap but bubblewrap"):
+        sandbox.isolation("bwrap")
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: None)
+    assert sandbox.isolation("auto") == sandbox.isolation("bwrap") == "bwrap"
+
+
+def test_cuda_is_mandatory_when_asked(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert sandbox.resolve_device("auto") == "cpu"
+    with pytest.raises(sandbox.SandboxUnavailable, match="TREINO_DEVICE=cuda"):
+        sandbox.resolve_device("cuda")
+
+
+class FakeBox:
+    started = 0
+
+    def __init__(self, ready=False, alive=True):
+        FakeBox.started += 1
+        self._ready, self._alive, self.closed = ready, alive, False
+
+    def ready(self, timeout=0):
+        return self._ready and self._alive
+
+    def alive(self):
+        return self._alive
+
+    def close(self):
+        self.closed = True
+
+
+def test_pool_hands_out_a_warm_box_and_refills():
+    boxes = []
+
+    def start():
+        boxes.append(FakeBox())
+        return boxes[-1]
+
+    p = pool.Pool(2, start=start)
+    assert len(boxes) == 2
+    boxes[1]._ready = True
+    assert p.take() is boxes[1]  # the warm one, not the first started
+    assert len(boxes) == 3 and len(p._boxes) == 2  # refilled at once
+    boxes[0]._alive = False
+    taken = p.take()
+    assert boxes[0].closed and taken is boxes[2]  # a dead one is never handed out
+    p.close()
+    assert all(b.closed for b in boxes[3:])
+
+
+def test_an_empty_pool_goes_cold():
+    p = pool.Pool(0, start=FakeBox)
+    assert p._boxes == [] and isinstance(p.take(), FakeBox)
