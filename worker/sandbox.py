@@ -522,7 +522,6 @@ class Sandbox:
             sel.register(self._sock, selectors.EVENT_READ)
             if not sel.select(timeout):
                 return False
-        self._sock.setblocking(True)
         try:
             ok = self._sock.recv(1, socket.MSG_PEEK) == b"R"
         except OSError:

@@ -12,6 +12,7 @@ from app.db import utcnow
 from app.lessons.content import Course, Exercise, Lesson
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
+from app.submissions.models import Mode, Status, Submission
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,15 @@ def _next_step(p: LessonProgress) -> Resume | None:
 
 
 def passed_exercises(session: Session, learner: Learner) -> dict[str, set[str]]:
-    """lesson slug → ids of the exercises the learner passed. Empty until submissions are stored;
-    then: the passed submissions' exercise ids, selected with owned_by(Submission, learner)."""
-    return {}
+    """lesson slug → ids of the exercises the learner passed (a graded submission, not a run)."""
+    passed: dict[str, set[str]] = {}
+    for exercise_id in session.scalars(
+        select(Submission.exercise).distinct().where(
+            owned_by(Submission, learner), Submission.status == Status.PASSED,
+            Submission.mode == Mode.SUBMIT)
+    ):
+        passed.setdefault(exercise_id.split("/", 1)[0], set()).add(exercise_id)
+    return passed
 
 
 def course_progress(session: Session, learner: Learner, course: Course) -> CourseProgress:

@@ -171,3 +171,17 @@ def test_another_learner_sees_none_of_my_progress(db_client, db_app):
 
     db_client.post("/sign-out")  # the same browser, signed out: the account's rows are not shown
     assert _progress(db_client)["lessons"]["bottleneck"]["cards_read"] == 0
+
+
+def test_a_passed_submission_counts_and_a_run_or_a_failure_does_not(client, app):
+    from tests.submissions.test_routes import API_URL, grade_all
+
+    def passed_ids():
+        return _progress(client)["lessons"]["gradient-accumulation"]["exercises_passed"]
+
+    assert client.post(API_URL, json={"code": "x", "mode": "run"}).status_code == 202
+    grade_all(app)
+    assert passed_ids() == [], "a run is not a pass"
+    assert client.post(API_URL, json={"code": "x"}).status_code == 202
+    grade_all(app)
+    assert passed_ids() == ["gradient-accumulation/accumulate"]

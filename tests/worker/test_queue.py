@@ -28,7 +28,7 @@ EXERCISE = COURSE.exercise("gradient-accumulation/accumulate")
 LEASE = timedelta(seconds=30)
 
 
-def fake_verdict(exercise, code: bytes, lang: str) -> dict:
+def fake_verdict(exercise, code: bytes, lang: str, run_only: bool = False) -> dict:
     return {"version": 1, "exercise": exercise.id, "status": "passed", "diagnosis": None,
             "checks": [], "metrics": {"graded_by": os.getpid()}, "output": code.decode()}
 
@@ -157,7 +157,7 @@ from app.config import Settings
 from tests.conftest import LESSONS
 from worker import runner
 
-def slow(exercise, code, lang):
+def slow(exercise, code, lang, run_only=False):
     print("grading", flush=True)
     time.sleep(float(sys.argv[2]))
     return {"version": 1, "exercise": exercise.id, "status": "failed", "diagnosis": None,
