@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = 256 * 1024
     # Re-read lesson files on every request (authoring); off in production.
     reload_lessons: bool = False
+    # One line per log event: readable text, or JSON for a log collector (the compose file).
+    log_format: Literal["text", "json"] = "text"
+    # Proxies whose X-Forwarded-Proto/For uvicorn believes ("*" behind your own load balancer).
+    forwarded_allow_ips: str = "127.0.0.1"
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> "Settings":

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import i18n
+from app import i18n, logs
 from app.accounts.service import Auth, authenticate
 from app.errors import error_response
 from app.i18n import gettext as _
@@ -55,7 +55,8 @@ class RequestContext:
         identity = (f"session:{request.cookies[session_cookie(secure)]}" if auth.via == "cookie"
                     else f"visitor:{visitor}")
         scope.setdefault("state", {})
-        scope["state"].update(lang=lang, visitor_id=visitor, auth=auth,
+        request_id = logs.new_request_id(request.headers.get("x-request-id"))
+        scope["state"].update(lang=lang, visitor_id=visitor, auth=auth, request_id=request_id,
                               csrf_token=csrf_token(secret, identity))
         i18n.set_lang(lang)
 
@@ -74,6 +75,7 @@ class RequestContext:
                     if key == b"set-cookie":
                         headers.append("set-cookie", value.decode("latin-1"))
                 headers.append("Content-Language", lang)
+                headers.append("X-Request-ID", request_id)
             await send(message)
 
         if auth.expired:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+from app import logs
 from app.config import LANGS, Settings, get_settings
 from app.lessons.content import ContentError, load_course
 
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from worker.sandbox import SandboxUnavailable  # stdlib only: no torch for the web
 
+    logs.setup(settings.log_format)
     try:
         return args.run(settings, args)
     except ContentError as e:
@@ -72,7 +74,8 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     upgrade(settings.database_url)
     print(f"treino: serving http://{args.host}:{args.port}", file=sys.stderr)
     with contextlib.nullcontext() if args.no_worker else supervised_worker():
-        uvicorn.run(app, host=args.host, port=args.port, proxy_headers=True)
+        uvicorn.run(app, host=args.host, port=args.port, proxy_headers=True, log_config=None,
+                    forwarded_allow_ips=settings.forwarded_allow_ips)
     return 0
 
 

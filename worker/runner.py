@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import logs
 from app.config import Settings
 from app.db import make_engine
 from app.lessons.content import Course, load_course
@@ -56,13 +57,12 @@ class Worker:
         job = queue.claim(self.sessions, self.name, self.lease, self.settings.max_attempts)
         if job is None:
             return False
-        log.info("job %s claimed (%s, attempt %d)", job.id, job.exercise, job.attempts,
-                 extra={"request_id": job.request_id})
+        logs.bind(job.request_id)  # the web request's id follows the job into the worker's logs
+        log.info("job %s claimed (%s, attempt %d)", job.id, job.exercise, job.attempts)
         with self._heartbeat(job.id):
             verdict = self._grade(job)
         if queue.finish(self.sessions, job.id, self.name, verdict):
-            log.info("job %s finished: %s", job.id, verdict["status"],
-                     extra={"request_id": job.request_id})
+            log.info("job %s finished: %s", job.id, verdict["status"])
         else:
             log.warning("job %s: lease lost, verdict dropped", job.id)
         return True

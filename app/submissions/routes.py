@@ -65,7 +65,7 @@ def submit_form(request: Request, lesson: LessonDep, exercise: ExerciseDep, lear
                 mode: Annotated[Mode, Form()] = Mode.SUBMIT):
     try:
         submission = service.enqueue(session, learner, exercise, code, mode=mode,
-                                     lang=request.state.lang)
+                                     lang=request.state.lang, request_id=request.state.request_id)
     except service.AlreadyActive:
         return render(request, "_submission_status.html",
                       {**_status_context(session, None), "error": busy_message(), "announce": True},
@@ -123,7 +123,7 @@ def submit_api(request: Request, body: SubmissionIn, exercise: ExerciseDep, lear
     """Queue code for grading (`submit`) or for a plain run (`run`). Poll the submission for the verdict."""
     try:
         submission = service.enqueue(session, learner, exercise, body.code, mode=Mode(body.mode),
-                                     lang=request.state.lang)
+                                     lang=request.state.lang, request_id=request.state.request_id)
     except service.AlreadyActive:
         return JSONResponse({"detail": busy_message()}, status_code=429)
     return SubmissionCreated(id=submission.id, status=submission.status)
