@@ -27,8 +27,8 @@ class DraftOut(BaseModel):
 
 def _fits(exercise, code: str) -> None:
     if len(code.encode("utf-8")) > exercise.limits.code_kb * 1024:
-        raise HTTPException(422, _("This draft is larger than the exercise accepts (%(kb)d KB).",
-                                   kb=exercise.limits.code_kb))
+        raise HTTPException(422, _("This draft is larger than the exercise accepts (%(kb)d KB).")
+                            % {"kb": exercise.limits.code_kb})
 
 
 @router.get("/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut,

@@ -65,9 +65,11 @@ def figures(verdict: dict[str, Any]) -> Figures:
     """What the verdict measured, as charts and plain facts (empty when nothing was measured)."""
     metrics = verdict.get("metrics") or {}
     charts: list[Figure] = []
-    losses = [v for v in metrics.get("losses") or [] if isinstance(v, int | float)]
-    if losses:
-        rows = [(_("Start") if i == 0 else _("After step %(n)d", n=i), v, number(v, 4), "yours")
+    losses = metrics.get("losses") or []
+    if losses:  # None: the loss was not a finite number at that step
+        rows = [(_("Start") if i == 0 else _("After step %(n)d") % {"n": i},
+                 float(v) if isinstance(v, int | float) else 0.0,
+                 number(v, 4) if isinstance(v, int | float) else "—", "yours")
                 for i, v in enumerate(losses)]
         charts.append(Figure("losses", _("Loss on the exercise's data"), _bars(rows),
                              _("Measured on every micro-batch with your parameters after each step.")))

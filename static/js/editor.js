@@ -6,6 +6,15 @@ import {
 } from "../vendor/codemirror.js"
 
 const SERVER_SAVE_MS = 4000
+// One Dark on the page's darkest surface, without the active-line tint: its token colours then
+// reach WCAG AA contrast (on its own #282c34 some do not). Before oneDark: earlier wins.
+const darkTheme = [
+  EditorView.theme({
+    "&, .cm-gutters": {backgroundColor: "#0c0a09"},
+    ".cm-activeLine, .cm-activeLineGutter": {backgroundColor: "transparent"},
+  }, {dark: true}),
+  oneDark,
+]
 const dark = window.matchMedia("(prefers-color-scheme: dark)")
 const isMac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent)
 
@@ -71,12 +80,21 @@ function mount(ta) {
     }
   }
 
+  // In a shadow root: CodeMirror's styles are then constructed style sheets, which the page's
+  // CSP (style-src 'self', no inline <style>) allows.
   const host = document.createElement("div")
   host.className = "code-editor"
   ta.after(host)
   ta.hidden = true
+  const shadow = host.attachShadow({mode: "open"})
+  const help = document.createElement("p")  // ids do not cross into a shadow root: a copy
+  help.id = "editor-help-copy"
+  help.hidden = true
+  help.textContent = document.getElementById(ta.getAttribute("aria-describedby"))?.textContent || ""
+  shadow.append(help)
   const view = new EditorView({
-    parent: host,
+    parent: shadow,
+    root: shadow,
     state: EditorState.create({
       doc: code,
       extensions: [
@@ -86,10 +104,18 @@ function mount(ta) {
         keymap.of([indentWithTab]),
         python(),
         EditorState.phrases.of(phrases),
-        theme.of(dark.matches ? oneDark : []),
+        theme.of(dark.matches ? darkTheme : []),
         EditorView.contentAttributes.of({
           "aria-label": document.querySelector(`label[for="${ta.id}"]`)?.textContent.trim() || "Code",
-          "aria-describedby": ta.getAttribute("aria-describedby") || "",
+          "aria-describedby": help.id,
+        }),
+        EditorView.lineWrapping,  // no sideways scrolling, on phones either
+        EditorView.theme({
+          "&": {minHeight: "18rem", fontSize: "0.9rem"},
+          ".cm-activeLine, .cm-activeLineGutter": {backgroundColor: "transparent"},  // contrast
+          "&.cm-focused": {outline: "none"},  // the page draws the focus ring around the host
+          ".cm-scroller": {
+            fontFamily: 'ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace'},
         }),
         EditorView.updateListener.of((update) => {
           if (!update.docChanged) return
@@ -103,7 +129,7 @@ function mount(ta) {
   // the label still leads to the editor
   document.querySelector(`label[for="${ta.id}"]`)?.addEventListener("click", () => view.focus())
   dark.addEventListener("change", (e) => {
-    view.dispatch({effects: theme.reconfigure(e.matches ? oneDark : [])})
+    view.dispatch({effects: theme.reconfigure(e.matches ? darkTheme : [])})
   })
   setInterval(() => saveToServer(), SERVER_SAVE_MS)
   window.addEventListener("pagehide", () => saveToServer(true))

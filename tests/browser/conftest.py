@@ -92,6 +92,7 @@ def new_page(browser, live_server, request):
     def make(**options):
         context = browser.new_context(base_url=live_server, **options)
         context.set_default_timeout(20_000)
+        context.grant_permissions(["clipboard-read", "clipboard-write"])
         page = context.new_page()
         page.on("pageerror", lambda exc: pytest.fail(f"JavaScript error: {exc}"))
         pages.append(page)

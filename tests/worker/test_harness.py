@@ -77,6 +77,6 @@ def test_live_tensor_meter_sees_what_a_checkpointed_backward_recomputes():
         return model.head(h)
 
     naive = peak(model)
-    assert peak(per_block) <= 0.6 * naive
+    assert peak(per_block) <= 0.6 * naive  # 0.55
     # one checkpoint around everything: backward recomputes it all at once
     assert peak(lambda h: checkpoint(model, h, use_reentrant=False)) == naive

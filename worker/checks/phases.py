@@ -75,15 +75,15 @@ def diagnose(runs):
         if inside < total and run["slow"] == "data":
             return Diagnosis("data-outside-label", {
                 "outside": total - inside, "total": total,
-                "labelled": _totals(run)["data"], "spent": _spent(run, "data")})
+                "labelled": round(_totals(run)["data"]), "spent": round(_spent(run, "data"))})
     if any(inside < total for run in runs for inside, total in _coverage(run).values()):
         return None
     for run in runs:
         if run["answer"] != run["slow"]:
             totals = _totals(run)
             return Diagnosis("wrong-phase-named", {
-                "answer": run["answer"], "slow": run["slow"], "slow_ms": totals[run["slow"]],
-                "answer_ms": totals.get(run["answer"], 0.0)})
+                "answer": run["answer"], "slow": run["slow"], "slow_ms": round(totals[run["slow"]]),
+                "answer_ms": round(totals.get(run["answer"], 0.0))})
     return None
 
 

@@ -31,8 +31,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         data_check = Check("batches", False, "check.batches.failed", values)
     speedup = data["baseline_ms"] / max(data["learner_ms"], 1e-3)
     minimum = float(params["min_speedup"])
-    timing = {"speedup": speedup, "baseline": data["baseline_ms"], "yours": data["learner_ms"],
-              "minimum": minimum}
+    timing = {"speedup": speedup, "baseline": round(data["baseline_ms"]),
+              "yours": round(data["learner_ms"]), "minimum": minimum}
     fast = Check("throughput", speedup >= minimum,
                  "check.throughput.passed" if speedup >= minimum else "check.throughput.failed",
                  timing)

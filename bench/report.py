@@ -1,0 +1,146 @@
+"""The figures as one Markdown page: machine, results, ratios against the targets, breakdown."""
+
+import statistics
+from dataclasses import dataclass, field
+
+from bench.traffic import POLL_SECONDS
+from bench.verdicts import Samples
+
+NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+STATIC_FILE = "/static/css/app.css"  # what the lesson page is compared with
+# Targets reported against, not asserted (issue 8)
+WARM_OVER_FLOOR_MS = 50
+E2E_OVER_COLD = 0.2
+LESSON_OVER_STATIC = 0.5
+
+
+def p50(ms: list[float]) -> float:
+    return statistics.median(ms)
+
+
+def p95(ms: list[float]) -> float:
+    return statistics.quantiles(ms, n=100, method="inclusive")[94] if len(ms) > 1 else ms[0]
+
+
+@dataclass
+class Results:
+    exercise: str
+    ms: dict[str, Samples] = field(default_factory=dict)  # in-process, cold, warm
+    e2e: dict[str, list[float]] = field(default_factory=dict)  # per backend
+    pick_up: dict[str, list[float]] = field(default_factory=dict)
+    rps: dict[tuple[str, str], float] = field(default_factory=dict)  # (page, backend)
+    per_minute: dict[int, float] = field(default_factory=dict)  # workers → verdicts/min
+
+    def add_ms(self, name: str, samples: Samples) -> None:
+        self.ms[name] = samples
+
+
+def _row(label: str, ms: list[float]) -> str:
+    return f"| {label} | {p50(ms):,.0f} ms | {p95(ms):,.0f} ms | {len(ms)} |"
+
+
+def _mark(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def _metric(samples: Samples, key: str) -> float | None:
+    values = [m[key] for m in samples.metrics if m.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _breakdown(results: Results) -> list[str]:
+    lines = ["| Part (median ms) | " + " | ".join(n for n in ("cold", "warm") if n in results.ms) + " |",
+             "|---|" + "---:|" * len([n for n in ("cold", "warm") if n in results.ms])]
+    parts = [("the learner's function, instrumented (harness `run_ms`)", "harness_run_ms"),
+             ("harness start-up in the sandbox: `import torch` (`import_ms`)", "harness_import_ms"),
+             ("hand-off → sandbox gone (`sandbox_ms`: warm-up wait, job, exit)", "sandbox_ms"),
+             ("checks on the trace (`check_ms`)", "check_ms")]
+    kinds = [results.ms[n] for n in ("cold", "warm") if n in results.ms]
+    for label, key in parts:
+        cells = [_metric(s, key) for s in kinds]
+        lines.append(f"| {label} | " + " | ".join("—" if c is None else f"{c:,.0f}" for c in cells) + " |")
+    outside = []
+    for s in kinds:
+        rest = [total - m.get("sandbox_ms", 0) - m.get("check_ms", 0)
+                for total, m in zip(s.ms, s.metrics, strict=True)]
+        outside.append(f"{statistics.median(rest):,.0f}")
+    lines.append("| `grade()` outside the sandbox and the checks (pool take and the replacement's "
+                 "start, validation, trace parsing, the verdict) | " + " | ".join(outside) + " |")
+    lines.append("| total, `grade()` call to verdict | "
+                 + " | ".join(f"{p50(s.ms):,.0f}" for s in kinds) + " |")
+    return lines
+
+
+def markdown(about: dict[str, str], results: Results, argv: list[str]) -> str:
+    command = "make bench" if not argv else "python -m bench " + " ".join(argv)
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `{command}` (bench/); run it again to refresh this page. One machine, often "
+        "shared and noisy: read the ratios first, the milliseconds are this machine's. Nothing "
+        "here is asserted by `make test`.",
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {key} | {value} |" for key, value in about.items()],
+        "",
+        f"## Latency — `{results.exercise}`, its `solution.py`",
+        "",
+        "| Measurement | p50 | p95 | n |",
+        "|---|---:|---:|---:|",
+    ]
+    labels = {"in-process": "Check in-process: the harness's `runtime.main` and the checks in one "
+                            "process, no sandbox (the floor)",
+              "cold": "Cold sandbox: `grade()`, a fresh sandbox that imports torch",
+              "warm": "Warm pool: `grade()`, hand-off to a warm sandbox → verdict"}
+    lines += [_row(label, results.ms[name].ms) for name, label in labels.items() if name in results.ms]
+    for backend, ms in results.e2e.items():
+        lines.append(_row(f"End to end, {NAMES[backend]}: HTTP submit → final verdict (polled every "
+                          f"{POLL_SECONDS * 1000:.0f} ms), `treino serve` + one `treino worker`", ms))
+    for backend, ms in results.pick_up.items():
+        how = "LISTEN/NOTIFY" if backend == "postgresql" else "the worker polls"
+        lines.append(_row(f"Pick-up, {NAMES[backend]}: enqueued → claimed ({how})", ms))
+    lines += ["", "## Throughput", "", "| Measurement | Result |", "|---|---:|"]
+    for (page, backend), rps in results.rps.items():
+        what = "lesson page" if page == "lesson" else f"static file `{STATIC_FILE}`"
+        lines.append(f"| {what.capitalize()}, {NAMES[backend]}: 8 keep-alive connections on loopback "
+                     f"| {rps:,.0f} req/s |")
+    for workers, rate in results.per_minute.items():
+        lines.append(f"| Queue, PostgreSQL: submissions sent at once, {workers} worker"
+                     f"{'s' if workers > 1 else ''} | {rate:,.1f} verdicts/min |")
+    lines += ["", "## Ratios and targets (reported, not asserted)", "",
+              "| Ratio | Value | Target | |", "|---|---:|---|---|"]
+    if {"in-process", "warm"} <= results.ms.keys():
+        floor, warm = p50(results.ms["in-process"].ms), p50(results.ms["warm"].ms)
+        lines.append(f"| warm ÷ in-process (p50) | {warm / floor:.2f} (+{warm - floor:,.0f} ms) | "
+                     f"≤ in-process + {WARM_OVER_FLOOR_MS} ms | "
+                     f"{_mark(warm <= floor + WARM_OVER_FLOOR_MS)} |")
+    if "cold" in results.ms:
+        cold = p50(results.ms["cold"].ms)
+        for backend, ms in results.e2e.items():
+            ratio = p50(ms) / cold
+            lines.append(f"| end-to-end p50 ÷ cold, {NAMES[backend]} | {ratio:.3f} | "
+                         f"≤ {E2E_OVER_COLD} | {_mark(ratio <= E2E_OVER_COLD)} |")
+    for (page, backend), rps in results.rps.items():
+        if page == "lesson" and ("static", backend) in results.rps:
+            ratio = rps / results.rps[("static", backend)]
+            lines.append(f"| lesson page ÷ static file (req/s), {NAMES[backend]} | {ratio:.2f} | "
+                         f"≥ {LESSON_OVER_STATIC} | {_mark(ratio >= LESSON_OVER_STATIC)} |")
+    if {"cold", "warm"} & results.ms.keys():
+        lines += ["", "## Where a graded submission's time goes", "",
+                  "From the verdicts' own metrics (medians).", "", *_breakdown(results)]
+    lines += ["", "## How it is measured", "",
+              "- In-process: one intra-op thread, as in the sandbox (`OMP_NUM_THREADS=1`); the "
+              "reference is computed once before timing, as a running worker has it cached.",
+              "- Warm pool and end to end: each submission starts once every sandbox of the pool is "
+              "warm (the tree's CPU time is flat), a learner who reads between submissions; the "
+              "replacement sandbox warms up while the submission runs, as in production.",
+              "- End to end: a new learner (cookie jar) per submission, one at a time; pick-up from "
+              "the rows' `created_at` and `started_at`.",
+              "- Queue: the submissions are sent at once to warm pools; verdicts per minute from the "
+              "first `created_at` to the last `finished_at`. Pages: one returning visitor, for a "
+              "fixed time, after one request that warms the caches.",
+              ""]
+    return "\n".join(lines)

@@ -1,0 +1,116 @@
+"""Measure the learner's waits on this machine and write docs/benchmarks.md.
+
+    make bench                       # or: .venv/bin/python -m bench [options]
+
+Everything it starts (sandboxes, `treino serve`, workers, scratch databases, temp dirs) it
+stops. Machines are noisy: the ratios are the headline, the milliseconds are this machine's.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from app.config import ROOT
+
+EXERCISE = "gradient-accumulation/accumulate"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--in-process", type=int, default=20, metavar="N", help="in-process runs")
+    parser.add_argument("--cold", type=int, default=5, metavar="N", help="cold-sandbox runs")
+    parser.add_argument("--warm", type=int, default=10, metavar="N", help="warm-pool runs")
+    parser.add_argument("--submissions", type=int, default=20, metavar="N",
+                        help="end-to-end submissions per database")
+    parser.add_argument("--page-seconds", type=float, default=5, metavar="S",
+                        help="load per page and database")
+    parser.add_argument("--queue-jobs", type=int, default=12, metavar="N",
+                        help="submissions sent at once for the throughput figures")
+    parser.add_argument("--backends", default="sqlite,postgresql",
+                        help="databases for the HTTP figures (PostgreSQL is skipped if unreachable)")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md",
+                        help="where the report goes ('-': nowhere)")
+    return parser.parse_args(argv)
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def _postgres_version() -> str | None:
+    from sqlalchemy import create_engine, text
+
+    from bench.stack import POSTGRES_URL
+
+    engine = create_engine(POSTGRES_URL)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SHOW server_version")).scalar()
+    except Exception as exc:  # no server here: the PostgreSQL figures are skipped, said so
+        say(f"PostgreSQL unreachable ({type(exc).__name__}): its figures are skipped")
+        return None
+    finally:
+        engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    # heavy imports after --help
+    from app.config import get_settings
+    from app.lessons.content import load_course
+    from bench import machine, report, settle, traffic, verdicts
+    from bench.stack import Stack
+    from worker import sandbox
+
+    settings = get_settings()
+    setup = sandbox.setup()
+    course = load_course(settings.lessons_dir)
+    exercise = course.exercise(EXERCISE)
+    code = (Path(exercise.path) / "solution.py").read_bytes()
+    postgres = _postgres_version()
+    backends = [b for b in args.backends.split(",") if b and (b != "postgresql" or postgres)]
+    about = machine.describe(setup.isolation, setup.device, settings.pool_size,
+                             postgres or "not reachable")
+    results = report.Results(exercise.id)
+
+    say(f"{exercise.id}: in-process × {args.in_process}")
+    results.add_ms("in-process", verdicts.in_process(exercise, code, args.in_process))
+    say(f"cold sandbox × {args.cold}")
+    results.add_ms("cold", verdicts.cold(exercise, code, args.cold))
+    say(f"warm pool of {settings.pool_size} × {args.warm}")
+    results.add_ms("warm", verdicts.warm(exercise, code, args.warm, settings.pool_size))
+
+    lesson_path = f"/lessons/{exercise.lesson}"
+    for backend in backends:
+        with Stack(backend, settings.pool_size) as stack:
+            worker = stack.add_worker()
+            say(f"{backend}: serving at {stack.base}; worker {worker.pid} warming up")
+            settle.wait_quiet(worker.pid, stack.pool_size)
+            for name, path in (("lesson", lesson_path), ("static", report.STATIC_FILE)):
+                say(f"{backend}: {path} for {args.page_seconds:g} s")
+                results.rps[(name, backend)] = traffic.requests_per_second(
+                    stack, path, args.page_seconds)
+            say(f"{backend}: {args.submissions} submissions end to end")
+            results.e2e[backend] = traffic.end_to_end(stack, exercise.id, code.decode(),
+                                                      args.submissions)
+            results.pick_up[backend] = traffic.pick_up_ms(stack)
+            if backend == "postgresql":
+                for count in (1, 2):
+                    if len(stack.workers) < count:
+                        stack.add_worker()
+                    say(f"{backend}: {args.queue_jobs} submissions at once, {count} worker(s)")
+                    results.per_minute[count] = traffic.throughput(stack, exercise.id,
+                                                                   code.decode(), args.queue_jobs)
+            say(f"{backend}: stopping")
+    about["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    about["bench took"] = f"{(time.monotonic() - started) / 60:.1f} min"
+    text = report.markdown(about, results, sys.argv[1:] if argv is None else argv)
+    print(text)
+    if str(args.output) != "-":
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+        say(f"written to {args.output}")
+    return 0

@@ -1,0 +1,102 @@
+"""One exercise's check three ways: in this process (the floor), in a cold sandbox, from the
+warm pool. The last two go through ``worker.grading.grade``, exactly as the worker does."""
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bench import settle
+from worker import pool, sandbox
+from worker.checks import kind_module
+from worker.grading import grade
+
+HARNESS = Path(sandbox.__file__).with_name("harness")
+
+
+@dataclass
+class Samples:
+    """Milliseconds per run, and the verdict metrics of each where there is one."""
+
+    ms: list[float] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _as_in_a_sandbox():
+    """The harness's view: its modules importable by name, one intra-op thread (the sandbox sets
+    OMP_NUM_THREADS=1), this process's cwd and streams put back afterwards."""
+    threads, cwd, path = torch.get_num_threads(), os.getcwd(), list(sys.path)
+    sys.path.insert(0, str(HARNESS))
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        os.chdir(cwd)
+        sys.path[:] = path
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+
+
+def in_process_once(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool]:
+    """The harness's ``runtime.main`` on a temporary job dir, then the checks on its trace."""
+    job = {"entry": exercise.entry, "params": exercise.check_params, "device": device,
+           "kind": exercise.check_kind, "output_limit": exercise.limits.output_kb * 1024,
+           "trace_limit": sandbox.TRACE_LIMIT}
+    checks = kind_module(exercise.check_kind)
+    with tempfile.TemporaryDirectory(prefix="treino-bench-job-") as work, _as_in_a_sandbox():
+        import runtime  # worker/harness/runtime.py, as the sandbox imports it
+
+        Path(work, "out").mkdir()
+        Path(work, "job.json").write_text(json.dumps(job))
+        Path(work, runtime.SUBMISSION).write_bytes(code)
+        started = time.perf_counter()
+        runtime.main([work])
+        trace = sandbox.read_trace(Path(work, "out"))
+        evaluation = checks.evaluate(exercise.check_params, trace["data"], device)
+        took = (time.perf_counter() - started) * 1000
+    return took, evaluation.passed
+
+
+def in_process(exercise, code: bytes, runs: int) -> Samples:
+    in_process_once(exercise, code)  # first use: lazy torch set-up, the reference computed
+    samples = Samples()
+    for _ in range(runs):
+        took, passed = in_process_once(exercise, code)
+        if not passed:
+            raise RuntimeError(f"{exercise.id}: the solution did not pass in-process")
+        samples.ms.append(took)
+    return samples
+
+
+def _graded(exercise, code: bytes, samples: Samples) -> None:
+    started = time.perf_counter()
+    verdict = grade(exercise, code)
+    samples.ms.append((time.perf_counter() - started) * 1000)
+    if verdict["status"] != "passed":
+        raise RuntimeError(f"{exercise.id}: the solution was {verdict['status']}: {verdict}")
+    samples.metrics.append(verdict["metrics"])
+
+
+def cold(exercise, code: bytes, runs: int) -> Samples:
+    """A sandbox started for each submission (no pool running in this process)."""
+    samples = Samples()
+    for _ in range(runs):
+        _graded(exercise, code, samples)
+    return samples
+
+
+def warm(exercise, code: bytes, runs: int, size: int) -> Samples:
+    """From a pool of ``size``, each run once every sandbox in it is warm."""
+    samples = Samples()
+    with pool.running(max(size, 1)) as running:
+        for _ in range(runs):
+            settle.wait_quiet(os.getpid(), running.size, include_root=False)
+            _graded(exercise, code, samples)
+    return samples

@@ -1,0 +1,117 @@
+"""The verdict view: pass/fail at a glance, the named mistake, checks, figures as bar tables,
+plain words for timeouts, refusals and our own trouble; runs read "Ran", not pass/fail."""
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+
+from app.db import utcnow
+from app.submissions.figures import figures
+from app.submissions.models import Submission
+from tests.conftest import html
+from worker.runner import Worker
+
+EXERCISE_URL = "/lessons/gradient-accumulation/exercises/accumulate"
+HTMX = {"HX-Request": "true"}
+
+NOT_SCALED = {  # what `treino check … loss-not-scaled.py --json` printed
+    "version": 1, "exercise": "gradient-accumulation/accumulate", "status": "failed",
+    "diagnosis": {"id": "loss-not-scaled", "title": "The loss is not divided by accum_steps",
+                  "explanation": "Every update was 4.00× the large-batch one."},
+    "checks": [
+        {"name": "Optimizer steps", "status": "passed", "message": "3 optimizer steps."},
+        {"name": "Parameters after each step", "status": "failed", "message": "Differ from step 1."},
+        {"name": "Activation memory", "status": "passed", "message": "1,808 bytes."}],
+    "metrics": {"optimizer_steps": 3, "reference_optimizer_steps": 3, "update_ratio": 4.0,
+                "peak_activation_bytes": 1808, "reference_peak_activation_bytes": 1808,
+                "large_batch_peak_activation_bytes": 7232, "device": "cpu", "sandbox_ms": 393,
+                "check_ms": 1375},
+    "output": "step 1\nstep 2\n"}
+
+
+def finished(app, client, verdict: dict, *, mode: str = "submit"):
+    """A submission of this client's learner, finished with `verdict`; its page."""
+    sub_id = client.post("/api/lessons/gradient-accumulation/exercises/accumulate/submissions",
+                         json={"code": "x = 1", "mode": mode}).json()["id"]
+    with app.state.sessionmaker.begin() as session:
+        session.execute(update(Submission).where(Submission.id == sub_id).values(
+            status=verdict["status"], verdict=verdict, active_owner=None))
+    return html(client.get(f"/submissions/{sub_id}"))
+
+
+def test_a_failed_verdict_names_the_mistake_and_draws_the_figures(client, app):
+    page = finished(app, client, NOT_SCALED)
+    verdict = page.select_one(".verdict-card")
+    assert "verdict-failed" in verdict["class"]
+    assert verdict.select_one(".verdict-title").get_text() == "Not yet right"
+    assert "2 of 3 checks passed" in verdict.select_one(".verdict-sub").get_text()
+    assert verdict.select_one(".diagnosis h4").get_text() == "The loss is not divided by accum_steps"
+    assert [li["class"][-1] for li in verdict.select(".checks li")] == [
+        "check-passed", "check-failed", "check-passed"]
+    charts = {f["class"][-1]: f for f in verdict.select("figure")}
+    assert set(charts) == {"figure-steps", "figure-update", "figure-memory"}
+    memory = charts["figure-memory"]
+    assert [td.get_text() for td in memory.select(".bar-value")] == ["1,808 B", "1,808 B", "7,232 B"]
+    assert memory.select_one(".bar-naive .bar-fill")["width"] == "100.00"
+    assert memory.select_one(".bar-yours .bar-fill")["width"] == "25.00"
+    assert charts["figure-update"].select(".bar-value")[0].get_text() == "4.00×"
+    assert ("Running your code", "0.4 s") in [
+        (d.select_one("dt").get_text(), d.select_one("dd").get_text()) for d in verdict.select(".facts div")]
+    assert verdict.select_one("details.output pre").get_text() == "step 1\nstep 2\n"
+
+
+@pytest.mark.parametrize(("verdict", "words"), [
+    ({"status": "error", "reason": "worker-trouble"}, "stopped several times"),
+    ({"status": "error", "reason": "grader-crashed"}, "bug on our side"),
+    ({"status": "error", "reason": "exercise-gone"}, "changed or was removed"),
+    ({"status": "timeout", "checks": [{"name": "Run", "status": "failed", "message": "60 s"}]},
+     "past the time limit"),
+    ({"status": "rejected", "checks": [{"name": "Input", "status": "failed", "message": "too big"}]},
+     "was not accepted"),
+])
+def test_trouble_timeouts_and_refusals_each_have_plain_words(client, app, verdict, words):
+    full = {"version": 1, "exercise": "gradient-accumulation/accumulate", "diagnosis": None,
+            "checks": [], "metrics": {}, "output": "", **verdict}
+    page = finished(app, client, full)
+    assert words in page.select_one(".verdict-plain").get_text()
+
+
+def test_a_run_reads_ran_with_its_losses_and_no_checks(client, app):
+    def run_only(exercise, code, lang, run_only=False):
+        assert run_only
+        return {"version": 1, "exercise": exercise.id, "status": "passed", "diagnosis": None,
+                "checks": [], "metrics": {"optimizer_steps": 3, "losses": [1.1, 1.0, None, 0.9]},
+                "output": ""}
+
+    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "x", "mode": "run"}, headers=HTMX)
+    poll = html(response).select_one("#submission-status")["hx-get"]
+    with Worker(app.state.settings, grade=run_only, course=app.state.course) as worker:
+        assert worker.run_once()
+    page = html(client.get(poll, headers=HTMX))
+    verdict = page.select_one(".verdict-card")
+    assert "verdict-ran" in verdict["class"] and verdict.select_one(".verdict-title").get_text() == "Ran"
+    assert not verdict.select(".checks")
+    rows = verdict.select(".figure-losses tbody tr")
+    assert [r.select_one("th").get_text() for r in rows] == ["Start", "After step 1", "After step 2",
+                                                             "After step 3"]
+    assert rows[2].select_one(".bar-value").get_text() == "—"
+    stored = client.get(f"/api/submissions/{poll.rsplit('/', 1)[1]}").json()
+    assert stored["mode"] == "run" and stored["verdict"]["mode"] == "run"
+    history = html(client.get(EXERCISE_URL)).select_one("#history tbody tr")
+    assert "Ran" in history.get_text() and "Run, not graded" in history.get_text()
+
+
+def test_while_running_the_status_shows_the_time_since_it_started(client, app):
+    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "x"}, headers=HTMX)
+    poll = html(response).select_one("#submission-status")["hx-get"]
+    started = utcnow() - timedelta(seconds=7)
+    with app.state.sessionmaker.begin() as session:
+        session.execute(update(Submission).values(status="running", started_at=started))
+    status = html(client.get(poll, headers=HTMX)).select_one("#submission-status")
+    assert status["hx-trigger"] == "every 1s"
+    assert status.select_one(".elapsed").get_text() in ("7 seconds", "8 seconds")
+
+
+def test_figures_are_empty_when_nothing_was_measured():
+    assert not figures({"metrics": {}})
