@@ -56,3 +56,4 @@ def setup(fmt: str) -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration is noise
