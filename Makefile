@@ -12,7 +12,7 @@ PORT ?= 8000
 # otherwise named, and the tutor still runs (with a process-only sandbox, said on its pages).
 SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium
 
-.PHONY: install system-deps run test lint vendor i18n
+.PHONY: install system-deps run test lint bench vendor i18n
 
 install: system-deps $(STAMP)
 
@@ -39,7 +39,12 @@ test: install
 	$(VENV)/bin/pytest
 
 lint: install
-	$(VENV)/bin/ruff check app worker tests migrations
+	$(VENV)/bin/ruff check app worker tests migrations bench
+
+# Latency and throughput of grading and pages on this machine (about 10 minutes; uses the
+# PostgreSQL at TREINO_BENCH_POSTGRES_URL, default 127.0.0.1:5432, when it is there).
+bench: install
+	$(PY) -m bench
 
 # Rebuild static/vendor/ from frontend/'s lock file (needs Node; the result is committed).
 vendor:

@@ -27,9 +27,10 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     pool_size: int = Field(default=2, ge=0, le=16)
     # The queue: how long a claimed job stays a worker's without renewal, how often an idle
-    # worker looks for work (PostgreSQL also wakes it by NOTIFY), claims before giving up.
+    # worker looks for work (PostgreSQL also wakes it by NOTIFY; on SQLite this is the wait
+    # before a submission is picked up), claims before giving up.
     lease_seconds: float = 30
-    poll_seconds: float = 1.0
+    poll_seconds: float = 0.2
     max_attempts: int = 3
     # Whole request bodies above this are refused with 413 before any parsing.
     max_body_bytes: int = 256 * 1024

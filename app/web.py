@@ -1,5 +1,6 @@
 """Templating: one render() for pages and their htmx fragments, and the visitor's language."""
 
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -30,7 +31,12 @@ templates = Jinja2Blocks(env=_env)
 @pass_context
 def path_for(context: dict[str, Any], name: str, /, **params: Any) -> str:
     """A root-relative URL (`/lessons/x`), so pages behave the same behind any proxy."""
-    return str(context["request"].app.url_path_for(name, **params))
+    return _path(context["request"].app, name, tuple(sorted(params.items())))
+
+
+@lru_cache(maxsize=4096)  # a page links dozens of URLs; starlette finds each by trying every route
+def _path(app: Any, name: str, params: tuple[tuple[str, Any], ...]) -> str:
+    return str(app.url_path_for(name, **dict(params)))
 
 
 def status_label(status: str) -> str:

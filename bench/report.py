@@ -4,7 +4,6 @@ import statistics
 from dataclasses import dataclass, field
 
 from bench.traffic import POLL_SECONDS
-from bench.verdicts import Samples
 
 NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 STATIC_FILE = "/static/css/app.css"  # what the lesson page is compared with
@@ -20,6 +19,14 @@ def p50(ms: list[float]) -> float:
 
 def p95(ms: list[float]) -> float:
     return statistics.quantiles(ms, n=100, method="inclusive")[94] if len(ms) > 1 else ms[0]
+
+
+@dataclass
+class Samples:
+    """Milliseconds per run, and the verdict metrics of each where there is one."""
+
+    ms: list[float] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
 
 
 @dataclass

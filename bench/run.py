@@ -35,8 +35,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+STARTED = time.monotonic()
+
+
 def say(message: str) -> None:
-    print(f"bench: {message}", file=sys.stderr, flush=True)
+    print(f"bench [{time.monotonic() - STARTED:5.0f} s] {message}", file=sys.stderr, flush=True)
 
 
 def _postgres_version() -> str | None:
@@ -63,12 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     from app.lessons.content import load_course
     from bench import machine, report, settle, traffic, verdicts
     from bench.stack import Stack
-    from worker import sandbox
+    from worker import grading, sandbox
 
     settings = get_settings()
     setup = sandbox.setup()
     course = load_course(settings.lessons_dir)
     exercise = course.exercise(EXERCISE)
+    grading.prepare([exercise], setup.device)  # this process judges as a started worker does
     code = (Path(exercise.path) / "solution.py").read_bytes()
     postgres = _postgres_version()
     backends = [b for b in args.backends.split(",") if b and (b != "postgresql" or postgres)]

@@ -5,8 +5,9 @@ import time
 from datetime import UTC, datetime
 
 import httpx2
-from sqlalchemy import text
+from sqlalchemy import select
 
+from app.submissions.models import Submission
 from bench import settle
 from bench.stack import Stack
 
@@ -64,9 +65,9 @@ def job_times(stack: Stack) -> list[tuple[datetime, datetime, datetime]]:
     engine = stack.database()
     try:
         with engine.connect() as conn:
-            rows = conn.execute(text(
-                "SELECT created_at, started_at, finished_at FROM submissions "
-                "WHERE finished_at IS NOT NULL ORDER BY id")).all()
+            rows = conn.execute(
+                select(Submission.created_at, Submission.started_at, Submission.finished_at)
+                .where(Submission.finished_at.is_not(None)).order_by(Submission.id)).all()
     finally:
         engine.dispose()
     return [(_aware(a), _aware(b), _aware(c)) for a, b, c in rows]

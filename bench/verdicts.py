@@ -7,25 +7,20 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+import warnings
 from pathlib import Path
 
-import torch
+with warnings.catch_warnings():  # torch says so at import when numpy is absent; nothing needs it
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
 
-from bench import settle
-from worker import pool, sandbox
-from worker.checks import kind_module
-from worker.grading import grade
+from bench import settle  # noqa: E402
+from bench.report import Samples  # noqa: E402
+from worker import pool, sandbox  # noqa: E402
+from worker.checks import kind_module  # noqa: E402
+from worker.grading import grade  # noqa: E402
 
 HARNESS = Path(sandbox.__file__).with_name("harness")
-
-
-@dataclass
-class Samples:
-    """Milliseconds per run, and the verdict metrics of each where there is one."""
-
-    ms: list[float] = field(default_factory=list)
-    metrics: list[dict] = field(default_factory=list)
 
 
 @contextlib.contextmanager

@@ -177,6 +177,20 @@ def _judge(exercise, trace, process_output, checks_module, metrics, lang, device
                     output)
 
 
+def prepare(exercises, device: str | None = None) -> None:
+    """Make a worker's first verdict as quick as the next: compute every exercise's reference
+    (and pay torch's lazy first-use costs, seconds) at start-up, not in a learner's wait."""
+    import torch
+
+    # the worker's own tensors are tiny: a second thread only spins, against the sandbox too
+    torch.set_num_threads(1)
+    device = device or sandbox.setup().device
+    for exercise in exercises:
+        prepare_kind = getattr(kind_module(exercise.check_kind), "prepare", None)
+        if prepare_kind is not None:
+            prepare_kind(exercise.check_params, device)
+
+
 MARKS = {"passed": "✓", "failed": "✗"}
 
 

@@ -136,10 +136,11 @@ class Worker:
 
 
 def main(settings: Settings) -> int:
-    from worker import pool, sandbox
+    from worker import grading, pool, sandbox
 
     setup = sandbox.setup()  # logs whether learner code is isolated
     with Worker(settings) as worker, pool.running(settings.pool_size):
+        grading.prepare(worker.course.exercises, setup.device)  # while the pool warms up
         log.info("worker %s: sandbox %s, device %s, %d warm", worker.name, setup.isolation,
                  setup.device, settings.pool_size)
         signal.signal(signal.SIGTERM, worker.stop)

@@ -66,14 +66,6 @@ def history(session: Session, learner: Learner, exercise_id: str, limit: int = 2
         .order_by(Submission.id.desc()).limit(limit)))
 
 
-def passed_exercise_ids(session: Session, learner: Learner) -> set[str]:
-    """Exercises the learner passed by a graded submission (a plain run passes nothing)."""
-    return set(session.scalars(
-        select(Submission.exercise).distinct()
-        .where(owned_by(Submission, learner), Submission.mode == Mode.SUBMIT,
-               Submission.status == Status.PASSED)))
-
-
 def elapsed_seconds(submission: Submission, now: datetime | None = None) -> int | None:
     """Whole seconds since the job started running; None unless running."""
     if submission.status != Status.RUNNING or submission.started_at is None:

@@ -16,8 +16,6 @@ from app.config import ROOT, Settings
 from app.db import upgrade
 from app.main import create_app
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]'")
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 RESULTS = ROOT / "test-results"
 LESSONS = ROOT / "lessons"
@@ -77,7 +75,8 @@ def live_server(tmp_path_factory) -> Iterator[str]:
 def browser():
     if not CHROMIUM:
         pytest.skip("no chromium on PATH (make system-deps installs it)")
-    with playwright_api.sync_playwright() as p:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]'")
+    with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--disable-dev-shm-usage"])
         yield browser

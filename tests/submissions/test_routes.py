@@ -53,7 +53,7 @@ def test_hints_open_one_at_a_time(client, course, lang):
         hints = html(client.get(link["hx-get"], headers=HTMX)).select_one("#hints")
         assert [h.select_one("h3").get_text() for h in hints.select(".hint-item")] == [
             word.format(n) for n in range(1, shown + 1)]
-        assert hints.select(".hint-item p")[-1].get_text() == exercise.hints[shown - 1][lang]
+        assert hints.select(".hint-item p")[-1].get_text() == exercise.hints[shown - 1][lang].replace("`", "")
     assert not hints.select("a.hint-next"), "all three are open"
 
 

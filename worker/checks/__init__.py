@@ -5,6 +5,7 @@ A kind is ``worker/harness/<kind>.py`` (records, in the sandbox) plus
 
     evaluate(params: dict, data: dict, device: str) -> Evaluation
     diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None
+    prepare(params: dict, device: str) -> None  # optional: the reference, before any job
 
 Texts are not written here: checks name message keys of ``messages.yaml`` and the
 values to quote, and ``worker.checks.messages`` renders them in the learner's language.

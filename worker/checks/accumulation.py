@@ -91,6 +91,10 @@ def reference(params: dict) -> Reference:
     return _reference(json.dumps(params, sort_keys=True))
 
 
+def prepare(params: dict, device: str) -> None:
+    reference(params)
+
+
 def tolerance(params: dict, device: str) -> float:
     tol = float(params.get("tolerance", TOLERANCES.get(params.get("dtype", "float64"), 1e-4)))
     return tol * (GPU_FACTOR if device.startswith("cuda") else 1.0)

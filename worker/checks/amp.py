@@ -73,6 +73,10 @@ def reference(params: dict, device: str) -> Reference:
     return _reference(json.dumps(params, sort_keys=True), device)
 
 
+def prepare(params: dict, device: str) -> None:
+    reference(params, device)
+
+
 def _vector(values) -> torch.Tensor:
     return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
 

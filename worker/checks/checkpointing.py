@@ -58,6 +58,10 @@ def reference(params: dict) -> Reference:
     return _reference(json.dumps(params, sort_keys=True))
 
 
+def prepare(params: dict, device: str) -> None:
+    reference(params)
+
+
 def _vector(values) -> torch.Tensor:
     return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
 
