@@ -50,6 +50,11 @@ class Pool:
         self.fill()
         return box if box is not None else self._start()
 
+    def warm(self) -> int:
+        """How many sandboxes are ready for a job now."""
+        with self._lock:
+            return sum(1 for box in self._boxes if box.ready())
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -14,13 +14,15 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import delete
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from app import logs
 from app.config import Settings
-from app.db import make_engine
+from app.db import make_engine, utcnow
 from app.lessons.content import Course, load_course
+from app.ops.models import WorkerBeat
 from worker import queue
 
 log = logging.getLogger("treino.worker")
@@ -28,10 +30,16 @@ log = logging.getLogger("treino.worker")
 Grader = Callable[..., dict[str, Any]]  # (exercise, code, lang, *, run_only=False)
 
 
+BEAT_EVERY = 10.0  # seconds between heartbeats while idle; /readyz wants one within a minute
+
+
 class Worker:
     def __init__(self, settings: Settings, grade: Grader | None = None,
-                 course: Course | None = None) -> None:
+                 course: Course | None = None, *, isolation: str = "process", device: str = "cpu",
+                 warm: Callable[[], int] = lambda: 0) -> None:
         self.settings = settings
+        self.isolation, self.device, self.warm = isolation, device, warm
+        self._last_beat = 0.0
         self.course = course or load_course(settings.lessons_dir)
         self.engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
@@ -48,9 +56,20 @@ class Worker:
         log.info("worker %s started", self.name)
         with self._waker() as wait:
             while not self.stopping.is_set():
+                if time.monotonic() - self._last_beat > BEAT_EVERY:
+                    self.beat(busy=False)
                 if not self.run_once():
                     wait()
+        with self.sessions.begin() as session:  # gone: /readyz and /metrics stop counting it
+            session.execute(delete(WorkerBeat).where(WorkerBeat.name == self.name))
         log.info("worker %s stopped", self.name)
+
+    def beat(self, busy: bool) -> None:
+        """Say this worker is alive, how it isolates code, on which device, how many are warm."""
+        with self.sessions.begin() as session:
+            session.merge(WorkerBeat(name=self.name, isolation=self.isolation, device=self.device,
+                                     warm=self.warm(), busy=int(busy), seen_at=utcnow()))
+        self._last_beat = time.monotonic()
 
     def run_once(self) -> bool:
         """Grade one job if there is one; True when a job was handled."""
@@ -58,6 +77,7 @@ class Worker:
         if job is None:
             return False
         logs.bind(job.request_id)  # the web request's id follows the job into the worker's logs
+        self.beat(busy=True)
         log.info("job %s claimed (%s, attempt %d)", job.id, job.exercise, job.attempts)
         with self._heartbeat(job.id):
             verdict = self._grade(job)
@@ -139,7 +159,9 @@ def main(settings: Settings) -> int:
     from worker import grading, pool, sandbox
 
     setup = sandbox.setup()  # logs whether learner code is isolated
-    with Worker(settings) as worker, pool.running(settings.pool_size):
+    with pool.running(settings.pool_size) as warm_pool, Worker(
+        settings, isolation=setup.isolation, device=setup.device, warm=warm_pool.warm,
+    ) as worker:
         grading.prepare(worker.course.exercises, setup.device)  # while the pool warms up
         log.info("worker %s: sandbox %s, device %s, %d warm", worker.name, setup.isolation,
                  setup.device, settings.pool_size)

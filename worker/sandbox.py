@@ -269,6 +269,7 @@ class Cgroup:
 
     ROOT = Path("/sys/fs/cgroup")
     _warned = False
+    _swept = False
 
     def __init__(self, dirs: dict[str, Path], v2: bool) -> None:
         self.dirs, self.v2 = dirs, v2
@@ -297,11 +298,23 @@ class Cgroup:
                 own[c] = path
         return own
 
+    @staticmethod
+    def _sweep(parent: Path) -> None:
+        """Remove the empty cgroups a killed worker left (not the ones being joined right now)."""
+        for stale in parent.glob("treino-*"):
+            with contextlib.suppress(OSError):
+                if time.time() - stale.stat().st_mtime > 60 and not (stale / "cgroup.procs").read_text():
+                    stale.rmdir()
+
     @classmethod
     def _create(cls, name: str) -> "Cgroup | None":
         own = cls._own()
         if (cls.ROOT / "memory").is_dir() and (cls.ROOT / "pids").is_dir():  # v1
             dirs = {c: cls.ROOT / c / own.get(c, "/").lstrip("/") / name for c in ("memory", "pids")}
+            if not cls._swept:
+                cls._swept = True
+                for d in dirs.values():
+                    cls._sweep(d.parent)
             made = []
             try:
                 for d in dirs.values():
@@ -318,6 +331,9 @@ class Cgroup:
             if not {"memory", "pids"} <= set(enabled):
                 # only possible where this cgroup holds no processes (delegate one to the worker)
                 (base / "cgroup.subtree_control").write_text("+memory +pids")
+            if not cls._swept:
+                cls._swept = True
+                cls._sweep(base)
             d = base / name
             d.mkdir()
             return cls({"memory": d, "pids": d}, v2=True)

@@ -32,6 +32,16 @@ def readiness(session: Session, database_url: str) -> dict[str, bool]:
     return checks
 
 
+def grading_notice(session: Session) -> str | None:
+    """What a learner should know before sending code: "not-isolated" when a live worker runs
+    code without a sandbox, "no-worker" when none is running; None when all is well."""
+    fresh = list(session.scalars(select(WorkerBeat.isolation).where(
+        WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    if not fresh:
+        return "no-worker"
+    return "not-isolated" if "process" in fresh else None
+
+
 def metrics(session: Session) -> str:
     """Prometheus text exposition."""
     lines: list[str] = []

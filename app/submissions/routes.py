@@ -9,6 +9,7 @@ from app.db import SessionDep, aware
 from app.drafts import service as drafts
 from app.i18n import gettext as _
 from app.lessons.service import CourseDep, LessonDep
+from app.ops.service import grading_notice
 from app.submissions import present, service
 from app.submissions.editor import phrases
 from app.submissions.figures import figures
@@ -40,6 +41,7 @@ def exercise_page(request: Request, lesson: LessonDep, exercise: ExerciseDep, co
         "code": code, "draft_at": aware(draft.updated_at).isoformat() if draft else "",
         "shown": _shown(hints, exercise), "reset": request.query_params.get("reset") == "1",
         "editor_phrases": phrases() if request.state.lang != "en" else {},
+        "grading_notice": grading_notice(session),
     })
 
 

@@ -51,3 +51,17 @@ def test_metrics_report_the_queue_verdicts_latency_and_workers(db_client, db_app
     assert _metric(text, 'treino_workers{isolation="bwrap"}') == 1
     assert _metric(text, "treino_warm_pool_size") == 3
     assert _metric(text, "treino_gpus_in_use") == 1
+
+
+def test_the_exercise_page_says_plainly_when_code_is_not_isolated_or_nobody_grades(client, app):
+    from tests.conftest import html
+
+    def notice():
+        found = html(client.get("/lessons/gradient-accumulation/exercises/accumulate")).select(".notice.warn")
+        return found[0].get_text(" ", strip=True) if found else None
+
+    assert notice().startswith("No grading worker is running right now")
+    _beat(app, isolation="process")
+    assert notice().startswith("On this server your code is not isolated")
+    _beat(app, isolation="bwrap")
+    assert notice() is None

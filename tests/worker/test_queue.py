@@ -225,3 +225,23 @@ def test_notify_wakes_an_idle_worker_before_its_poll_interval(postgres_url):
         thread.join(timeout=10)
         worker.__exit__()
     assert job_id
+
+
+def test_a_worker_reports_itself_while_it_runs_and_leaves_when_it_stops(sessions, database_url):
+    from app.ops.models import WorkerBeat
+
+    def beats():
+        with sessions() as session:
+            return [(b.isolation, b.device, b.warm) for b in session.scalars(select(WorkerBeat))]
+
+    with Worker(_settings(database_url, poll_seconds=0.05), grade=fake_verdict, course=COURSE,
+                isolation="bwrap", device="cpu", warm=lambda: 2) as worker:
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not beats() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert beats() == [("bwrap", "cpu", 2)]
+        worker.stop()
+        thread.join(timeout=10)
+    assert beats() == []
