@@ -32,7 +32,10 @@ def _submit(client: httpx2.Client, exercise_id: str, code: str) -> int:
 def _verdict(client: httpx2.Client, submission: int, timeout: float = 300) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        body = client.get(f"/api/submissions/{submission}").json()
+        response = client.get(f"/api/submissions/{submission}")
+        if response.status_code != 200:
+            raise RuntimeError(f"submission {submission}: {response.status_code} {response.text[:300]}")
+        body = response.json()
         if body["status"] in FINAL:
             return body
         time.sleep(POLL_SECONDS)

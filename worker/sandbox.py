@@ -51,7 +51,7 @@ TRACE_LIMIT = 4 * 1024 * 1024
 FILE_LIMIT = 16 * 1024 * 1024  # any file the child writes (its output, the trace)
 OPEN_FILES = 256  # torch opens a few dozen shared libraries while importing
 PIDS = 256  # processes and threads per sandbox (pids cgroup; RLIMIT_NPROC without one)
-TMPFS_BYTES = 64 * 1024 * 1024  # each of /job, /tmp; /dev/shm gets a quarter
+TMPFS_BYTES = 64 * 1024 * 1024  # each of /job, /tmp, /dev/shm
 WARM_UP_SECONDS = 180  # importing torch on a slow, busy CPU; not part of any job's limit
 CPU_CEILING = 600 + WARM_UP_SECONDS  # hard RLIMIT_CPU; the harness lowers it for the job
 SANDBOX_UID = 65534
@@ -250,7 +250,7 @@ def _bwrap_args(device: str, gpu: int | None) -> list[str]:
             args += ["--ro-bind", top, top]
     args += ["--ro-bind", str(HARNESS), "/harness",
              "--proc", "/proc", "--dev", "/dev",
-             "--size", str(TMPFS_BYTES // 4), "--tmpfs", "/dev/shm",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",  # DataLoader workers pass batches there
              "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
              "--size", str(TMPFS_BYTES), "--tmpfs", "/job",
              # the trace's own room: a full work dir must not cost the learner their verdict

@@ -9,7 +9,6 @@ import dataclasses
 import os
 import re
 import socket
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -123,17 +122,16 @@ def run(mode, pools, exercise, monkeypatch):
     taken: list[str] = []
     original_take = box_pool.take
 
+    roots: list[Path] = []
+
     def take():
         box = original_take()
         taken.append(box.id)
+        if box._root is not None:  # the process-only sandbox's host temp dir
+            roots.append(box._root)
         return box
 
     monkeypatch.setattr(box_pool, "take", take)
-
-    def job_dirs() -> set[Path]:
-        return set(Path(tempfile.gettempdir()).glob("treino-job-*"))
-
-    before = job_dirs()
 
     def go(code: str | bytes, **limits) -> Outcome:
         ex = exercise
@@ -152,8 +150,7 @@ def run(mode, pools, exercise, monkeypatch):
             break
         time.sleep(0.05)
     assert not strays, f"processes left behind: {strays}"
-    waiting = {b._root for p in pools.values() for b in p._boxes}
-    left = job_dirs() - before - waiting
+    left = [root for root in roots if os.path.lexists(root)]
     assert not left, f"temp dirs left behind: {left}"
 
 

@@ -13,6 +13,7 @@ values to quote, and ``worker.checks.messages`` renders them in the learner's la
 
 import importlib
 import re
+import threading
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -41,6 +42,10 @@ class Evaluation:
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
 
+
+# Scenarios seed torch's global generator: a reference built in one grading thread must not
+# be interleaved with another thread's seeding. Hold this while building one.
+SEEDING = threading.RLock()
 
 KIND_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 

@@ -18,7 +18,7 @@ with warnings.catch_warnings():  # torch says so at import when numpy is absent;
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-from worker.checks import Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.checks.messages import Sci  # noqa: E402
 from worker.harness import scenarios  # noqa: E402
 
@@ -70,7 +70,8 @@ def reference(params: dict, device: str) -> Reference:
     """The instructor's run of ``params`` on ``device`` (the CPU when CUDA is absent)."""
     if not (device.startswith("cuda") and torch.cuda.is_available()):
         device = "cpu"
-    return _reference(json.dumps(params, sort_keys=True), device)
+    with SEEDING:
+        return _reference(json.dumps(params, sort_keys=True), device)
 
 
 def prepare(params: dict, device: str) -> None:

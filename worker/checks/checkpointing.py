@@ -18,7 +18,7 @@ with warnings.catch_warnings():  # torch says so at import when numpy is absent;
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-from worker.checks import Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.checks.messages import Sci  # noqa: E402
 from worker.harness import memory, scenarios  # noqa: E402
 
@@ -55,7 +55,8 @@ def _reference(key: str) -> Reference:
 
 
 def reference(params: dict) -> Reference:
-    return _reference(json.dumps(params, sort_keys=True))
+    with SEEDING:
+        return _reference(json.dumps(params, sort_keys=True))
 
 
 def prepare(params: dict, device: str) -> None:
