@@ -86,4 +86,7 @@ def run(kind: str, job: dict, code: bytes, limits: sandbox.Limits) -> sandbox.Re
     """Run one job in a sandbox from the running pool, or in a cold one."""
     pool = _active
     box = pool.take() if pool is not None else sandbox.start()
-    return box.run(kind, job, code, limits)
+    result = box.run(kind, job, code, limits)
+    if result.reason == "sandbox-start":  # it died warming up (ours, not the learner's): once more, cold
+        result = sandbox.start().run(kind, job, code, limits)
+    return result

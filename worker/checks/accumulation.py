@@ -20,7 +20,7 @@ with warnings.catch_warnings():  # torch says so at import when numpy is absent;
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-from worker.checks import Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.checks.messages import Sci  # noqa: E402
 from worker.harness import memory, scenarios  # noqa: E402
 
@@ -87,8 +87,10 @@ def _reference(key: str) -> Reference:
 
 
 def reference(params: dict) -> Reference:
-    """The large-batch reference of ``params`` (cached: it depends on nothing else)."""
-    return _reference(json.dumps(params, sort_keys=True))
+    """The large-batch reference of ``params`` (cached: it depends on nothing else). Built under
+    SEEDING: the builders seed torch's global generator, shared by concurrent grades."""
+    with SEEDING:
+        return _reference(json.dumps(params, sort_keys=True))
 
 
 def prepare(params: dict, device: str) -> None:
@@ -162,7 +164,8 @@ MAX_LOSSES = 64
 def summarize(params: dict, data: dict) -> dict:
     """What a plain run did (no verdict): steps, memory, and the loss on all the exercise's
     data with the parameters at the start and after each step, computed here, not trusted."""
-    scenario = scenarios.build(params, torch.float64)
+    with SEEDING:
+        scenario = scenarios.build(params, torch.float64)
     weights = list(scenario.model.parameters())
     losses = []
     with torch.no_grad():
