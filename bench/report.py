@@ -3,7 +3,7 @@
 import statistics
 from dataclasses import dataclass, field
 
-from bench.traffic import POLL_SECONDS
+from bench.traffic import NOT_YET_VISIBLE, POLL_SECONDS
 
 NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 STATIC_FILE = "/static/css/app.css"  # what the lesson page is compared with
@@ -150,4 +150,8 @@ def markdown(about: dict[str, str], results: Results, argv: list[str]) -> str:
               "first `created_at` to the last `finished_at`. Pages: one returning visitor, for a "
               "fixed time, after one request that warms the caches.",
               ""]
+    if NOT_YET_VISIBLE["count"]:
+        lines[-1:] = [f"- **{NOT_YET_VISIBLE['count']} poll(s) right after a 202 answered 404**: the "
+                      "submission's transaction commits after the response is sent (retried up to 2 s).",
+                      ""]
     return "\n".join(lines)

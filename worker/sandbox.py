@@ -241,6 +241,13 @@ def _bwrap_args(device: str, gpu: int | None) -> list[str]:
         "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
         "--hostname", "sandbox",
     ]
+    # the writable tmpfs first: a read-only path may live under /tmp (a checkout there)
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",  # DataLoader workers pass batches there
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/job",
+             # the trace's own room: a full work dir must not cost the learner their verdict
+             "--size", str(2 * TRACE_LIMIT), "--tmpfs", "/job/out"]
     for path in _readonly_paths():
         args += ["--ro-bind", path, path]
     for top in ("/lib", "/lib64", "/lib32", "/bin"):  # merged /usr: links; otherwise the dirs
@@ -248,13 +255,7 @@ def _bwrap_args(device: str, gpu: int | None) -> list[str]:
             args += ["--symlink", os.readlink(top), top]
         elif top != "/bin" and os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    args += ["--ro-bind", str(HARNESS), "/harness",
-             "--proc", "/proc", "--dev", "/dev",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",  # DataLoader workers pass batches there
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/job",
-             # the trace's own room: a full work dir must not cost the learner their verdict
-             "--size", str(2 * TRACE_LIMIT), "--tmpfs", "/job/out"]
+    args += ["--ro-bind", str(HARNESS), "/harness"]
     if device == "cuda" and gpu is not None:
         args += _gpu_args(gpu)
     return [*args, "--remount-ro", "/", "--chdir", "/job"]

@@ -137,3 +137,13 @@ def test_pool_hands_out_a_warm_box_and_refills():
 def test_an_empty_pool_goes_cold():
     p = pool.Pool(0, start=FakeBox)
     assert p._boxes == [] and isinstance(p.take(), FakeBox)
+
+
+def test_writable_tmpfs_comes_before_the_read_only_binds():
+    """A checkout (and so its venv) under /tmp must stay visible: the tmpfs is mounted first."""
+    from worker import sandbox
+
+    args = sandbox._bwrap_args("cpu", None)
+    tmp = args.index("/tmp", args.index("--tmpfs"))
+    binds = [i for i, a in enumerate(args) if a == "--ro-bind"]
+    assert binds and all(i > tmp for i in binds)
