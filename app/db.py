@@ -76,4 +76,5 @@ def get_session(request: Request) -> Iterator[Session]:
             raise
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# "function": commit before the response is sent, so a 202 or a 303 never outruns its row
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]

@@ -60,7 +60,7 @@ def _breakdown(results: Results) -> list[str]:
              "|---|" + "---:|" * len([n for n in ("cold", "warm") if n in results.ms])]
     parts = [("the learner's function, instrumented (harness `run_ms`)", "harness_run_ms"),
              ("harness start-up in the sandbox: `import torch` (`import_ms`)", "harness_import_ms"),
-             ("hand-off → sandbox gone (`sandbox_ms`: warm-up wait, job, exit)", "sandbox_ms"),
+             ("hand-off → sandbox gone (`sandbox_ms`: the job, then the process exit)", "sandbox_ms"),
              ("checks on the trace (`check_ms`)", "check_ms")]
     kinds = [results.ms[n] for n in ("cold", "warm") if n in results.ms]
     for label, key in parts:
@@ -71,8 +71,9 @@ def _breakdown(results: Results) -> list[str]:
         rest = [total - m.get("sandbox_ms", 0) - m.get("check_ms", 0)
                 for total, m in zip(s.ms, s.metrics, strict=True)]
         outside.append(f"{statistics.median(rest):,.0f}")
-    lines.append("| `grade()` outside the sandbox and the checks (pool take and the replacement's "
-                 "start, validation, trace parsing, the verdict) | " + " | ".join(outside) + " |")
+    lines.append("| `grade()` before hand-off and after the sandbox (cold: its start and torch "
+                 "import; warm: the take and the replacement's start), parsing, the verdict | "
+                 + " | ".join(outside) + " |")
     lines.append("| total, `grade()` call to verdict | "
                  + " | ".join(f"{p50(s.ms):,.0f}" for s in kinds) + " |")
     return lines
