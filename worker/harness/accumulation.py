@@ -58,22 +58,6 @@ class Recorder:
         return float(self.scaler.get_scale()) if self.scaler is not None else None
 
 
-class Loader:
-    """The micro-batches: iterable, with ``len()`` and indexing."""
-
-    def __init__(self, batches):
-        self._batches = batches
-
-    def __len__(self):
-        return len(self._batches)
-
-    def __iter__(self):
-        return iter(self._batches)
-
-    def __getitem__(self, index):
-        return self._batches[index]
-
-
 def _identify(batches, y):
     """Indices of the micro-batches whose targets make up ``y`` (consecutive), or []."""
     if not isinstance(y, torch.Tensor) or y.dim() == 0:
@@ -232,7 +216,7 @@ def run(job, api):
     initial = flat(rec.params)
     _instrument(model, optimizer, scaler, batches, rec)
     available = {
-        "model": model, "loader": Loader(batches), "loss_fn": RecordingLoss(scenario, rec),
+        "model": model, "loader": scenarios.Loader(batches), "loss_fn": RecordingLoss(scenario, rec),
         "optimizer": optimizer, "accum_steps": int(params["accum_steps"]), "scaler": scaler,
         "max_norm": params.get("max_norm"),
     }

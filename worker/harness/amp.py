@@ -62,17 +62,6 @@ def _wrap(obj, name, before):
     setattr(obj, name, wrapper)
 
 
-class Loader:
-    def __init__(self, batches):
-        self._batches = batches
-
-    def __len__(self):
-        return len(self._batches)
-
-    def __iter__(self):
-        return iter(self._batches)
-
-
 class RecordingLoss:
     def __init__(self, loss_fn, recorder, device_type):
         self._loss_fn = loss_fn
@@ -158,7 +147,7 @@ def run(job, api):
     rec = Recorder(model, scaler)
     _instrument(model, optimizer, scaler, batches, rec)
     available = {
-        "model": model, "loader": Loader(batches),
+        "model": model, "loader": scenarios.Loader(batches),
         "loss_fn": RecordingLoss(loss_fn, rec, device_type), "optimizer": optimizer,
         "scaler": scaler, "device_type": device_type,
         "amp_dtype": getattr(torch, params["amp_dtype"]), "max_norm": float(params["max_norm"]),

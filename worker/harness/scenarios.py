@@ -140,3 +140,19 @@ def block_net(params, dtype=torch.float64):
     batches = [(torch.randn(size, width, dtype=dtype), torch.randint(0, classes, (size,)))
                for _ in range(int(params["n_batches"]))]
     return model, batches, nn.CrossEntropyLoss()
+
+
+class Loader:
+    """The micro-batches: iterable, with ``len()`` and indexing."""
+
+    def __init__(self, batches):
+        self._batches = batches
+
+    def __len__(self):
+        return len(self._batches)
+
+    def __iter__(self):
+        return iter(self._batches)
+
+    def __getitem__(self, index):
+        return self._batches[index]
