@@ -34,7 +34,7 @@ class Settings(BaseSettings):
     max_attempts: int = 3
     # Whole request bodies above this are refused with 413 before any parsing.
     max_body_bytes: int = 256 * 1024
-    # Re-read lesson files on every request (authoring); off in production.
+    # Re-read lesson files and templates on every request (authoring); off in production.
     reload_lessons: bool = False
     # One line per log event: readable text, or JSON for a log collector (the compose file).
     log_format: Literal["text", "json"] = "text"

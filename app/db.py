@@ -1,6 +1,6 @@
 """Database engine, sessions and migrations. One dependency owns commit and rollback."""
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from app.config import ROOT
 
@@ -65,15 +66,22 @@ def upgrade(url: str) -> None:
     command.upgrade(alembic_config(url), "head")
 
 
-def get_session(request: Request) -> Iterator[Session]:
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """The request's session: committed if the route returns, rolled back if it raises. Made
+    here on the event loop (no I/O until first use); only the commit or rollback, which talk to
+    the database, go to a thread."""
     factory: sessionmaker[Session] = request.app.state.sessionmaker
-    with factory() as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+    session = factory()
+    try:
+        yield session
+        if session.in_transaction():
+            await run_in_threadpool(session.commit)
+    except BaseException:
+        if session.in_transaction():
+            await run_in_threadpool(session.rollback)
+        raise
+    finally:
+        session.close()  # nothing left to say to the database: the connection is back in the pool
 
 
 # "function": commit before the response is sent, so a 202 or a 303 never outruns its row

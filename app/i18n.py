@@ -96,6 +96,7 @@ def negotiate(accept_language: str | None) -> str | None:
     return None
 
 
+@cache
 def language_name(lang: str) -> str:
     """The language's own name for itself (English, português)."""
     try:

@@ -20,6 +20,7 @@ from app.progress import routes as progress
 from app.quizzes import routes as quizzes
 from app.security import verify_csrf
 from app.submissions import routes as submissions
+from app.web import templates
 
 
 def create_app(settings: Settings | None = None, *, course: Course | None = None) -> FastAPI:
@@ -36,6 +37,7 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
                   version="0.1.0", lifespan=lifespan, redoc_url=None,  # /docs is the one API page
                   dependencies=[Depends(verify_csrf)])
     app.state.settings = settings
+    templates.env.auto_reload = settings.reload_lessons  # else each page stats its templates
     app.state.course = course
     app.state.sessionmaker = sessionmaker(engine, expire_on_commit=False)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")

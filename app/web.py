@@ -12,6 +12,7 @@ from jinja2 import (
     select_autoescape,
 )
 from jinja2_fragments.fastapi import Jinja2Blocks
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -39,6 +40,26 @@ def _path(app: Any, name: str, params: tuple[tuple[str, Any], ...]) -> str:
     return str(app.url_path_for(name, **dict(params)))
 
 
+_rendered: dict[tuple, tuple[Markup, dict[str, Any]]] = {}
+
+
+@pass_context
+def once(context: dict[str, Any], name: str, /, **values: Any) -> Markup:
+    """Template ``name`` rendered with ``values`` once per language, then reused: for the parts
+    of a page that are the same for every visitor (a lesson's cards), so a request renders only
+    what is its own. Objects in ``values`` count by identity: a reloaded course renders afresh."""
+    lang = context["lang"]
+    key = (name, lang, *((k, v if isinstance(v, str | int | None) else id(v))
+                         for k, v in sorted(values.items())))
+    hit = _rendered.get(key)
+    if hit is None:
+        html = Markup(_env.get_template(name).render(request=context["request"], lang=lang, **values))
+        if len(_rendered) >= 1024:  # authoring with reloads: old courses' fragments go
+            _rendered.clear()
+        _rendered[key] = hit = (html, values)  # holding the values keeps their ids theirs
+    return hit[0]
+
+
 def status_label(status: str) -> str:
     """A submission status as the learner reads it."""
     labels = {
@@ -51,7 +72,7 @@ def status_label(status: str) -> str:
 
 
 templates.env.globals.update(
-    path_for=path_for, langs=LANGS, language_name=i18n.language_name, number=i18n.number,
+    path_for=path_for, once=once, langs=LANGS, language_name=i18n.language_name, number=i18n.number,
     status_label=status_label,
 )
 

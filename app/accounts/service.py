@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, HTTPException, Request
 from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
-from sqlalchemy import ColumnElement, and_, delete, select, update
+from sqlalchemy import ColumnElement, and_, bindparam, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -97,11 +97,11 @@ class Learner:
         return {"user_id": self.user.id if self.user else None, "visitor_id": self.visitor_id}
 
 
-def get_learner(request: Request) -> Learner:
+async def get_learner(request: Request) -> Learner:
     return Learner(request.state.visitor_id, request.state.auth.user)
 
 
-def require_user(request: Request) -> User:
+async def require_user(request: Request) -> User:
     """The signed-in user; pages without one go to the sign-in page and come back after."""
     if user := request.state.auth.user:
         return user
@@ -118,9 +118,27 @@ UserDep = Annotated[User, Depends(require_user)]
 def owned_by(model: type[Owned], learner: Learner) -> ColumnElement[bool]:
     """The filter for `model`'s rows that belong to `learner`: every query of owned rows uses it.
     Signed in, the account's rows; anonymous, the visitor's rows that no account has taken."""
+    return _owner_filter(model, learner.user.id if learner.user else None, learner.visitor_id)
+
+
+@cache
+def owner_clause(model: type[Owned], signed_in: bool) -> ColumnElement[bool]:
+    """owned_by with the learner left as bind parameters, for a statement built once and run
+    on every page (give it ``owner_params(learner)``)."""
+    user_id = bindparam("owner_user_id") if signed_in else None
+    return _owner_filter(model, user_id, bindparam("owner_visitor_id"))
+
+
+def _owner_filter(model: type[Owned], user_id: Any, visitor_id: Any) -> ColumnElement[bool]:
+    if user_id is not None:
+        return model.user_id == user_id
+    return and_(model.visitor_id == visitor_id, model.user_id.is_(None))
+
+
+def owner_params(learner: Learner) -> dict[str, Any]:
     if learner.user is not None:
-        return model.user_id == learner.user.id
-    return and_(model.visitor_id == learner.visitor_id, model.user_id.is_(None))
+        return {"owner_user_id": learner.user.id}
+    return {"owner_visitor_id": learner.visitor_id}
 
 
 def adopt(session: Session, user: User, visitor_id: str) -> None:

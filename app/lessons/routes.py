@@ -6,7 +6,6 @@ from app.db import SessionDep
 from app.lessons.schemas import CourseOut, ExerciseOut, LessonOut
 from app.lessons.service import CourseDep, LessonDep
 from app.progress.service import course_progress
-from app.quizzes.service import latest_answers
 from app.web import render
 
 router = APIRouter()
@@ -25,10 +24,8 @@ def lesson_page(request: Request, lesson: LessonDep, course: CourseDep, session:
 
 
 def lesson_context(session, learner: Learner, course, lesson) -> dict:
-    prev, nxt = course.neighbours(lesson)
-    return {"course": course, "lesson": lesson, "prev": prev, "next": nxt,
-            "answers": latest_answers(session, learner, lesson),
-            "progress": course_progress(session, learner, course).of(lesson)}
+    progress = course_progress(session, learner, course).of(lesson)
+    return {"course": course, "lesson": lesson, "answers": progress.answers, "progress": progress}
 
 
 @router.get("/api/lessons", response_model=CourseOut, tags=["lessons"])

@@ -1,21 +1,22 @@
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from app.lessons.content import Course, Lesson, load_course
 
 
-def get_course(request: Request) -> Course:
+async def get_course(request: Request) -> Course:
     state = request.app.state
     if state.settings.reload_lessons:  # authoring: see edits without a restart
-        state.course = load_course(state.settings.lessons_dir)
+        state.course = await run_in_threadpool(load_course, state.settings.lessons_dir)
     return state.course
 
 
 CourseDep = Annotated[Course, Depends(get_course)]
 
 
-def get_lesson(slug: str, course: CourseDep) -> Lesson:
+async def get_lesson(slug: str, course: CourseDep) -> Lesson:
     lesson = course.lesson(slug)
     if lesson is None:
         raise HTTPException(404)

@@ -1,13 +1,26 @@
 """A learner's progress: cards reached, quick-checks answered right, exercises passed; and
 where to continue."""
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 
-from sqlalchemy import case, func, select
+from sqlalchemy import (
+    Boolean,
+    CompoundSelect,
+    DateTime,
+    Integer,
+    String,
+    cast,
+    literal_column,
+    null,
+    select,
+    union_all,
+)
 from sqlalchemy.orm import Session
 
-from app.accounts.service import Learner, owned_by
+from app.accounts.service import Learner, owned_by, owner_clause, owner_params
 from app.db import utcnow
 from app.lessons.content import Course, Exercise, Lesson
 from app.progress.models import CardReached
@@ -22,6 +35,7 @@ class LessonProgress:
     questions_right: frozenset[str]   # question ids answered right at least once
     exercises_passed: tuple[str, ...]
     last_active: datetime | None
+    answers: Mapping[str, str] = field(default_factory=dict)  # question id → the option chosen last
 
     @property
     def cards_total(self) -> int:
@@ -96,48 +110,66 @@ def _next_step(p: LessonProgress) -> Resume | None:
     return None if p.complete else Resume(p.lesson)
 
 
-def passed_exercises(session: Session, learner: Learner) -> dict[str, set[str]]:
-    """lesson slug → ids of the exercises the learner passed (a graded submission, not a run)."""
-    passed: dict[str, set[str]] = {}
-    for exercise_id in session.scalars(
-        select(Submission.exercise).distinct().where(
-            owned_by(Submission, learner), Submission.status == Status.PASSED,
-            Submission.mode == Mode.SUBMIT)
-    ):
-        passed.setdefault(exercise_id.split("/", 1)[0], set()).add(exercise_id)
-    return passed
+@cache
+def _activity(signed_in: bool) -> CompoundSelect:
+    """Everything progress is made of, in one round trip: the cards a learner reached, their
+    quick-check answers and the exercises they passed (a graded submission, not a run). Built
+    once per kind of learner and run with ``owner_params``: a page pays for the query, not for
+    building it. Each part fills the columns it has; the others are typed NULLs."""
+    def none(kind):
+        return cast(null(), kind)
+
+    return union_all(
+        select(literal_column("'card'").label("kind"), CardReached.lesson.label("lesson"),
+               CardReached.card.label("card"), none(String).label("item"), none(String).label("option"),
+               none(Boolean).label("correct"), CardReached.reached_at.label("at"), CardReached.id.label("id"))
+        .where(owner_clause(CardReached, signed_in)),
+        select(literal_column("'answer'"), QuizAttempt.lesson, none(Integer), QuizAttempt.question,
+               QuizAttempt.option, QuizAttempt.correct, QuizAttempt.created_at, QuizAttempt.id)
+        .where(owner_clause(QuizAttempt, signed_in)),
+        select(literal_column("'passed'"), none(String), none(Integer), Submission.exercise, none(String),
+               none(Boolean), none(DateTime(timezone=True)), none(Integer)).distinct()
+        .where(owner_clause(Submission, signed_in), Submission.status == Status.PASSED,
+               Submission.mode == Mode.SUBMIT),
+    )
 
 
 def course_progress(session: Session, learner: Learner, course: Course) -> CourseProgress:
     cards: dict[str, set[int]] = {}
     active: dict[str, datetime] = {}
-    for lesson, card, reached in session.execute(
-        select(CardReached.lesson, CardReached.card, func.max(CardReached.reached_at))
-        .where(owned_by(CardReached, learner)).group_by(CardReached.lesson, CardReached.card)
-    ):
-        cards.setdefault(lesson, set()).add(card)
-        active[lesson] = max(reached, active.get(lesson, reached))
     right: dict[str, set[str]] = {}
-    for lesson, question, ever_right, answered in session.execute(
-        select(QuizAttempt.lesson, QuizAttempt.question,
-               func.max(case((QuizAttempt.correct, 1), else_=0)), func.max(QuizAttempt.created_at))
-        .where(owned_by(QuizAttempt, learner)).group_by(QuizAttempt.lesson, QuizAttempt.question)
-    ):
-        if ever_right:
-            right.setdefault(lesson, set()).add(question)
-        active[lesson] = max(answered, active.get(lesson, answered))
-    passed = passed_exercises(session, learner)
-    return CourseProgress(tuple(
-        LessonProgress(
-            lesson=lesson,
-            # Only what still exists: lesson files may have changed since.
-            cards=frozenset(c for c in cards.get(lesson.slug, ()) if c < len(lesson.text("en").cards)),
-            questions_right=frozenset(q.id for q in lesson.questions if q.id in right.get(lesson.slug, ())),
-            exercises_passed=tuple(ex.id for ex in lesson.exercises if ex.id in passed.get(lesson.slug, ())),
-            last_active=active.get(lesson.slug),
-        )
-        for lesson in course.lessons
-    ))
+    answers: dict[str, dict[str, str]] = {}
+    passed: set[str] = set()
+    rows = session.execute(_activity(learner.user is not None), owner_params(learner)).all()
+    for row in sorted(rows, key=lambda r: r.id or 0):  # answers oldest first: the last one counts
+        if row.kind == "passed":
+            passed.add(row.item)
+            continue
+        active[row.lesson] = max(row.at, active.get(row.lesson, row.at))
+        if row.kind == "card":
+            cards.setdefault(row.lesson, set()).add(row.card)
+        else:
+            answers.setdefault(row.lesson, {})[row.item] = row.option
+            if row.correct:
+                right.setdefault(row.lesson, set()).add(row.item)
+    return CourseProgress(tuple(_lesson_progress(lesson, cards.get(lesson.slug, set()),
+                                                 right.get(lesson.slug, set()), passed,
+                                                 answers.get(lesson.slug, {}), active.get(lesson.slug))
+                                for lesson in course.lessons))
+
+
+def _lesson_progress(lesson: Lesson, cards: set[int], right: set[str], passed: set[str],
+                     answers: dict[str, str], last_active: datetime | None) -> LessonProgress:
+    """Only what still exists counts: lesson files may have changed since."""
+    return LessonProgress(
+        lesson=lesson,
+        cards=frozenset(c for c in cards if c < len(lesson.text("en").cards)),
+        questions_right=frozenset(q.id for q in lesson.questions if q.id in right),
+        exercises_passed=tuple(ex.id for ex in lesson.exercises if ex.id in passed),
+        last_active=last_active,
+        answers={q: o for q, o in answers.items()
+                 if (question := lesson.question(q)) is not None and question.option(o) is not None},
+    )
 
 
 def reach_card(session: Session, learner: Learner, lesson: Lesson, card: int) -> None:

@@ -16,7 +16,7 @@ from app.submissions.models import Mode, Status, Submission
 NOTIFY_CHANNEL = "treino_jobs"  # worker/queue.py listens on it
 
 
-def get_exercise(lesson: LessonDep, exercise_slug: str) -> Exercise:
+async def get_exercise(lesson: LessonDep, exercise_slug: str) -> Exercise:
     exercise = next((ex for ex in lesson.exercises if ex.slug == exercise_slug), None)
     if exercise is None:
         raise HTTPException(404)
