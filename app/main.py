@@ -40,6 +40,9 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     templates.env.auto_reload = settings.reload_lessons  # else each page stats its templates
     app.state.course = course
     app.state.sessionmaker = sessionmaker(engine, expire_on_commit=False)
+    # GET and HEAD change nothing: their sessions read without BEGIN and COMMIT round trips
+    app.state.reader = sessionmaker(engine.execution_options(isolation_level="AUTOCOMMIT"),
+                                    expire_on_commit=False)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.include_router(lessons.router)
     app.include_router(quizzes.router)

@@ -1,11 +1,14 @@
 """Migrations build the schema the models describe, on SQLite and on PostgreSQL."""
 
+import time
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 import app.models  # noqa: F401
-from app.db import Base, upgrade
+from app.db import Base, make_engine, upgrade
 
 
 def test_migrations_from_empty_match_the_models(empty_database_url):
@@ -20,3 +23,26 @@ def test_migrations_from_empty_match_the_models(empty_database_url):
         assert diff == [], f"models and migrations differ: {diff}"
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_connection_the_server_closed_is_replaced_not_failed(postgres_url):
+    """After a database restart or failover the pool holds dead connections: the next request
+    gets a fresh one instead of an error."""
+    engine = make_engine(postgres_url)
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            killed = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": killed}).scalar()
+        deadline = time.monotonic() + 5
+        with admin.connect() as conn:  # the backend is gone once the server says so
+            while conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"),
+                               {"pid": killed}).scalar() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar() != killed
+    finally:
+        engine.dispose()
+        admin.dispose()
