@@ -1,9 +1,13 @@
 """Course and lesson pages, asserted on structure; the JSON listing; the 404 page."""
 
-import pytest
+import shutil
 
-from app.config import LANGS
-from tests.conftest import html
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import LANGS, Settings
+from app.main import create_app
+from tests.conftest import LESSONS, html
 
 
 def test_course_page_lists_every_lesson(client, course):
@@ -105,3 +109,19 @@ def test_unknown_api_path_is_json(client):
     response = client.get("/api/nothing")
     assert response.status_code == 404
     assert response.json() == {"detail": "Not Found"}
+
+
+def test_with_reload_lessons_an_edited_card_shows_at_the_next_request(tmp_path, sqlite_url):
+    """Authoring mode: the parts rendered once per lesson are rendered again for a new edit."""
+    lessons = tmp_path / "lessons"
+    shutil.copytree(LESSONS, lessons)
+    settings = Settings(database_url=sqlite_url, lessons_dir=lessons, reload_lessons=True,
+                        _env_file=None)
+    path = lessons / "02-gradient-accumulation" / "lesson.en.md"
+    with TestClient(create_app(settings)) as client:
+        first = html(client.get("/lessons/gradient-accumulation")).select_one("ol.cards h2")
+        assert first.get_text() == "Large batches need memory you don't have"
+        path.write_text(path.read_text().replace("## Large batches need memory you don't have",
+                                                 "## Big batches, small card"))
+        again = html(client.get("/lessons/gradient-accumulation")).select_one("ol.cards h2")
+        assert again.get_text() == "Big batches, small card"
