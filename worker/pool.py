@@ -1,45 +1,86 @@
 """A warm pool of single-use sandboxes.
 
 Each sandbox in the pool has already imported torch (and created its CUDA context) and waits
-for one job; ``take`` hands out the readiest one and starts a replacement at once, which warms
-up in the background (in its own process). A used sandbox is never reused. With size 0, or when
-no pool is running, every job gets a cold sandbox: same launcher, same limits, just slower.
+for one job; ``take`` hands out the readiest one. The pool's own thread starts every sandbox
+in it: bubblewrap's --die-with-parent follows the thread that started a sandbox, so a sandbox
+started by a short-lived thread (a request's, an executor's) would die with it. Once a job is
+done ``run`` asks that thread for the replacement, which warms up while the verdict goes out:
+the learner waits for neither, and the job does not share its cores with a torch import. A
+used sandbox is never reused. With size 0, or when no pool is running, every job gets a cold
+sandbox: same launcher, same limits, just slower.
 
 A process holds at most one running pool (``running``): the worker for its lifetime,
 ``treino lessons check`` and the test suite for theirs; ``run`` uses it when there is one.
 """
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
 
 from worker import sandbox
 
+log = logging.getLogger("treino.pool")
 _active: "Pool | None" = None
 
 
 class Pool:
     def __init__(self, size: int, start: Callable[[], sandbox.Sandbox] = sandbox.start) -> None:
+        """Start filling the pool; returns once its sandboxes are started (not yet warm)."""
         self.size = max(0, size)
         self._start = start
         self._boxes: list[sandbox.Sandbox] = []
+        self._out = 0  # taken for a job not yet done: replaced once it is
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._closed = False
-        self.fill()
+        self._error: BaseException | None = None
+        self._keeper = threading.Thread(target=self._keep_full, name="treino-pool", daemon=True)
+        self._keeper.start()
+        with self._changed:
+            while len(self._boxes) < self.size and self._error is None:
+                self._changed.wait()
+            if self._error is not None:
+                raise self._error
 
     def _prune(self) -> None:
         for box in [b for b in self._boxes if not b.alive()]:
             box.close()  # died while waiting (killed, out of memory): never handed out
             self._boxes.remove(box)
 
-    def fill(self) -> None:
-        with self._lock:
-            self._prune()
-            while not self._closed and len(self._boxes) < self.size:
-                self._boxes.append(self._start())
+    def _keep_full(self) -> None:
+        """The pool's thread: start a sandbox whenever one is missing; look again every second
+        for ones that died waiting."""
+        while True:
+            with self._changed:
+                while True:
+                    self._prune()
+                    if self._closed or len(self._boxes) + self._out < self.size:
+                        break
+                    self._changed.wait(timeout=1)
+                if self._closed:
+                    return
+            try:
+                box = self._start()
+            except Exception as exc:  # e.g. out of processes: said, and tried again
+                log.error("pool: cannot start a sandbox: %s", exc)
+                with self._changed:
+                    self._error = self._error or exc
+                    self._changed.notify_all()
+                    self._changed.wait(timeout=5)
+                continue
+            with self._changed:
+                if not self._closed:
+                    self._boxes.append(box)
+                    self._error = None
+                    self._changed.notify_all()
+                    continue
+            box.close()
+            return
 
     def take(self) -> sandbox.Sandbox:
-        """A sandbox for one job: a warm one if any, else the one nearest to warm, else cold."""
+        """A sandbox for one job: a warm one if any, else the one nearest to warm, else cold.
+        The pool is topped up when the caller says so (``refill``), once its job is done."""
         with self._lock:
             self._prune()
             box = next((b for b in self._boxes if b.ready()), None)
@@ -47,8 +88,14 @@ class Pool:
                 box = self._boxes[0]  # started first: closer to warm than a new one
             if box is not None:
                 self._boxes.remove(box)
-        self.fill()
+            self._out += 1
         return box if box is not None else self._start()
+
+    def refill(self) -> None:
+        """A taken sandbox's job is done: have the pool's thread replace it."""
+        with self._changed:
+            self._out -= 1
+            self._changed.notify_all()
 
     def warm(self) -> int:
         """How many sandboxes are ready for a job now."""
@@ -56,11 +103,13 @@ class Pool:
             return sum(1 for box in self._boxes if box.ready())
 
     def close(self) -> None:
-        with self._lock:
+        with self._changed:
             self._closed = True
             boxes, self._boxes = self._boxes, []
+            self._changed.notify_all()
         for box in boxes:
             box.close()
+        self._keeper.join(timeout=30)
 
 
 @contextlib.contextmanager
@@ -80,12 +129,24 @@ def running(size: int | None = None) -> Iterator[Pool]:
     finally:
         _active = None
         pool.close()
+        sandbox.reap_all()
 
 
 def run(kind: str, job: dict, code: bytes, limits: sandbox.Limits) -> sandbox.Result:
     """Run one job in a sandbox from the running pool, or in a cold one."""
     pool = _active
-    box = pool.take() if pool is not None else sandbox.start()
+    if pool is None:  # a one-shot (`treino check`): its sandboxes are gone when it returns
+        try:
+            return _run(sandbox.start(), kind, job, code, limits)
+        finally:
+            sandbox.reap_all()
+    try:
+        return _run(pool.take(), kind, job, code, limits)
+    finally:
+        pool.refill()
+
+
+def _run(box: sandbox.Sandbox, kind: str, job: dict, code: bytes, limits: sandbox.Limits) -> sandbox.Result:
     result = box.run(kind, job, code, limits)
     if result.reason == "sandbox-start":  # it died warming up (ours, not the learner's): once more, cold
         result = sandbox.start().run(kind, job, code, limits)

@@ -2,8 +2,10 @@
 
 A ``Sandbox`` is single-use: started, it warms up (the harness imports torch and, on a GPU,
 creates the CUDA context), then waits for one job; ``run`` hands the job over, waits under the
-job's wall-clock limit, kills the whole tree and reads back the trace. ``worker.pool`` keeps a
-few warm ones; ``run()`` here is the cold one-shot.
+job's wall-clock limit until the harness says the trace is written (or the sandbox ends), kills
+the whole tree and reads back the trace. The dead tree is reaped and its cgroup removed in the
+background (``reap_all`` waits for that): a torch process takes tens of milliseconds to die,
+which no learner needs to wait for. ``worker.pool`` keeps a few warm ones and runs every job.
 
 Two kinds, chosen by ``TREINO_SANDBOX`` (``setup()``):
 
@@ -39,6 +41,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +77,7 @@ class Limits:
 class Result:
     status: Literal["ok", "timeout", "crashed"]
     trace: dict | None  # the harness's trace; None unless status is "ok"
-    wall_ms: int  # from hand-off to the end of the sandbox: the job, not the warm-up
+    wall_ms: int  # from hand-off to the job's end (its harness said done, or it ended): no warm-up
     output: str  # what reached the process's own stdout/stderr (capped)
     returncode: int | None
     reason: str = ""  # for "crashed": a short machine-readable cause
@@ -471,17 +474,19 @@ class Sandbox:
         self._output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
         self._trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
         self._sock, child_sock = socket.socketpair()
+        self._done, child_done = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
         try:
-            self.proc = self._spawn(child_sock.fileno(), gpu)
+            self.proc = self._spawn(child_sock.fileno(), child_done, gpu)
         except BaseException:
             self._sock.close()
             self._release()
             raise
         finally:
             child_sock.close()
+            os.close(child_done)
 
-    def _spawn(self, child_sock: int, gpu: int | None) -> subprocess.Popen:
-        fds = [child_sock, self._trace]
+    def _spawn(self, child_sock: int, child_done: int, gpu: int | None) -> subprocess.Popen:
+        fds = [child_sock, self._trace, child_done]
         if self.isolation == "bwrap":
             work, harness = "/job", "/harness"
             prefix = _bwrap_args(self.device, gpu)
@@ -494,7 +499,7 @@ class Sandbox:
             work, harness, prefix = str(self._root / "job"), str(self._root / "harness"), []
             cwd = work
         argv = [*prefix, sys.executable, "-I", "-B", f"{harness}/run.py", work,
-                str(child_sock), str(self._trace), self.device, self.id]
+                str(child_sock), str(self._trace), str(child_done), self.device, self.id]
         env = _environment(work)
         if self.isolation == "process" and "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
@@ -579,16 +584,11 @@ class Sandbox:
             except OSError:
                 pass  # it died while warm; reported below as a crash
             self._sock.close()
-            try:
-                returncode = self.proc.wait(timeout=max(0.0, limits.wall_seconds -
-                                                        (time.monotonic() - started)))
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            self._kill()
-            if timed_out:
-                returncode = self.proc.wait()
+            timed_out = not self._wait_for_end(max(0.0, limits.wall_seconds -
+                                                   (time.monotonic() - started)))
             wall_ms = round((time.monotonic() - started) * 1000)
+            self._kill()  # nothing in it runs again: the trace and the output stay as they are now
+            returncode = self.proc.wait() if timed_out else self.proc.poll()
             output = _decode_capped(os.pread(self._output, limits.output_kb * 1024 + 1, skip),
                                     limits.output_kb * 1024)
             if timed_out:
@@ -599,7 +599,22 @@ class Sandbox:
                 return Result("crashed", None, wall_ms, output, returncode, cause)
             return Result("ok", trace, wall_ms, output, returncode)
         finally:
-            self.close()
+            _reap(self)
+
+    def _wait_for_end(self, timeout: float) -> bool:
+        """Until the harness says it is done or the sandbox ends, woken by the kernel (a pidfd
+        and the done pipe: Popen.wait polls, up to 50 ms late); False if ``timeout`` passed."""
+        try:
+            pidfd = os.pidfd_open(self.proc.pid)
+        except OSError:  # already reaped
+            return True
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(pidfd, selectors.EVENT_READ)
+                sel.register(self._done, selectors.EVENT_READ)
+                return bool(sel.select(timeout))
+        finally:
+            os.close(pidfd)
 
     def _kill(self) -> None:
         """The whole tree: bwrap's PID 1 takes its namespace down with it; the cgroup sweep
@@ -625,13 +640,44 @@ class Sandbox:
         if self.cgroup is not None:
             self.cgroup.destroy()
             self.cgroup = None
-        for fd in (self._output, self._trace):
+        for fd in (self._output, self._trace, self._done):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self._output = self._trace = -1
+        self._output = self._trace = self._done = -1
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
+
+
+_reaping: set[threading.Thread] = set()
+_reaping_lock = threading.Lock()
+
+
+def _reap(box: Sandbox) -> None:
+    """Close a used sandbox (wait for its killed tree, remove its cgroup) in the background."""
+    def close() -> None:
+        try:
+            box.close()
+        finally:
+            with _reaping_lock:
+                _reaping.discard(thread)
+
+    thread = threading.Thread(target=close, name=f"treino-reap-{box.id}", daemon=True)
+    with _reaping_lock:
+        _reaping.add(thread)
+    thread.start()
+
+
+def reap_all(timeout: float = 10) -> None:
+    """Wait until every used sandbox of this process is gone (a worker stopping, tests)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _reaping_lock:
+            pending = list(_reaping)
+        if not pending or time.monotonic() > deadline:
+            return
+        for thread in pending:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def start() -> Sandbox:
@@ -639,7 +685,3 @@ def start() -> Sandbox:
     s = setup()
     return Sandbox(s.isolation, s.device, s.gpu)
 
-
-def run(kind: str, job: dict, code: bytes, limits: Limits) -> Result:
-    """Run ``code`` under the harness of ``kind`` in a cold sandbox of this process's setup."""
-    return start().run(kind, job, code, limits)

@@ -143,6 +143,7 @@ def run(mode, pools, exercise, monkeypatch):
         return Outcome(verdict, time.monotonic() - started)
 
     yield go
+    sandbox.reap_all()  # the verdict comes before the dead tree is reaped
     deadline = time.monotonic() + 10  # a loaded machine reaps a fork bomb slowly
     while True:
         strays = {p: c for p, c in _markers().items() if any(i in c for i in taken)}

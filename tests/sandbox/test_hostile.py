@@ -417,6 +417,23 @@ def train(*args):
     no_pass(outcome, within=15)
 
 
+def test_saying_done_early_ends_the_job_without_a_verdict(run, mode):
+    """The done pipe is the learner's to write too: saying "D" before the harness does only ends
+    their own job early (killed, no trace, no pass), with a thread still running left behind."""
+    outcome = run("""
+import os, sys, threading, time
+def spin():
+    while True:
+        time.sleep(0.01)
+def train(*args):
+    threading.Thread(target=spin).start()
+    os.write(int(sys.argv[4]), b"D")
+    time.sleep(30)
+""", wall_seconds=20)
+    no_pass(outcome, within=10)
+    assert outcome.status == "error", outcome.verdict
+
+
 def test_legitimate_solution_still_passes(run, mode):
     """The control: under every limit, the reference solution passes."""
     outcome = run(host_paths()["solution"].read_bytes())

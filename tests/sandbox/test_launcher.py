@@ -1,6 +1,8 @@
 """The launcher's pieces that need no sandbox: GPU binding, the choice of sandbox, the pool."""
 
 import os
+import threading
+import time
 
 import pytest
 
@@ -122,16 +124,50 @@ def test_pool_hands_out_a_warm_box_and_refills():
         boxes.append(FakeBox())
         return boxes[-1]
 
+    def eventually(condition):
+        deadline = time.monotonic() + 5
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return condition()
+
     p = pool.Pool(2, start=start)
     assert len(boxes) == 2
     boxes[1]._ready = True
     assert p.take() is boxes[1]  # the warm one, not the first started
-    assert len(boxes) == 3 and len(p._boxes) == 2  # refilled at once
+    time.sleep(0.2)
+    assert len(boxes) == 2  # not replaced while its job runs: the job keeps the cores
+    p.refill()  # the job is done
+    assert eventually(lambda: len(boxes) == 3 and len(p._boxes) == 2)
     boxes[0]._alive = False
     taken = p.take()
     assert boxes[0].closed and taken is boxes[2]  # a dead one is never handed out
+    assert eventually(lambda: len(boxes) == 4)  # the dead one is replaced at once
+    p.refill()
+    assert eventually(lambda: len(boxes) == 5)  # and the taken one once its job is done
+    boxes[4]._alive = False  # dies while waiting: the pool's thread notices and replaces it
+    assert eventually(lambda: boxes[4].closed and len(boxes) == 6)
     p.close()
     assert all(b.closed for b in boxes[3:])
+
+
+def test_the_pool_starts_its_sandboxes_from_its_own_thread():
+    """bwrap --die-with-parent follows the starting thread: a refill from a short-lived thread
+    (an executor's, a request's) would leave sandboxes that die with it."""
+    threads = []
+
+    def start():
+        threads.append(threading.current_thread().name)
+        return FakeBox(ready=True)
+
+    p = pool.Pool(1, start=start)
+    worker = threading.Thread(target=lambda: (p.take(), p.refill()))
+    worker.start()
+    worker.join()
+    deadline = time.monotonic() + 5
+    while len(threads) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    p.close()
+    assert threads == ["treino-pool", "treino-pool"]
 
 
 def test_an_empty_pool_goes_cold():

@@ -1,15 +1,17 @@
 """Entry point of the sandboxed child:
-``python -I -B run.py WORK_DIR CONTROL_FD TRACE_FD DEVICE SANDBOX_ID``.
+``python -I -B run.py WORK_DIR CONTROL_FD TRACE_FD DONE_FD DEVICE SANDBOX_ID``.
 
-Runs with only the standard library and torch available. It warms up first (imports torch,
-takes one tiny optimizer step, creates the CUDA context on a GPU), says ``R`` on the control
-socket and waits: a warm sandbox of the pool sits here. The worker then sends the request
-(``{"job", "code", "limits"}``) and closes its end; the child applies the job's limits,
-writes the job into WORK_DIR, runs it (``runtime.main``) and copies the trace it wrote into
-TRACE_FD, a memory file the worker reads once the whole sandbox is dead. SANDBOX_ID only
-marks the processes, so that leftovers can be found.
+Runs with only the standard library and torch available. It warms up first (imports torch and
+every kind's harness, takes one tiny optimizer step, creates the CUDA context on a GPU), says
+``R`` on the control socket and waits: a warm sandbox of the pool sits here. The worker then
+sends the request (``{"job", "code", "limits"}``) and closes its end; the child applies the
+job's limits, writes the job into WORK_DIR, runs it (``runtime.main``), copies the trace it
+wrote into TRACE_FD, a memory file, and writes ``D`` on DONE_FD: the worker then kills the
+whole sandbox and reads the trace. SANDBOX_ID only marks the processes, so that leftovers can
+be found.
 """
 
+import importlib
 import json
 import os
 import resource
@@ -22,12 +24,18 @@ sys.path.insert(0, HERE)  # harness modules import each other by name; -I leaves
 
 import runtime  # noqa: E402
 
+HARNESS_MODULES = sorted(name[:-3] for name in os.listdir(HERE)
+                         if name.endswith(".py") and name not in ("__init__.py", "run.py"))
+
 
 def warm_up(device):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
         import torch
         import torch._dynamo  # noqa: F401  (the optimizer's first step imports it)
+
+        for name in HARNESS_MODULES:  # the job's kind is imported by name: here, it costs nothing
+            importlib.import_module(name)
 
         model = torch.nn.Linear(4, 2).to(device)  # no random numbers: the job's seeds stay intact
         with torch.no_grad():
@@ -80,7 +88,8 @@ def send_trace(out_dir, trace_fd, limit):
 
 
 def main(argv):
-    work_dir, control_fd, trace_fd, device = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    work_dir, control_fd, trace_fd, done_fd = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    device = argv[4]
     warm_up(device)
     os.write(control_fd, b"R")
     request = receive(control_fd)
@@ -96,6 +105,7 @@ def main(argv):
     try:
         runtime.main([work_dir])
         send_trace(os.path.join(work_dir, "out"), trace_fd, int(job["trace_limit"]))
+        os.write(done_fd, b"D")  # the worker kills the sandbox now: exiting torch takes a while
     finally:
         os._exit(0)  # no interpreter or torch teardown, nor threads the learner left running
 
