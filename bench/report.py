@@ -3,7 +3,7 @@
 import statistics
 from dataclasses import dataclass, field
 
-from bench.traffic import NOT_YET_VISIBLE, POLL_SECONDS
+from bench.traffic import POLL_SECONDS
 
 NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 STATIC_FILE = "/static/css/app.css"  # what the lesson page is compared with
@@ -60,7 +60,7 @@ def _breakdown(results: Results) -> list[str]:
              "|---|" + "---:|" * len([n for n in ("cold", "warm") if n in results.ms])]
     parts = [("the learner's function, instrumented (harness `run_ms`)", "harness_run_ms"),
              ("harness start-up in the sandbox: `import torch` (`import_ms`)", "harness_import_ms"),
-             ("hand-off → sandbox gone (`sandbox_ms`: the job, then the process exit)", "sandbox_ms"),
+             ("hand-off → the harness says done (`sandbox_ms`: the job in its sandbox)", "sandbox_ms"),
              ("checks on the trace (`check_ms`)", "check_ms")]
     kinds = [results.ms[n] for n in ("cold", "warm") if n in results.ms]
     for label, key in parts:
@@ -71,8 +71,8 @@ def _breakdown(results: Results) -> list[str]:
         rest = [total - m.get("sandbox_ms", 0) - m.get("check_ms", 0)
                 for total, m in zip(s.ms, s.metrics, strict=True)]
         outside.append(f"{statistics.median(rest):,.0f}")
-    lines.append("| `grade()` before hand-off and after the sandbox (cold: its start and torch "
-                 "import; warm: the take and the replacement's start), parsing, the verdict | "
+    lines.append("| `grade()` before hand-off and after the job (cold: the sandbox's start and "
+                 "torch import; warm: taking a sandbox), killing it, parsing, the verdict | "
                  + " | ".join(outside) + " |")
     lines.append("| total, `grade()` call to verdict | "
                  + " | ".join(f"{p50(s.ms):,.0f}" for s in kinds) + " |")
@@ -143,16 +143,13 @@ def markdown(about: dict[str, str], results: Results, argv: list[str]) -> str:
               "- In-process: one intra-op thread, as in the sandbox (`OMP_NUM_THREADS=1`); the "
               "reference is computed once before timing, as a running worker has it cached.",
               "- Warm pool and end to end: each submission starts once every sandbox of the pool is "
-              "warm (the tree's CPU time is flat), a learner who reads between submissions; the "
-              "replacement sandbox warms up while the submission runs, as in production.",
+              "warm (the tree's CPU time is flat), a learner who reads between submissions; as in "
+              "production, the used sandbox is reaped and its replacement warms up after the job, "
+              "while the verdict goes out.",
               "- End to end: a new learner (cookie jar) per submission, one at a time; pick-up from "
               "the rows' `created_at` and `started_at`.",
               "- Queue: the submissions are sent at once to warm pools; verdicts per minute from the "
               "first `created_at` to the last `finished_at`. Pages: one returning visitor, for a "
               "fixed time, after one request that warms the caches.",
               ""]
-    if NOT_YET_VISIBLE["count"]:
-        lines[-1:] = [f"- **{NOT_YET_VISIBLE['count']} poll(s) right after a 202 answered 404**: the "
-                      "submission's transaction commits after the response is sent (retried up to 2 s).",
-                      ""]
     return "\n".join(lines)

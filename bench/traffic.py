@@ -13,9 +13,6 @@ from bench.stack import Stack
 
 POLL_SECONDS = 0.05
 FINAL = {"passed", "failed", "error", "timeout", "rejected"}
-# The API answers 202 before the session dependency commits (FastAPI runs a yield dependency's
-# exit after the response): a poll right after it may not see the row yet. Counted, reported.
-NOT_YET_VISIBLE = {"count": 0}
 
 
 def _client(stack: Stack) -> httpx2.Client:
@@ -36,10 +33,6 @@ def _verdict(client: httpx2.Client, submission: int, timeout: float = 300) -> di
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         response = client.get(f"/api/submissions/{submission}")
-        if response.status_code == 404 and time.monotonic() - started < 2:
-            NOT_YET_VISIBLE["count"] += 1
-            time.sleep(POLL_SECONDS)
-            continue
         if response.status_code != 200:
             raise RuntimeError(f"submission {submission}: {response.status_code} {response.text[:300]}")
         body = response.json()
