@@ -4,7 +4,7 @@ import select
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from alembic import command
 from alembic.config import Config
@@ -37,15 +37,16 @@ def aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, **options: Any) -> Engine:
+    """The engine for ``url`` (``options`` go to create_engine)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        engine = create_engine(url)
+        engine = create_engine(url, **options)
         event.listen(engine, "checkout", _replace_if_closed)
         return engine
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5})
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5}, **options)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_conn, _record):  # web and worker are separate processes

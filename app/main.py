@@ -27,11 +27,15 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     settings = settings or get_settings()
     course = course or load_course(settings.lessons_dir)  # a broken lesson stops start-up here
     engine = make_engine(settings.database_url)
+    # GET and HEAD change nothing: their sessions read in autocommit, without BEGIN and COMMIT
+    # round trips; a pool of their own, so that no connection switches modes at every request
+    reader = make_engine(settings.database_url, isolation_level="AUTOCOMMIT")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
         engine.dispose()
+        reader.dispose()
 
     app = FastAPI(title="treino", summary="A tutor for efficient PyTorch training on small GPUs",
                   version="0.1.0", lifespan=lifespan, redoc_url=None,  # /docs is the one API page
@@ -40,9 +44,7 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     templates.env.auto_reload = settings.reload_lessons  # else each page stats its templates
     app.state.course = course
     app.state.sessionmaker = sessionmaker(engine, expire_on_commit=False)
-    # GET and HEAD change nothing: their sessions read without BEGIN and COMMIT round trips
-    app.state.reader = sessionmaker(engine.execution_options(isolation_level="AUTOCOMMIT"),
-                                    expire_on_commit=False)
+    app.state.reader = sessionmaker(reader, expire_on_commit=False)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.include_router(lessons.router)
     app.include_router(quizzes.router)

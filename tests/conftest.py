@@ -147,7 +147,8 @@ def db_app(database_url: str, _course: Course):
     app = create_app(Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None),
                      course=_course)
     yield app
-    app.state.sessionmaker.kw["bind"].dispose()  # tests may query it outside the app's lifespan
+    for factory in (app.state.sessionmaker, app.state.reader):  # tests may query outside the lifespan
+        factory.kw["bind"].dispose()
 
 
 @pytest.fixture
