@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     sandbox: Literal["auto", "bwrap", "process"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     pool_size: int = Field(default=2, ge=0, le=16)
+    # Database connections each web process keeps open per pool (writes, and GET reads): as
+    # many as requests it serves at once, or every request past them opens and closes its own.
+    db_pool_size: int = Field(default=10, ge=1, le=100)
     # The queue: how long a claimed job stays a worker's without renewal, how often an idle
     # worker looks for work (PostgreSQL also wakes it by NOTIFY; on SQLite this is the wait
     # before a submission is picked up), claims before giving up.

@@ -26,10 +26,11 @@ from app.web import templates
 def create_app(settings: Settings | None = None, *, course: Course | None = None) -> FastAPI:
     settings = settings or get_settings()
     course = course or load_course(settings.lessons_dir)  # a broken lesson stops start-up here
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
     # GET and HEAD change nothing: their sessions read in autocommit, without BEGIN and COMMIT
     # round trips; a pool of their own, so that no connection switches modes at every request
-    reader = make_engine(settings.database_url, isolation_level="AUTOCOMMIT")
+    reader = make_engine(settings.database_url, isolation_level="AUTOCOMMIT",
+                         pool_size=settings.db_pool_size)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

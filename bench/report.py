@@ -59,7 +59,6 @@ def _breakdown(results: Results) -> list[str]:
     lines = ["| Part (median ms) | " + " | ".join(n for n in ("cold", "warm") if n in results.ms) + " |",
              "|---|" + "---:|" * len([n for n in ("cold", "warm") if n in results.ms])]
     parts = [("the learner's function, instrumented (harness `run_ms`)", "harness_run_ms"),
-             ("harness start-up in the sandbox: `import torch` (`import_ms`)", "harness_import_ms"),
              ("hand-off → the harness says done (`sandbox_ms`: the job in its sandbox)", "sandbox_ms"),
              ("checks on the trace (`check_ms`)", "check_ms")]
     kinds = [results.ms[n] for n in ("cold", "warm") if n in results.ms]

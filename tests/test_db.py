@@ -8,7 +8,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 import app.models  # noqa: F401
+from app.config import Settings
 from app.db import Base, make_engine, upgrade
+from app.main import create_app
 
 
 def test_migrations_from_empty_match_the_models(empty_database_url):
@@ -46,3 +48,15 @@ def test_a_connection_the_server_closed_is_replaced_not_failed(postgres_url):
     finally:
         engine.dispose()
         admin.dispose()
+
+
+def test_the_web_keeps_as_many_connections_as_it_is_told(sqlite_url):
+    """Both pools (writes, GET reads) hold TREINO_DB_POOL_SIZE connections: past that, every
+    concurrent request would open and close one of its own."""
+    app = create_app(Settings(database_url=sqlite_url, db_pool_size=7, _env_file=None))
+    engines = [app.state.sessionmaker.kw["bind"], app.state.reader.kw["bind"]]
+    try:
+        assert [engine.pool.size() for engine in engines] == [7, 7]
+    finally:
+        for engine in engines:
+            engine.dispose()
