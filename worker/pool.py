@@ -40,7 +40,9 @@ class Pool:
         with self._changed:
             while len(self._boxes) < self.size and self._error is None:
                 self._changed.wait()
-            if self._error is not None:
+            if self._error is not None:  # the first start failed: no pool, no thread left trying
+                self._closed = True
+                self._changed.notify_all()
                 raise self._error
 
     def _prune(self) -> None:

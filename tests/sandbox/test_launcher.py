@@ -173,6 +173,7 @@ def test_the_pool_starts_its_sandboxes_from_its_own_thread():
 def test_an_empty_pool_goes_cold():
     p = pool.Pool(0, start=FakeBox)
     assert p._boxes == [] and isinstance(p.take(), FakeBox)
+    p.close()
 
 
 def test_writable_tmpfs_comes_before_the_read_only_binds():
@@ -183,3 +184,16 @@ def test_writable_tmpfs_comes_before_the_read_only_binds():
     tmp = args.index("/tmp", args.index("--tmpfs"))
     binds = [i for i, a in enumerate(args) if a == "--ro-bind"]
     assert binds and all(i > tmp for i in binds)
+
+
+def test_a_pool_whose_sandboxes_cannot_start_says_why_and_leaves_nothing_running():
+    def start():
+        raise sandbox.SandboxUnavailable("bwrap cannot create its namespaces")
+
+    before = set(threading.enumerate())
+    with pytest.raises(sandbox.SandboxUnavailable, match="namespaces"):
+        pool.Pool(2, start=start)
+    deadline = time.monotonic() + 10
+    while set(threading.enumerate()) - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not set(threading.enumerate()) - before
