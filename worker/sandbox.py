@@ -603,16 +603,23 @@ class Sandbox:
 
     def _wait_for_end(self, timeout: float) -> bool:
         """Until the harness says it is done or the sandbox ends, woken by the kernel (a pidfd
-        and the done pipe: Popen.wait polls, up to 50 ms late); False if ``timeout`` passed."""
+        and the done pipe: Popen.wait polls, up to 50 ms late); False if ``timeout`` passed.
+        The pipe at its end (no "D", every writer gone) means the child exited on its own: then
+        the sandbox's own end is awaited, so that its exit status tells why."""
+        deadline = time.monotonic() + timeout
         try:
             pidfd = os.pidfd_open(self.proc.pid)
         except OSError:  # already reaped
             return True
         try:
             with selectors.DefaultSelector() as sel:
-                sel.register(pidfd, selectors.EVENT_READ)
-                sel.register(self._done, selectors.EVENT_READ)
-                return bool(sel.select(timeout))
+                sel.register(pidfd, selectors.EVENT_READ, "exited")
+                sel.register(self._done, selectors.EVENT_READ, "done")
+                while events := sel.select(max(0.0, deadline - time.monotonic())):
+                    if any(key.data == "exited" for key, _ in events) or os.read(self._done, 1):
+                        return True
+                    sel.unregister(self._done)
+                return False
         finally:
             os.close(pidfd)
 
@@ -663,9 +670,9 @@ def _reap(box: Sandbox) -> None:
                 _reaping.discard(thread)
 
     thread = threading.Thread(target=close, name=f"treino-reap-{box.id}", daemon=True)
-    with _reaping_lock:
+    with _reaping_lock:  # started before anyone can see it: reap_all joins only started threads
         _reaping.add(thread)
-    thread.start()
+        thread.start()
 
 
 def reap_all(timeout: float = 10) -> None:

@@ -197,3 +197,35 @@ def test_a_pool_whose_sandboxes_cannot_start_says_why_and_leaves_nothing_running
     while set(threading.enumerate()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not set(threading.enumerate()) - before
+
+
+def test_waiting_for_the_reaping_while_sandboxes_are_handed_to_it():
+    """Grades in parallel threads without a pool (`lessons check`, the slow tests): one thread
+    waits for every reaping while another hands a used sandbox over."""
+
+    class Used:
+        def __init__(self, n):
+            self.id = str(n)
+
+        def close(self):
+            pass
+
+    errors, stop = [], threading.Event()
+
+    def wait_for_all():
+        while not stop.is_set():
+            try:
+                sandbox.reap_all(1)
+            except RuntimeError as exc:  # e.g. "cannot join thread before it is started"
+                errors.append(exc)
+                return
+
+    waiter = threading.Thread(target=wait_for_all)
+    waiter.start()
+    for n in range(5000):
+        sandbox._reap(Used(n))
+        if errors:
+            break
+    stop.set()
+    waiter.join()
+    assert not errors
