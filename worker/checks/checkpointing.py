@@ -82,8 +82,9 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         grads = Check("gradients", False, "check.gradients.steps",
                       {"steps": len(data["steps"]), "expected": expected})
     elif bad is not None:
+        norm = _norm(_vector(data["steps"][bad]["grad"]).nan_to_num()) / _norm(ref.grads[bad])
         grads = Check("gradients", False, "check.gradients.failed",
-                      {"step": bad + 1, "error": Sci(errors[bad])})
+                      {"step": bad + 1, "error": Sci(errors[bad]), "ratio": Sci(norm)})
     else:
         grads = Check("gradients", True, "check.gradients.passed", {"error": Sci(max(errors))})
     peak = max(data["peaks"])
@@ -120,14 +121,16 @@ def _longest_recompute(data):
 def diagnose(params, ref, data, errors, values):
     """The known mistake the trace shows, or None."""
     tol = 1e-6
-    if len(data["steps"]) == len(ref.grads) and any(not e <= tol for e in errors):
-        t = next(t for t, e in enumerate(errors) if not e <= tol)
-        reached = {e[1] for e in data["events"] if e[0] == "G"}
-        return Diagnosis("gradients-changed", {
-            "step": t + 1, "error": Sci(errors[t]),
-            "without": data["blocks"] - len(reached), "blocks": data["blocks"]})
     if len(data["steps"]) != len(ref.grads):
         return None
+    if any(not e <= tol for e in errors):
+        # named only when the graph was cut: some blocks got no gradient at all
+        t = next(t for t, e in enumerate(errors) if not e <= tol)
+        without = data["blocks"] - len({e[1] for e in data["events"] if e[0] == "G"})
+        if not without:
+            return None
+        return Diagnosis("gradients-changed", {
+            "step": t + 1, "error": Sci(errors[t]), "without": without, "blocks": data["blocks"]})
     blocks, kept = data["blocks"], max(data["grads_kept"])
     kept_values = {**values, "kept": kept, "bytes": data["grad_bytes"]}
     if values["ratio"] > values["budget"]:
@@ -135,8 +138,10 @@ def diagnose(params, ref, data, errors, values):
             return Diagnosis("checkpoint-everything-at-once", {**values, "blocks": blocks})
         if kept and _recomputed(data) == blocks:  # checkpointed, but last step's grads linger
             return Diagnosis("grads-kept", kept_values)
-        return Diagnosis("over-budget", {**values, "recomputed": _recomputed(data),
-                                         "blocks": blocks})
+        if _recomputed(data) < blocks:  # some blocks kept every activation until backward
+            return Diagnosis("over-budget", {**values, "recomputed": _recomputed(data),
+                                             "blocks": blocks})
+        return None
     if kept:
         return Diagnosis("grads-kept", kept_values)
     return None

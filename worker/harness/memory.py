@@ -63,35 +63,49 @@ class SavedTensorMeter:
         return self._hooks.__exit__(*exc)
 
 
+def _storage_key(tensor):
+    """A storage's identity: its address and size (an alias — view, detach — shares both)."""
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # sparse or meta tensors have no plain storage
+        return None
+    return storage.data_ptr(), storage.nbytes()
+
+
 class LiveTensorMeter(TorchDispatchMode):
     """Context manager that tracks live and peak bytes of every tensor storage an op
     creates while it is active — forward, backward and any recomputation — as
-    ``max_memory_allocated`` would on a GPU, on any device. Parameters are left out."""
+    ``max_memory_allocated`` would on a GPU, on any device. Parameters are left out, and
+    so is an op's output that aliases one of its inputs (a view, ``detach``, an in-place
+    op): it allocates nothing, whether that storage was made before the meter or under it."""
 
     def __init__(self, params):
         super().__init__()
-        self._params = {p.untyped_storage().data_ptr() for p in params}
-        self._live = {}  # storage address → (weak reference, bytes)
+        self._params = {_storage_key(p) for p in params}
+        self._live = {}  # (storage address, bytes) → weak reference
         self.peak = 0
 
     def live(self):
         total = 0
-        for address, (ref, nbytes) in list(self._live.items()):
+        for key, ref in list(self._live.items()):
             if ref.expired():
-                del self._live[address]
+                del self._live[key]
             else:
-                total += nbytes
+                total += key[1]
         return total
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {_storage_key(t) for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor)}
         for tensor in tree_flatten(out)[0]:
             if not isinstance(tensor, torch.Tensor):
                 continue
-            storage = tensor.untyped_storage()
-            address = storage.data_ptr()
-            held = self._live.get(address)
-            if address not in self._params and (held is None or held[0].expired()):
-                self._live[address] = (StorageWeakRef(storage), storage.nbytes())
+            key = _storage_key(tensor)
+            if key is None or key in inputs or key in self._params or not key[1]:
+                continue
+            held = self._live.get(key)
+            if held is None or held.expired():
+                self._live[key] = StorageWeakRef(tensor.untyped_storage())
         self.peak = max(self.peak, self.live())
         return out
