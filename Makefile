@@ -8,16 +8,18 @@ TORCH_PIN := torch==2.13.0
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-# Debian packages: bubblewrap (the sandbox) and chromium (browser tests). Installed when root;
-# otherwise named, and the tutor still runs (with a process-only sandbox, said on its pages).
-SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium
+# Debian packages: bubblewrap (the sandbox), chromium (browser tests) and postgresql (the server
+# the test suite starts for its PostgreSQL tier; Debian keeps initdb in /usr/lib/postgresql/*/bin).
+# Installed when root; otherwise named, and the tutor still runs (with a process-only sandbox, said
+# on its pages) and the suite skips what needs them.
+SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium initdb:postgresql
 
 .PHONY: install system-deps run test lint bench vendor i18n
 
 install: system-deps $(STAMP)
 
 system-deps:
-	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	@PATH="$$PATH$$(printf ':%s' /usr/lib/postgresql/*/bin)"; missing=""; for p in $(SYSTEM_PACKAGES); do \
 	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -1,7 +1,12 @@
 import json
 import os
+import pwd
 import secrets
 import shutil
+import signal
+import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +16,8 @@ from bs4 import BeautifulSoup
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
 
 from app.config import ROOT, Settings
 from app.db import upgrade
@@ -75,18 +82,106 @@ def sqlite_url(tmp_path: Path, _sqlite_template: Path) -> str:
     return f"sqlite:///{target}"
 
 
+def _postgres_bindir() -> Path | None:
+    """Where the system's PostgreSQL server binaries are: beside initdb on PATH, else Debian's newest."""
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).resolve().parent
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                   key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    return found[-1].parent if found else None
+
+
+PG_BINDIR = None if PG_URL else _postgres_bindir()
+_PG_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without a server to use or to start, the PostgreSQL tier is left out, said in one line."""
+    if PG_URL or PG_BINDIR:
+        return
+    left_out = [item for item in items if item.get_closest_marker("postgres")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("postgres")]
+        config.stash[_PG_LEFT_OUT] = len(left_out)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if left_out := config.stash.get(_PG_LEFT_OUT, 0):
+        terminalreporter.write_line(
+            f"PostgreSQL tier skipped ({left_out} tests): no PostgreSQL server binaries (initdb) on PATH "
+            "or in /usr/lib/postgresql/*/bin; `make system-deps` as root installs them (Debian: "
+            "postgresql), or set TREINO_TEST_DATABASE_URL to a server of yours")
+
+
 @contextmanager
-def _pg_database(template: str | None = None) -> Iterator[str]:
-    """A new PostgreSQL database (a copy of `template` if given), dropped afterwards."""
-    if not PG_URL:
-        pytest.fail("TREINO_TEST_DATABASE_URL is not set: the PostgreSQL tier needs a server "
-                    "(CI sets it; locally: postgresql+psycopg://postgres@127.0.0.1:5432/test)")
+def _throwaway_postgres(bindir: Path) -> Iterator[str]:
+    """A PostgreSQL server of this run's own, in a temp directory: reached only by the unix socket
+    there (no TCP port, so nothing to collide with), fsync off, removed at the end. Postgres refuses
+    to run as root: as root, it runs as nobody."""
+    root = Path(tempfile.mkdtemp(prefix="treino-pg-"))
+    as_user = {}
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(root, nobody.pw_uid, nobody.pw_gid)
+        as_user = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+    data, log = root / "data", root / "server.log"
+    server = None
+    try:
+        init = subprocess.run([bindir / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "--no-sync",
+                               "--encoding=UTF8", "--locale=C"], cwd=root, capture_output=True, text=True,
+                              **as_user)
+        assert init.returncode == 0, f"initdb failed:\n{init.stdout}{init.stderr}"
+        with open(log, "wb") as out:
+            server = subprocess.Popen(
+                [bindir / "postgres", "-D", data, "-k", root, "-c", "listen_addresses=",
+                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+                cwd=root, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **as_user)
+        url = f"postgresql+psycopg://postgres@/postgres?host={root}"
+        probe = create_engine(url, poolclass=NullPool)
+        deadline = time.monotonic() + 120
+        while True:  # ready once it takes a connection; a server that exits says why in its log
+            assert server.poll() is None, f"postgres exited:\n{log.read_text(errors='replace')}"
+            try:
+                probe.connect().close()
+                break
+            except OperationalError:
+                assert time.monotonic() < deadline, f"postgres not ready:\n{log.read_text(errors='replace')}"
+                time.sleep(0.1)
+        probe.dispose()
+        yield url
+    finally:
+        if server is not None and server.poll() is None:
+            server.send_signal(signal.SIGINT)  # fast shutdown: clients cut, no checkpoint wait
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _pg_server() -> Iterator[str]:
+    """The PostgreSQL tier's server: TREINO_TEST_DATABASE_URL when given (CI), else a throwaway one
+    started from the system's binaries (without either, the tier is left out at collection)."""
+    if PG_URL:
+        yield PG_URL
+        return
+    with _throwaway_postgres(PG_BINDIR) as url:
+        yield url
+
+
+@contextmanager
+def _pg_database(server: str, template: str | None = None) -> Iterator[str]:
+    """A new PostgreSQL database on `server` (a copy of `template` if given), dropped afterwards."""
     name = f"treino_test_{secrets.token_hex(6)}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
@@ -94,22 +189,22 @@ def _pg_database(template: str | None = None) -> Iterator[str]:
 
 
 @pytest.fixture
-def empty_postgres_url() -> Iterator[str]:
-    with _pg_database() as url:
+def empty_postgres_url(_pg_server: str) -> Iterator[str]:
+    with _pg_database(_pg_server) as url:
         yield url
 
 
 @pytest.fixture(scope="session")
-def _postgres_template() -> Iterator[str]:
-    with _pg_database() as url:
+def _postgres_template(_pg_server: str) -> Iterator[str]:
+    with _pg_database(_pg_server) as url:
         upgrade(url)
         yield make_url(url).database
 
 
 @pytest.fixture
-def postgres_url(_postgres_template: str) -> Iterator[str]:
+def postgres_url(_pg_server: str, _postgres_template: str) -> Iterator[str]:
     """A migrated PostgreSQL database of this test's own."""
-    with _pg_database(template=_postgres_template) as url:
+    with _pg_database(_pg_server, template=_postgres_template) as url:
         yield url
 
 
