@@ -122,6 +122,8 @@ def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
     from worker.grading import check_exercise
 
     course = load_course(settings.lessons_dir)
+    if _glossary_problems(settings):
+        return 1
     exercises = course.exercises
     print(f"treino: {len(course.lessons)} lessons, "
           f"{sum(len(lesson.questions) for lesson in course.lessons)} quick-check questions, "
@@ -140,6 +142,21 @@ def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
         print(f"treino: {failures} of {len(exercises)} exercises failed their own proof", file=sys.stderr)
         return 1
     return 0
+
+
+def _glossary_problems(settings: Settings) -> int:
+    """Every Portuguese text a learner reads uses the glossary's words (lessons/glossary.yaml)."""
+    from app.i18n import po_path
+    from app.lessons import glossary
+    from worker.checks.messages import CATALOGUE
+
+    words = glossary.load(settings.lessons_dir / glossary.GLOSSARY_FILE)
+    problems = words.problems(settings.lessons_dir, CATALOGUE, po_path("pt-BR"))
+    for problem in problems:
+        print(f"treino: {problem}", file=sys.stderr)
+    if problems:
+        print(f"treino: {len(problems)} Portuguese words outside the glossary", file=sys.stderr)
+    return len(problems)
 
 
 @contextlib.contextmanager

@@ -156,7 +156,7 @@ def test_in_portuguese_a_run_shows_losses_without_grading(new_page):
     assert page.get_by_role("button", name=re.compile(r"Enviar \(Ctrl\+Enter\)")).is_visible()
     assert "Esc e depois Tab" in page.locator("#editor-help").inner_text()
     replace_code(page, SOLUTION)
-    page.get_by_role("button", name="Rodar sem corrigir").click()
+    page.get_by_role("button", name="Rodar sem avaliar").click()
     ran = page.locator(".verdict-card.verdict-ran")
     ran.wait_for(timeout=GRADE_MS)
     assert ran.locator(".verdict-title").inner_text() == "Rodou"

@@ -2,7 +2,6 @@ import torch
 
 
 def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
-    """A float32 loop: make it mixed precision with autocast and the GradScaler."""
     for x, y in loader:
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)

@@ -1,5 +1,4 @@
 def train(model, loader, loss_fn, optimizer, accum_steps):
-    """One pass over `loader`; the last, incomplete cycle must update too."""
     optimizer.zero_grad()
     for step, (x, y) in enumerate(loader):
         loss = loss_fn(model(x), y) / accum_steps
