@@ -14,7 +14,7 @@ PORT ?= 8000
 # on its pages) and the suite skips what needs them.
 SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium initdb:postgresql
 
-.PHONY: install system-deps run test lint bench vendor i18n
+.PHONY: install system-deps run test lint bench gpu-check vendor i18n
 
 install: system-deps $(STAMP)
 
@@ -47,6 +47,12 @@ lint: install
 # PostgreSQL at TREINO_BENCH_POSTGRES_URL, default 127.0.0.1:5432, when it is there).
 bench: install
 	$(PY) -m bench
+
+# On a machine with CUDA: prove the GPU path (sandbox bound to one GPU, every exercise, figures,
+# a submission end to end) in under 8 minutes, writing docs/gpu.md; non-zero if a check failed.
+# Without CUDA it says so in one line and exits 0.
+gpu-check: install
+	$(PY) -m bench.gpu
 
 # Rebuild static/vendor/ from frontend/'s lock file (needs Node; the result is committed).
 vendor:

@@ -1,0 +1,254 @@
+"""`make gpu-check` (bench/gpu.py): what can be proven without a GPU is proven here; the checks
+that need one are marked `cuda` and skipped on the CPU, saying why."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
+
+from app.config import ROOT, get_settings  # noqa: E402
+from app.lessons.content import load_course  # noqa: E402
+from bench import gpu  # noqa: E402
+from bench.gpu import Result  # noqa: E402
+
+NO_CUDA = gpu.no_cuda(torch)
+needs_cuda = pytest.mark.skipif(NO_CUDA is not None, reason=f"needs CUDA: {NO_CUDA}")
+GPU = "8f3c0d2e-1111-2222-3333-444455556666"
+GOOD_FACTS = {"nodes": ["nvidia-uvm", "nvidia3", "nvidiactl"], "seccomp": "2",
+              "uid_map": "     60949      60949          1\n", "visible": None, "cuda": True,
+              "uuids": [GPU], "first_kernel_ms": 0.4}
+
+
+@pytest.fixture(scope="module")
+def course():
+    return load_course(get_settings().lessons_dir)
+
+
+# ---------------------------------------------------------------- without CUDA
+
+
+def test_without_cuda_it_says_so_in_one_line_exits_0_and_writes_nothing(tmp_path):
+    docs = ROOT / "docs" / "gpu.md"
+    before = docs.read_bytes() if docs.exists() else None
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU for it, whatever this machine has
+    for extra in ([], ["--output", str(tmp_path / "gpu.md")]):
+        done = subprocess.run([sys.executable, "-m", "bench.gpu", *extra], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("no CUDA: "), done.stdout
+        assert "left as it is" in lines[0]
+    assert not (tmp_path / "gpu.md").exists()
+    assert (docs.read_bytes() if docs.exists() else None) == before
+
+
+def test_make_gpu_check_runs_that_entry_point():
+    done = subprocess.run(["make", "-n", "gpu-check"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "-m bench.gpu" in done.stdout.splitlines()[-1]
+
+
+def test_the_reason_names_a_cpu_build_of_torch(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert gpu.no_cuda(torch) == f"torch {torch.__version__} is built without CUDA"
+
+
+# ---------------------------------------------------------------- the report
+
+
+def test_the_report_leads_with_what_failed_and_lists_every_row():
+    results = [
+        Result(gpu.SANDBOX, "the seccomp filter is in force", "passed", "Seccomp: 2"),
+        Result(gpu.EXERCISES, "`amp/loop`, autocast bfloat16", "n/a", "compute capability below 8.0"),
+        Result(gpu.SANDBOX, "only the assigned GPU's device nodes", "failed", "nvidia0, nvidia1 | x"),
+        Result(gpu.FIGURES, "lesson 4's model", "passed", "saved for backward\n1.0 KiB"),
+    ]
+    page = gpu.render({"card": "NVIDIA Test, compute capability 7.5"}, results)
+    lines = page.splitlines()
+    assert lines[0] == "# GPU check"
+    assert ("**1 of 3 checks failed**: Sandbox on the GPU — only the assigned GPU's device nodes."
+            in lines)
+    assert "| card | NVIDIA Test, compute capability 7.5 |" in lines
+    assert "| only the assigned GPU's device nodes | ✗ **failed** | nvidia0, nvidia1 \\| x |" in lines
+    assert "| `amp/loop`, autocast bfloat16 | — n/a | compute capability below 8.0 |" in lines
+    assert "| lesson 4's model | ✓ passed | saved for backward 1.0 KiB |" in lines
+    # sections in their fixed order, each once, whatever order the rows came in
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings == ["## Machine", f"## {gpu.SANDBOX}", f"## {gpu.EXERCISES}", f"## {gpu.FIGURES}"]
+    # the sandbox section holds both of its rows, in the order they were found
+    sandbox = lines[lines.index(f"## {gpu.SANDBOX}"):lines.index(f"## {gpu.EXERCISES}")]
+    assert [line.split(" | ")[0] for line in sandbox if line.startswith("| ") and "---" not in line] == [
+        "| Check", "| the seccomp filter is in force", "| only the assigned GPU's device nodes"]
+
+
+def test_the_report_says_when_everything_passed():
+    page = gpu.render({}, [Result(gpu.RUN, "the whole check within 8 minutes", "passed", "3.1 min"),
+                           Result(gpu.FIGURES, "bf16", "n/a")])
+    assert "**All 1 checks passed.**" in page.splitlines()
+
+
+def test_a_check_that_raises_is_one_failed_row_and_the_others_still_run():
+    def broken():
+        raise RuntimeError("the pool could not start\nsecond line")
+
+    results = gpu.run_checks([
+        (gpu.SANDBOX, "what a job sees", broken),
+        (gpu.WEB, "a submission", lambda: [Result(gpu.WEB, "a submission", "passed", "120 ms")]),
+    ])
+    assert results == [
+        Result(gpu.SANDBOX, "what a job sees", "failed", "RuntimeError: the pool could not start"),
+        Result(gpu.WEB, "a submission", "passed", "120 ms"),
+    ]
+
+
+# ---------------------------------------------------------------- judging what a job saw
+
+
+def test_a_job_that_sees_only_its_gpu_under_the_filter_passes():
+    rows = gpu.judge_sandbox(GOOD_FACTS, 3, f"GPU-{GPU.upper()}")
+    assert [r.status for r in rows] == ["passed"] * 4, rows
+    assert rows[0].measured == "nvidia-uvm, nvidia3, nvidiactl"
+
+
+@pytest.mark.parametrize("change, failing", [
+    ({"nodes": ["nvidia-uvm", "nvidia-uvm-tools", "nvidia3", "nvidiactl"]}, 0),
+    ({"nodes": ["nvidia-uvm", "nvidia0", "nvidia3", "nvidiactl"]}, 0),
+    ({"nodes": ["nvidia-uvm", "nvidiactl"]}, 0),
+    ({"seccomp": "0"}, 1),
+    ({"uid_map": "         0          0 4294967295\n"}, 2),
+    ({"uid_map": "     65534          0          1\n"}, 2),  # root's bwrap without a uid switch
+    ({"uid_map": ""}, 2),
+    ({"uuids": [GPU, "0000-other"]}, 3),
+    ({"uuids": ["0000-other"]}, 3),
+])
+def test_each_way_a_job_could_see_too_much_fails_its_row(change, failing):
+    rows = gpu.judge_sandbox({**GOOD_FACTS, **change}, 3, GPU)
+    assert [i for i, r in enumerate(rows) if r.status == "failed"] == [failing], rows
+
+
+def test_a_gpu_that_cannot_be_identified_is_not_taken_as_the_right_one():
+    rows = gpu.judge_sandbox(GOOD_FACTS, 3, None)
+    assert rows[3].status == "failed" and "cannot be told" in rows[3].measured
+
+
+def test_outer_uids_reads_every_range():
+    assert gpu.outer_uids("0 100000 65536\n 65536 0 1\n") == [(100000, 65536), (0, 1)]
+
+
+def _verdict(status, message, ms=900):
+    return {"status": status, "checks": [{"message": message}], "metrics": {"sandbox_ms": ms},
+            "output": ""}
+
+
+def test_a_memory_bomb_counts_as_stopped_only_with_the_named_cause():
+    oom = "Your code raised OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
+    assert gpu.judge_memory_stop(_verdict("error", oom), "OutOfMemoryError") == (
+        True, f"error after 0.9 s: {oom[:160]}")
+    crashed = "The program was stopped before it could report (memory): it may have used too much memory"
+    assert gpu.judge_memory_stop(_verdict("error", crashed), "(memory)")[0]
+    cpu = crashed.replace("(memory)", "(cpu)")
+    assert not gpu.judge_memory_stop(_verdict("error", cpu), "(memory)")[0]
+    assert not gpu.judge_memory_stop(_verdict("timeout", "ran for more than 60 s"), "(memory)")[0]
+
+
+def test_a_probe_that_printed_nothing_says_what_happened_instead():
+    with pytest.raises(gpu.ProbeError, match=r"printed nothing \(error: Your code raised NameError"):
+        gpu.probe_facts(_verdict("error", "Your code raised NameError: x"))
+    assert gpu.probe_facts({"output": "hello\nGPUCHECK {\"a\": 1}\n"}) == {"a": 1}
+
+
+def test_the_host_gpus_and_the_drivers_list(tmp_path):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-caps", "null"):
+        (dev / name).touch()
+    assert gpu.host_gpus(str(dev)) == [0, 1]
+    gpus = tmp_path / "gpus"
+    for minor, bus in ((0, "0000:18:00.0"), (1, "0000:2a:00.0")):
+        (gpus / bus).mkdir(parents=True)
+        (gpus / bus / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-{minor}abc\nBus Location: \t {bus}\n"
+            f"Device Minor: \t {minor}\nGPU Excluded:\t No\n")
+    assert gpu.driver_gpus(str(gpus)) == {0: "GPU-0abc", 1: "GPU-1abc"}
+    assert gpu.driver_gpus(str(tmp_path / "absent")) == {}
+
+
+def test_the_figures_compare_the_devices():
+    found = [{"device": "cpu", "dtype": "float64", "amp": None, "saved_bytes": 3072, "ms_per_step": 2.0},
+             {"device": "cuda", "dtype": "float64", "amp": None, "saved_bytes": 3072,
+              "cuda_peak_bytes": 4096, "ms_per_step": 0.5},
+             {"device": "cuda", "dtype": "float32", "amp": "bfloat16", "saved_bytes": 1024,
+              "cuda_peak_bytes": 2048, "ms_per_step": 0.4}]
+    params = {"batch_size": 64, "width": 16, "blocks": 6, "depth": 3}
+    rows = gpu.figures_rows(found, params, bf16=True)
+    assert [r.measured for r in rows] == [
+        "saved for backward 3.0 KiB · 2.00 ms/step",
+        "saved for backward 3.0 KiB · max_memory_allocated 4.0 KiB above the resting weights · "
+        "0.50 ms/step (synchronised) · 4.0× the CPU's speed",
+        "saved for backward 1.0 KiB · max_memory_allocated 2.0 KiB above the resting weights · "
+        "0.40 ms/step (synchronised)",
+    ]
+    assert rows[2].name.endswith("float32, autocast bfloat16 on CUDA")
+    assert gpu.figures_rows(found[:1], params, bf16=False)[-1].status == "n/a"
+
+
+def test_solution_figures_name_what_differs_between_the_devices():
+    cuda_v = {"status": "passed", "metrics": {"peak_activation_bytes": 480, "sandbox_ms": 41}}
+    cpu_v = {"status": "passed", "metrics": {"peak_activation_bytes": 480, "sandbox_ms": 30}}
+    assert gpu.compare_metrics(cuda_v, cpu_v) == (
+        "passed on CUDA, passed on the CPU · peak_activation_bytes 480 on both · sandbox_ms 41 vs 30")
+
+
+# ---------------------------------------------------------------- the probes, in the real sandbox
+
+
+@pytest.mark.slow
+def test_the_probes_run_in_the_real_sandbox(course):
+    """The facts and figures probes as a job runs them here (CPU): they report, and say true
+    things (float32 activations take half the bytes of float64 ones)."""
+    exercise = course.exercise(gpu.PROBE_EXERCISE)
+    facts = gpu.probe_facts(gpu.run_probe(exercise, gpu.FACTS_PROBE, device="cpu"))
+    assert {"nodes", "seccomp", "uid_map", "visible", "cuda"} <= facts.keys()
+    assert facts["seccomp"].isdigit() and gpu.outer_uids(facts["uid_map"])
+    params = course.exercise(gpu.FIGURES_EXERCISE).check_params
+    source = gpu.figures_source(params, [("cpu", "float64", None), ("cpu", "float32", None)])
+    f64, f32 = gpu.probe_facts(gpu.run_probe(exercise, source, device="cpu"))
+    labels = params["batch_size"] * 8  # the int64 targets cross-entropy saves: the same in both
+    assert f64["saved_bytes"] == 2 * f32["saved_bytes"] - labels > 0
+    assert f64["ms_per_step"] > 0 and "cuda_peak_bytes" not in f64
+
+
+# ---------------------------------------------------------------- on CUDA
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@needs_cuda
+def test_on_cuda_a_job_sees_only_its_gpu_under_the_filter(course):
+    from worker import sandbox
+
+    setup = sandbox.setup()
+    facts = gpu.probe_facts(gpu.run_probe(course.exercise(gpu.PROBE_EXERCISE), gpu.FACTS_PROBE))
+    expected = gpu.driver_gpus().get(setup.gpu) or str(torch.cuda.get_device_properties(0).uuid)
+    rows = gpu.judge_sandbox(facts, setup.gpu, expected)
+    assert [r for r in rows if r.status != "passed"] == []
+    assert facts["first_kernel_ms"] < gpu.FIRST_KERNEL_MS
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@needs_cuda
+def test_on_cuda_the_figures_probe_reads_max_memory_allocated(course):
+    params = course.exercise(gpu.FIGURES_EXERCISE).check_params
+    source = gpu.figures_source(params, [("cuda", "float32", None), ("cuda", "float32", "float16")])
+    f32, f16 = gpu.probe_facts(gpu.run_probe(course.exercise(gpu.PROBE_EXERCISE), source,
+                                             device="cuda"))
+    assert f32["saved_bytes"] > f16["saved_bytes"] > 0  # autocast saves 16-bit activations
+    assert f32["cuda_peak_bytes"] > 0 and f16["cuda_peak_bytes"] > 0
