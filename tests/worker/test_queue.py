@@ -187,9 +187,11 @@ def test_a_worker_killed_mid_job_loses_nothing(sessions, database_url):
     proc.wait(timeout=10)
     proc.stdout.close()
     assert _rows(sessions)[0].status == "running"
-    time.sleep(1.2)  # the dead worker's 1 s lease runs out
     with Worker(_settings(database_url), grade=fake_verdict, course=COURSE) as worker:
-        worker.run_once()
+        deadline = time.monotonic() + 30
+        while not worker.run_once():  # claimable again once the dead worker's 1 s lease runs out
+            assert time.monotonic() < deadline, "the dead worker's job was never claimed again"
+            time.sleep(0.05)
     [row] = _rows(sessions)
     assert (row.id, row.status, row.attempts) == (job_id, "passed", 2)
 
@@ -208,10 +210,18 @@ def test_sigterm_lets_the_current_job_finish_then_exits(sessions, database_url):
 def test_notify_wakes_an_idle_worker_before_its_poll_interval(postgres_url):
 
     worker = Worker(_settings(postgres_url, poll_seconds=60), grade=fake_verdict, course=COURSE)
+    polled, poll = threading.Event(), worker.run_once
+
+    def run_once() -> bool:
+        handled = poll()
+        polled.set()
+        return handled
+
+    worker.run_once = run_once
     thread = threading.Thread(target=lambda: worker.__enter__().run())
     thread.start()
-    try:
-        time.sleep(0.5)  # the worker is now waiting on LISTEN
+    try:  # LISTEN comes before the first poll: once that found nothing, only NOTIFY wakes it
+        assert polled.wait(30), "the worker never polled"
         engine = make_engine(postgres_url)
         factory = sessionmaker(engine, expire_on_commit=False)
         [job_id] = _enqueue(factory, 1)
