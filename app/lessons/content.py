@@ -5,6 +5,10 @@ Layout (see DESIGN.md, "Lesson files"):
     lessons/<NN>-<slug>/quiz.yaml           questions, an explanation per option, both languages
     lessons/<NN>-<slug>/exercises/<slug>/   exercise.yaml, starter.py, solution.py, mistakes/
 Any problem raises ContentError with a one-line message naming the file.
+
+"Go further" cards: a card heading that ends with `{.further}` (`## Count tokens {.further}`) marks
+a card beyond the lesson's core. Those cards come after every core card, in both languages alike;
+the page shows them after the quick check (`LessonText.core_cards`, `LessonText.further_cards`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from app.config import LANGS
 LESSON_DIR = re.compile(r"^(\d{2})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
 SLUG = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 FENCE = re.compile(r"^(```|~~~)")
+FURTHER = re.compile(r"\s*\{\.further\}\s*$")
 M = TypeVar("M", bound="BaseModel")
 # libyaml's parser when PyYAML was built with it: ten times faster at start-up
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -173,6 +178,7 @@ class Card:
     heading_html: str
     body_html: str
     code_blocks: int
+    further: bool = False  # a "Go further" card, shown after the quick check
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,14 @@ class LessonText:
     minutes: int
     recap_html: tuple[str, ...]
     cards: tuple[Card, ...]
+
+    @property
+    def core_cards(self) -> tuple[Card, ...]:
+        return tuple(card for card in self.cards if not card.further)
+
+    @property
+    def further_cards(self) -> tuple[Card, ...]:
+        return tuple(card for card in self.cards if card.further)
 
 
 @dataclass(frozen=True)
@@ -329,8 +343,14 @@ def _load_lesson_text(path: Path) -> LessonText:
     cards = []
     anchors: set[str] = set()
     for heading, text in sections:
+        further = bool(FURTHER.search(heading))
+        heading = FURTHER.sub("", heading)
+        if cards and cards[-1].further and not further:
+            raise ContentError(f"{path}: card {heading!r} comes after a {{.further}} card; "
+                               "\"Go further\" cards go last")
         anchor = _anchor(heading, anchors)
-        cards.append(Card(anchor, render_inline(heading), render_markdown(text), _count_fences(text)))
+        cards.append(Card(anchor, render_inline(heading), render_markdown(text), _count_fences(text),
+                          further))
     return LessonText(
         meta.title, meta.subtitle, meta.summary, render_inline(meta.summary), meta.minutes,
         tuple(render_inline(r) for r in meta.recap), tuple(cards),
@@ -385,6 +405,9 @@ def _check_parallel(path: Path, reference: LessonText, other: LessonText) -> Non
             raise ContentError(
                 f"{path}: card {i} has {b.code_blocks} code blocks, the {LANGS[0]} one {a.code_blocks}"
             )
+        if a.further != b.further:
+            raise ContentError(f"{path}: card {i} is {'' if b.further else 'not '}a {{.further}} card, "
+                               f"the {LANGS[0]} one is {'' if a.further else 'not '}one")
     if len(other.recap_html) != len(reference.recap_html):
         raise ContentError(f"{path}: recap has {len(other.recap_html)} lines, the {LANGS[0]} one "
                            f"{len(reference.recap_html)}")

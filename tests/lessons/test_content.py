@@ -180,3 +180,30 @@ def test_a_broken_lesson_stops_lessons_check_and_serve_with_one_line(copy, tmp_p
         result = _treino(*command, lessons=copy, tmp_path=tmp_path)
         assert result.returncode == 1
         assert result.stderr == f"treino: {path}: must start with a '---' front matter block\n"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_go_further_cards_come_after_the_core_and_leave_lesson_2_its_ten_minutes(real_course, lang):
+    text = real_course.lesson("gradient-accumulation").text(lang)
+    assert text.minutes <= 10
+    further = text.further_cards
+    assert len(further) == 5 and text.cards[-len(further):] == further
+    assert "further" not in "".join(card.heading_html + card.anchor for card in text.cards)
+    assert len(text.core_cards) == len(text.cards) - len(further)
+
+
+def test_a_core_card_after_a_go_further_card_is_refused(copy):
+    lesson = copy / "02-gradient-accumulation" / "lesson.en.md"
+    _break(lesson, "## `no_sync()` under DDP {.further}", "## `no_sync()` under DDP")
+    assert "comes after a {.further} card" in _error(copy)
+
+
+def test_go_further_marks_must_agree_between_languages(copy):
+    lesson = copy / "02-gradient-accumulation" / "lesson.pt-BR.md"
+    _break(lesson, "## O último ciclo, incompleto {.further}", "## O último ciclo, incompleto")
+    _break(lesson, "## Conte tokens, não micro-lotes {.further}", "## Conte tokens, não micro-lotes")
+    _break(lesson, "## O bug de 2024 num trainer famoso {.further}", "## O bug de 2024 num trainer famoso")
+    _break(lesson, "## Clipping e GradScaler na fronteira do ciclo {.further}",
+           "## Clipping e GradScaler na fronteira do ciclo")
+    _break(lesson, "## `no_sync()` com DDP {.further}", "## `no_sync()` com DDP")
+    assert "card 12 is not a {.further} card, the en one is one" in _error(copy)
