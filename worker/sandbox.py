@@ -26,10 +26,13 @@ socket, the trace and the output come back in memory files it created itself.
 """
 
 import contextlib
+import ctypes
+import fcntl
 import functools
 import json
 import logging
 import os
+import random
 import re
 import resource
 import secrets
@@ -47,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from worker import seccomp
+
 log = logging.getLogger("treino.sandbox")
 
 HARNESS = Path(__file__).with_name("harness")
@@ -57,8 +62,17 @@ PIDS = 256  # processes and threads per sandbox (pids cgroup; RLIMIT_NPROC witho
 TMPFS_BYTES = 64 * 1024 * 1024  # each of /job, /tmp, /dev/shm
 WARM_UP_SECONDS = 180  # importing torch on a slow, busy CPU; not part of any job's limit
 CPU_CEILING = 600 + WARM_UP_SECONDS  # hard RLIMIT_CPU; the harness lowers it for the job
-SANDBOX_UID = 65534
+# Per-sandbox host uids when the worker runs as root (isolate-style): a bwrap started by root
+# would map the job to host uid 0. Each sandbox takes one uid of the range for its life (an
+# flock under UID_LOCKS, so several workers on one host never share one); docs/security.md.
+SANDBOX_UIDS = range(60000, 61000)
+UID_LOCKS = Path("/run/treino-sandbox")
 BWRAP = "bwrap"
+# /proc entries that are host knobs or host information: read-only, or hidden behind /dev/null
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+PROC_HIDDEN = ("kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
+               "kallsyms", "kpagecount", "kpageflags", "kpagecgroup")
+DEVICES = ("null", "zero", "full", "random", "urandom")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -97,19 +111,37 @@ class Setup:
 
 @functools.lru_cache
 def bwrap_problem() -> str | None:
-    """Why bubblewrap cannot run sandboxes here, or None; probed once per process."""
+    """Why bubblewrap cannot run sandboxes here, or None; probed once per process, through the
+    same launcher (uid, private view, seccomp filter) that every sandbox gets."""
     if shutil.which(BWRAP) is None:
         return "bubblewrap (bwrap) is not installed"
-    argv = [*_bwrap_args("cpu", None), sys.executable, "-I", "-S", "-c", "pass"]
     try:
-        done = subprocess.run(argv, env=_environment("/job"), capture_output=True, timeout=30,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        seccomp.program()
+    except seccomp.Unavailable as exc:
+        return str(exc)
+    try:
+        done = run_isolated([sys.executable, "-I", "-S", "-c", "pass"], timeout=30)
+    except (OSError, subprocess.SubprocessError, SandboxUnavailable) as exc:
         return f"bwrap did not start: {exc}"
     if done.returncode != 0:
         reason = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"]
         return f"bwrap cannot create its namespaces: {reason[-1]}"
     return None
+
+
+def run_isolated(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """``command`` under bwrap on the CPU, as a sandbox would run it (uid, view, filter, scrubbed
+    environment), without the harness: the start-up probe and ``bench/sandbox.py``."""
+    identity = Identity()
+    filter_fd = seccomp.fd()
+    try:
+        return subprocess.run([*_bwrap_args("cpu", None, identity.uid, filter_fd), *command],
+                              env=_environment("/job"), capture_output=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, pass_fds=(filter_fd,),
+                              preexec_fn=lambda: (identity.enter(), new_session_keyring()))
+    finally:
+        os.close(filter_fd)
+        identity.release()
 
 
 def isolation(mode: str = "auto") -> Literal["bwrap", "process"]:
@@ -237,20 +269,34 @@ def _gpu_args(gpu: int, dev: str = "/dev", ldconfig: str | None = None) -> list[
     return [*args, "--ro-bind-try", "/sys", "/sys"]  # NVML and the driver read topology there
 
 
-def _bwrap_args(device: str, gpu: int | None) -> list[str]:
+def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int) -> list[str]:
+    """bwrap's command line. ``uid`` is the job's host uid and its uid inside too: mapped onto
+    itself, with no intermediate namespace (bwrap nests one for ``--dev``, whose own root would
+    then show in the job's uid_map), so ``/proc/self/uid_map`` names the real outer uid."""
     args = [
-        BWRAP, "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+        BWRAP, "--unshare-user", "--uid", str(uid), "--gid", str(uid),
         "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
         "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
-        "--hostname", "sandbox",
+        "--hostname", "sandbox", "--seccomp", str(seccomp_fd),
     ]
     # the writable tmpfs first: a read-only path may live under /tmp (a checkout there)
-    args += ["--proc", "/proc", "--dev", "/dev",
+    args += ["--proc", "/proc",
              "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",  # DataLoader workers pass batches there
              "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
              "--size", str(TMPFS_BYTES), "--tmpfs", "/job",
              # the trace's own room: a full work dir must not cost the learner their verdict
              "--size", str(2 * TRACE_LIMIT), "--tmpfs", "/job/out"]
+    for name in PROC_READ_ONLY:  # the sandbox's own /proc entries, bound read-only onto themselves
+        if os.path.exists(f"/proc/{name}"):
+            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in PROC_HIDDEN:
+        if os.path.isfile(f"/proc/{name}"):
+            args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    for name in DEVICES:
+        args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        args += ["--symlink", target, f"/dev/{link}"]
     for path in _readonly_paths():
         args += ["--ro-bind", path, path]
     for top in ("/lib", "/lib64", "/lib32", "/bin"):  # merged /usr: links; otherwise the dirs
@@ -262,6 +308,112 @@ def _bwrap_args(device: str, gpu: int | None) -> list[str]:
     if device == "cuda" and gpu is not None:
         args += _gpu_args(gpu)
     return [*args, "--remount-ro", "/", "--chdir", "/job"]
+
+
+# ---------------------------------------------------------------- who the job is on the host
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYS_KEYCTL = 250  # x86_64
+
+
+def _libc_call(name: str, *args: object) -> int:
+    ret = getattr(_libc, name)(*args)
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+    return ret
+
+
+def new_session_keyring() -> None:
+    """Join a new, empty session keyring: no key of the worker's or of an earlier job is in
+    reach (bwrap's seccomp filter refuses the keyring calls too)."""
+    _libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
+
+
+def _others_cannot_enter(directory: str) -> bool:
+    info = os.stat(directory)
+    return not info.st_mode & stat.S_IXOTH
+
+
+@functools.cache
+def _covers() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Where the read-only paths sit under a directory another uid cannot enter (a pyenv
+    Python under a 0700 /root): each such top-most directory with the paths under it. The
+    launcher, still root, lays a tmpfs over it in a mount namespace of its own and binds just
+    those paths back, so a job's uid reaches them and nothing else of that directory."""
+    hidden: dict[str, list[str]] = {}
+    for path in [*_readonly_paths(), str(HARNESS)]:
+        parts = Path(path).parts
+        for depth in range(2, len(parts)):  # the ancestors below /, outermost first
+            ancestor = str(Path(*parts[:depth]))
+            if _others_cannot_enter(ancestor):
+                hidden.setdefault(ancestor, []).append(path)
+                break
+    return tuple((top, tuple(paths)) for top, paths in hidden.items())
+
+
+def _private_view(covers) -> None:
+    """In the child, before bwrap: a mount namespace of its own where every cover is a 0755
+    tmpfs holding only the paths bound back under it. Nothing of this reaches the host."""
+    _libc_call("unshare", CLONE_NEWNS)
+    _libc_call("mount", None, b"/", None, MS_REC | MS_PRIVATE, None)
+    for top, paths in covers:
+        fds = [os.open(p, os.O_PATH) for p in paths]
+        _libc_call("mount", b"tmpfs", top.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=64k")
+        for path, fd in zip(paths, fds, strict=True):
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(path, 0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+            _libc_call("mount", f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None)
+            os.close(fd)
+
+
+class Identity:
+    """The host uid a sandbox runs as. A root worker gives each sandbox a uid of its own from
+    SANDBOX_UIDS, held by an flock for the sandbox's life; any other worker runs sandboxes as
+    itself (never uid 0, then)."""
+
+    def __init__(self) -> None:
+        self._lock: int | None = None
+        if os.geteuid() != 0:
+            self.uid, self.gid = os.getuid(), os.getgid()
+            return
+        UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+        for uid in random.sample(SANDBOX_UIDS, len(SANDBOX_UIDS)):
+            fd = os.open(UID_LOCKS / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.uid = self.gid = uid
+            self._lock = fd
+            return
+        raise SandboxUnavailable(f"all {len(SANDBOX_UIDS)} sandbox uids are in use")
+
+    @property
+    def switches(self) -> bool:
+        return self._lock is not None
+
+    def enter(self) -> None:
+        """In the child, before exec'ing bwrap (root only): the private view, then the uid."""
+        if self.switches:
+            if covers := _covers():
+                _private_view(covers)
+            os.setgroups([])
+            os.setresgid(self.gid, self.gid, self.gid)
+            os.setresuid(self.uid, self.uid, self.uid)
+
+    def release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
 
 # ---------------------------------------------------------------- cgroups
@@ -468,6 +620,7 @@ class Sandbox:
         self.started = time.monotonic()
         self._root: Path | None = None
         self._used = False
+        self.identity = Identity() if isolation == "bwrap" else None
         self.cgroup = Cgroup.create(f"treino-{self.id}")
         if self.cgroup is not None:
             self.cgroup.limit(4 * 1024 ** 3, PIDS)  # for the warm-up; the job's come at hand-off
@@ -487,9 +640,12 @@ class Sandbox:
 
     def _spawn(self, child_sock: int, child_done: int, gpu: int | None) -> subprocess.Popen:
         fds = [child_sock, self._trace, child_done]
+        filter_fd = -1
         if self.isolation == "bwrap":
             work, harness = "/job", "/harness"
-            prefix = _bwrap_args(self.device, gpu)
+            filter_fd = seccomp.fd()
+            fds.append(filter_fd)
+            prefix = _bwrap_args(self.device, gpu, self.identity.uid, filter_fd)
             cwd = "/"
         else:
             self._root = Path(tempfile.mkdtemp(prefix="treino-job-"))
@@ -503,14 +659,19 @@ class Sandbox:
         env = _environment(work)
         if self.isolation == "process" and "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
-        return subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-            stdout=self._output, stderr=self._output, start_new_session=True,
-            pass_fds=fds, close_fds=True, preexec_fn=self._child_setup(),
-        )
+        try:
+            return subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=self._output, stderr=self._output, start_new_session=True,
+                pass_fds=fds, close_fds=True, preexec_fn=self._child_setup(),
+            )
+        finally:
+            if filter_fd >= 0:
+                os.close(filter_fd)
 
     def _child_setup(self):
-        """Runs in the child between fork and exec: join the cgroup, set the rlimits."""
+        """Runs in the child between fork and exec: join the cgroup, set the rlimits, then
+        become the sandbox's uid (bwrap only; see ``Identity.enter``)."""
         procs = self.cgroup.procs_files() if self.cgroup else []
         table = [
             (resource.RLIMIT_CPU, (CPU_CEILING, CPU_CEILING)),
@@ -518,8 +679,10 @@ class Sandbox:
             (resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES)),
             (resource.RLIMIT_CORE, (0, 0)),
         ]
-        if self.cgroup is None and self.isolation == "bwrap":
-            table.append((resource.RLIMIT_NPROC, (PIDS * 4, PIDS * 4)))  # counts all of uid 65534
+        if self.isolation == "bwrap" and (self.identity.switches or self.cgroup is None):
+            nproc = PIDS if self.identity.switches else PIDS * 4  # every process of its host uid
+            table.append((resource.RLIMIT_NPROC, (nproc, nproc)))
+        identity = self.identity if self.isolation == "bwrap" else None
 
         def apply() -> None:
             pid = str(os.getpid()).encode()
@@ -531,6 +694,9 @@ class Sandbox:
                     os.close(fd)
             for which, value in table:
                 resource.setrlimit(which, value)
+            if identity is not None:
+                identity.enter()
+            new_session_keyring()
 
         return apply
 
@@ -651,6 +817,8 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._output = self._trace = self._done = -1
+        if self.identity is not None:  # its uid is free once nothing of it runs
+            self.identity.release()
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None

@@ -9,6 +9,7 @@ says why; those programs are written so that they do no harm to the machine runn
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -350,8 +351,125 @@ def train(*args):
     no_pass(outcome, within=15)
     output = outcome.verdict["output"]
     assert "NoNewPrivs:\\t1" in output and "CapEff:\\t0000000000000000" in output
-    assert "Uid:\\t65534" in output and "raised" not in output
+    assert "raised" not in output and "Uid:\\t0\\t" not in output
     assert "unshare(user): -1 mount: -1" in output
+
+
+# ---------------------------------------------------------------- the host kernel (issue: root launcher)
+
+
+def test_the_job_is_never_host_root(run, mode):
+    """A worker started as root (CI, `make run` as root) gives each sandbox an unprivileged uid
+    of its own; uid_map names it, with no intermediate namespace whose root could show."""
+    bwrap_only(mode, "the process-only sandbox runs as the worker's user")
+    outcome = run("""
+def train(*args):
+    print("map", *open("/proc/self/uid_map").read().split(), "end")
+    raise SystemExit(0)
+""")
+    no_pass(outcome, within=15)
+    inside, outside, count = outcome.verdict["output"].split("map ", 1)[1].split(" end")[0].split()
+    assert outside != "0" and count == "1"
+    if os.geteuid() == 0:
+        assert int(outside) in sandbox.SANDBOX_UIDS and inside == outside
+
+
+def test_host_sysctls_cannot_be_written(run, mode):
+    """The core_pattern attack: point the host's core handler at a program of the job's choosing,
+    then crash. No file under /proc/sys is writable, nor /proc/sysrq-trigger."""
+    bwrap_only(mode, "the process-only sandbox is the worker's user: never try it there")
+    core_pattern = Path("/proc/sys/kernel/core_pattern")
+    before = core_pattern.read_text()
+    outcome = run("""
+import os
+def train(*args):
+    writable = []
+    for root, dirs, files in os.walk("/proc/sys"):
+        for name in files:
+            try:
+                os.close(os.open(os.path.join(root, name), os.O_WRONLY))
+                writable.append(os.path.join(root, name))
+            except OSError:
+                pass
+    print("writable", len(writable), writable[:5])
+    for path, data in (("/proc/sys/kernel/core_pattern", b"|/tmp/pwn %p"),
+                       ("/proc/sysrq-trigger", b"h")):
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+            print("WROTE", path)
+        except OSError as e:
+            print("refused", path, e.strerror)
+    raise SystemExit(0)  # (the attack would now abort() to run the host's core handler)
+""")
+    no_pass(outcome, within=15)
+    assert "writable 0 []" in outcome.verdict["output"]
+    assert "WROTE" not in outcome.verdict["output"]
+    assert core_pattern.read_text() == before
+
+
+DANGEROUS_CALLS = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+CALLS = {  # x86_64 numbers, arguments that would work without the filter
+    "add_key": (248, b"user", b"treino-planted", b"secret", 6, -3),
+    "keyctl": (250, 0, -3),
+    "io_uring_setup": (425, 1, ctypes.create_string_buffer(120)),
+    "ptrace_attach_pid1": (101, 16, 1, 0, 0),
+    "perf_event_open": (298, ctypes.create_string_buffer(128), 0, -1, -1, 0),
+    "bpf": (321, 0, ctypes.create_string_buffer(128), 128),
+    "userfaultfd": (323, 0),
+    "unshare_user": (272, 0x10000000),
+    "clone_newuser": (56, 0x10000000 | 17, 0, 0, 0, 0),
+    "setns": (308, 0, 0),
+    "mount": (165, b"none", b"/tmp", b"tmpfs", 0, 0),
+}
+def train(*args):
+    print([l.strip() for l in open("/proc/self/status") if l.startswith(("Seccomp:", "NoNewPrivs"))])
+    for name, (nr, *rest) in CALLS.items():
+        result = libc.syscall(nr, *rest)
+        print("call", name, result, errno.errorcode.get(ctypes.get_errno()))
+"""
+
+
+def test_dangerous_system_calls_are_refused(run, mode):
+    bwrap_only(mode, "the process-only sandbox has no seccomp filter")
+    outcome = run(DANGEROUS_CALLS)
+    no_pass(outcome, within=15)
+    output = outcome.verdict["output"]
+    assert "'Seccomp:\\t2'" in output and "'NoNewPrivs:\\t1'" in output
+    for name in ("add_key", "keyctl", "io_uring_setup", "ptrace_attach_pid1", "perf_event_open",
+                 "bpf", "userfaultfd", "unshare_user", "clone_newuser", "setns", "mount"):
+        assert f"call {name} -1 EPERM" in output, (name, output)
+
+
+def test_a_key_planted_by_one_job_is_not_in_the_next(run, mode):
+    """Each sandbox joins a new session keyring (and bwrap's filter refuses the calls at all)."""
+    plant = run("""
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def train(*args):
+    key = libc.syscall(248, b"user", b"treino-planted", b"learner-one-secret", 18, -3)
+    print("planted", key, errno.errorcode.get(ctypes.get_errno()))
+    raise SystemExit(0)
+""")
+    look = run("""
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def train(*args):
+    key = libc.syscall(249, b"user", b"treino-planted", None, 0)  # request_key
+    print("found", key, errno.errorcode.get(ctypes.get_errno()))
+    buf = ctypes.create_string_buffer(64)
+    if key > 0:
+        print("read", libc.syscall(250, 11, key, buf, 64), buf.value)
+    raise SystemExit(0)
+""")
+    no_pass(plant, within=15)
+    no_pass(look, within=15)
+    assert "learner-one-secret" not in look.verdict["output"]
+    assert "found -1" in look.verdict["output"]
+    if mode == "bwrap":
+        assert "planted -1 EPERM" in plant.verdict["output"]
 
 
 # ---------------------------------------------------------------- the verdict

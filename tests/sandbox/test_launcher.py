@@ -68,17 +68,23 @@ def test_the_worker_owns_one_gpu(fake_dev, monkeypatch):
 
 
 def test_bwrap_args_show_the_isolation():
-    args = sandbox._bwrap_args("cpu", None)
+    args = sandbox._bwrap_args("cpu", None, 60123, 9)
     for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
                  "--unshare-uts", "--disable-userns", "--die-with-parent", "--new-session"):
         assert flag in args
-    assert args[args.index("--uid") + 1] == "65534"
+    assert args[args.index("--uid") + 1] == args[args.index("--gid") + 1] == "60123"
+    assert args[args.index("--seccomp") + 1] == "9"
+    assert "--dev" not in args  # bwrap would nest a namespace whose root shows in uid_map
+    read_only = {args[i + 2] for i, a in enumerate(args) if a == "--ro-bind"}
+    assert {"/proc/sys", "/proc/sysrq-trigger"} <= read_only
     visible = {args[i + 2] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")}
     from app.config import ROOT
 
     assert not any(v == str(ROOT) or v.startswith(str(ROOT / "lessons")) or
                    v.startswith(str(ROOT / "var")) for v in visible)
-    assert "--bind" not in args and "--dev-bind" not in args  # nothing of the host is writable
+    assert "--bind" not in args  # nothing of the host is writable
+    devices = {args[i + 2] for i, a in enumerate(args) if a == "--dev-bind"}
+    assert devices == {f"/dev/{name}" for name in sandbox.DEVICES}
 
 
 def test_mode_choice(monkeypatch):
@@ -180,7 +186,7 @@ def test_writable_tmpfs_comes_before_the_read_only_binds():
     """A checkout (and so its venv) under /tmp must stay visible: the tmpfs is mounted first."""
     from worker import sandbox
 
-    args = sandbox._bwrap_args("cpu", None)
+    args = sandbox._bwrap_args("cpu", None, 60123, 9)
     tmp = args.index("/tmp", args.index("--tmpfs"))
     binds = [i for i, a in enumerate(args) if a == "--ro-bind"]
     assert binds and all(i > tmp for i in binds)

@@ -1,0 +1,103 @@
+"""The seccomp filter every bubblewrap sandbox runs under (loaded by bwrap's ``--seccomp FD``).
+
+A deny list over an allow-by-default filter, built with libseccomp (``pyseccomp``, its Python
+bindings over ctypes): everything Docker's default profile refuses to an unprivileged container,
+plus what isolate and nsjail refuse for cross-sandbox channels. Refused calls fail with EPERM (the
+program sees an ordinary error, never a kill it could mistake for a crash of ours); a syscall of
+another architecture (32-bit or x32 entry points) kills the process, libseccomp's default.
+
+CUDA: the driver talks to ``/dev/nvidia*`` through ``ioctl`` and maps device memory with
+``mmap``/``mremap``/``madvise``; ``CUDA_NEEDS`` lists them, and ``build`` refuses a deny list that
+touches one of them, so the GPU path stays an explicit, checked part of the filter. seccomp cannot
+look inside an ioctl's argument struct: the driver's own ioctl surface is what remains (see
+docs/security.md).
+"""
+
+import errno
+import functools
+import os
+
+# Refused outright (EPERM). Grouped by what they would give a job.
+DENIED = (
+    # kernel keyrings: a key planted by one job could be read by the next
+    "add_key", "keyctl", "request_key",
+    # io_uring: a second syscall path, much of it unfiltered by seccomp
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    # looking into or steering other processes
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    # kernel observability, eBPF, page-fault handling in user space
+    "perf_event_open", "bpf", "userfaultfd", "fanotify_init", "lookup_dcookie",
+    # namespaces and mounts (bwrap has set them up; a job makes none of its own)
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "mount_setattr", "move_mount",
+    "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
+    # file handles that bypass path permissions
+    "name_to_handle_at", "open_by_handle_at",
+    # the machine: modules, kexec, clocks, swap, accounting, reboot, quotas, host names
+    "init_module", "finit_module", "delete_module", "create_module", "query_module",
+    "get_kernel_syms", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff", "acct",
+    "settimeofday", "clock_settime", "clock_adjtime", "quotactl", "quotactl_fd", "syslog",
+    "sethostname", "setdomainname", "vhangup", "nfsservctl", "uselib", "ustat", "sysfs",
+    "_sysctl", "ioperm", "iopl", "vm86", "vm86old",
+    # NUMA placement (Docker refuses these without CAP_SYS_NICE)
+    "mbind", "set_mempolicy", "migrate_pages", "move_pages",
+)
+
+# What the CUDA driver (and torch on the CPU) needs; never in DENIED, checked by build().
+CUDA_NEEDS = ("ioctl", "mmap", "munmap", "mremap", "madvise", "mprotect", "get_mempolicy",
+              "sched_getaffinity", "clone", "futex", "openat", "memfd_create")
+
+# clone flags that make namespaces: a plain thread or fork has none of them
+CLONE_NAMESPACES = {
+    "CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000, "CLONE_NEWTIME": 0x00000080,
+}
+AF_VSOCK = 40  # host-guest sockets: isolate refuses them
+TIOCSTI = 0x5412  # push characters into a terminal's input
+TIOCLINUX = 0x541C
+
+
+class Unavailable(RuntimeError):
+    """libseccomp (or its Python bindings) is missing: bwrap sandboxes cannot be filtered."""
+
+
+@functools.cache
+def program() -> bytes:
+    """The filter as a BPF program, built once per process."""
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, OSError) as exc:  # the bindings, or libseccomp.so.2 under them
+        raise Unavailable(f"libseccomp is not available ({exc})") from exc
+    overlap = set(DENIED) & set(CUDA_NEEDS)
+    if overlap:
+        raise ValueError(f"the filter would break CUDA: {sorted(overlap)}")
+    eperm = seccomp.ERRNO(errno.EPERM)
+    f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    for name in DENIED:
+        try:
+            f.add_rule(eperm, name)
+        except (RuntimeError, ValueError, OSError):  # not a syscall of this architecture
+            continue
+    for flag in CLONE_NAMESPACES.values():
+        f.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    # clone3 passes its flags in memory seccomp cannot read: ENOSYS makes glibc fall back to clone
+    f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    f.add_rule(eperm, "socket", seccomp.Arg(0, seccomp.EQ, AF_VSOCK))
+    for request in (TIOCSTI, TIOCLINUX):
+        f.add_rule(eperm, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
+    memfd = os.memfd_create("treino-seccomp", os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(memfd), "wb") as out:
+            f.export_bpf(out)
+        return os.pread(memfd, 1 << 20, 0)
+    finally:
+        os.close(memfd)
+
+
+def fd() -> int:
+    """A fresh memory file holding the program, positioned at its start, for one bwrap."""
+    data = program()
+    memfd = os.memfd_create("treino-seccomp", 0)  # inherited by bwrap, which reads and closes it
+    os.write(memfd, data)
+    os.lseek(memfd, 0, os.SEEK_SET)
+    return memfd
