@@ -34,7 +34,6 @@ FIGURES_EXERCISE = "gpu-memory/fit-the-budget"  # its model is the one the figur
 MARK = "GPUCHECK "  # a probe's facts: one line of JSON after this
 FIRST_KERNEL_MS = 50  # a warm sandbox's first kernel; a context made in the job costs far more
 STEPS = 20  # timed steps per figure
-MIB = 1024 ** 2
 
 SANDBOX = "Sandbox on the GPU"
 EXERCISES = "Exercises on CUDA"
@@ -246,9 +245,10 @@ def host_gpus(dev: str = "/dev") -> list[int]:
 def driver_gpus(root: str = "/proc/driver/nvidia/gpus") -> dict[int, str]:
     """Device minor -> GPU UUID, as the kernel driver lists them."""
     found = {}
-    for info in sorted(Path(root).glob("*/information")) if os.path.isdir(root) else []:
-        fields = dict(line.split(":", 1) for line in info.read_text().splitlines() if ":" in line)
-        with contextlib.suppress(KeyError, ValueError):
+    for info in sorted(Path(root).glob("*/information")):
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            lines = info.read_text().splitlines()
+            fields = dict(line.split(":", 1) for line in lines if ":" in line)
             found[int(fields["Device Minor"])] = fields["GPU UUID"].strip()
     return found
 
@@ -345,7 +345,7 @@ class GpuCheck:
 
         torch, props = self.torch, self.properties
         about = machine.describe(self.setup.isolation, "cuda", POOL_SIZE, "not used")
-        for key in ("postgresql", "warm pool"):
+        for key in ("postgresql", "warm pool", "torch", "device"):  # said better above
             about.pop(key)
         return {
             "card": f"{props.name}, compute capability {props.major}.{props.minor}, "
@@ -660,15 +660,22 @@ def main(argv: list[str] | None = None) -> int:
         shown = args.output.relative_to(ROOT) if args.output.is_relative_to(ROOT) else args.output
         print(f"no CUDA: {reason}; nothing to check here, {shown} left as it is")
         return 0
+    from worker.sandbox import SandboxUnavailable
+
     start_up = measure_start_up(torch)
     os.environ["TREINO_DEVICE"] = "cuda"  # every sandbox, the references, the web's worker
-    check = GpuCheck(torch, start_up)
+    try:
+        check = GpuCheck(torch, start_up)
+    except SandboxUnavailable as exc:  # e.g. TREINO_SANDBOX=bwrap without a working bwrap
+        print(f"gpu-check: sandbox: {exc}", file=sys.stderr)
+        return 1
+    about = check.about()
     say(f"{check.properties.name}, /dev/nvidia{check.gpu}, sandbox {check.setup.isolation}")
     results = run_checks(check.checks())
     took = time.monotonic() - STARTED
     results.append(Result(RUN, f"the whole check within {LIMIT_SECONDS // 60} minutes",
                           ok(took <= LIMIT_SECONDS), f"{took / 60:.1f} min"))
-    about = {**check.about(), "check took": f"{took / 60:.1f} min"}
+    about["check took"] = f"{took / 60:.1f} min"
     text = render(about, results)
     print(text)
     if str(args.output) != "-":
