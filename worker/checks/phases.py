@@ -1,9 +1,11 @@
 """Checks of the "phases" kind (lesson 3; grad-accum research §4.2).
 
 Every fetch, forward, backward and optimizer step the harness timed must lie inside a
-``record_function`` range named after its phase, and on every loop (each with a different
-phase made slow on purpose) the learner's answer must name the slow phase. The harness's
-own totals per label back the answer up: they are the learner's ranges, timed.
+``record_function`` range named after its phase; each loop must be one pass over the loader
+(one fetch, forward, backward and step per batch: a sample of the batches can point at the
+wrong phase); and on every loop (each with a different phase made slow on purpose) the
+learner's answer must name the slow phase. The harness's own totals per label back the
+answer up: they are the learner's ranges, timed.
 """
 
 from worker.checks import Check, Diagnosis, Evaluation
@@ -48,6 +50,13 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
                             {"phase": phase, "inside": inside, "total": total}))
     else:
         checks.append(Check("labels", True, "check.labels.passed", {"phases": ", ".join(PHASES)}))
+    batches = int(params["n_batches"])
+    counts = [_counts(run) for run in runs]
+    off = next((c for c in counts if set(c.values()) != {batches}), None)
+    if off is not None:
+        checks.append(Check("one_pass", False, "check.one_pass.failed", {"batches": batches, **off}))
+    else:
+        checks.append(Check("one_pass", True, "check.one_pass.passed", {"batches": batches}))
     wrong = [run for run in runs if run["answer"] != run["slow"]]
     if wrong:
         run = wrong[0]
@@ -59,11 +68,18 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     metrics = {"labelled_ms": [{k: round(v, 1) for k, v in _totals(r).items()} for r in runs]}
     diagnosis = None
     if not all(c.passed for c in checks):
-        diagnosis = diagnose(runs)
+        diagnosis = diagnose(runs, batches)
     return Evaluation(checks, diagnosis, metrics)
 
 
-def diagnose(runs):
+def _counts(run):
+    """How many fetches, forwards, backwards and optimizer steps the loop made."""
+    return {key: len(run["points"][phase]) for key, phase in
+            (("fetches", "data"), ("forwards", "forward"), ("backwards", "backward"),
+             ("steps", "optimizer"))}
+
+
+def diagnose(runs, batches):
     """The known mistake the timelines show, or None."""
     names = {r[0] for run in runs for r in run["ranges"]}
     missing = [phase for phase in PHASES if phase not in names]
@@ -78,6 +94,12 @@ def diagnose(runs):
                 "labelled": round(_totals(run)["data"]), "spent": round(_spent(run, "data"))})
     if any(inside < total for run in runs for inside, total in _coverage(run).values()):
         return None
+    for counts in map(_counts, runs):
+        if set(counts.values()) != {batches}:
+            # stopped early (a sample of the batches) is a known mistake; extra passes are not
+            if max(counts.values()) <= batches:
+                return Diagnosis("partial-pass", {"batches": batches, **counts})
+            return None
     for run in runs:
         if run["answer"] != run["slow"]:
             totals = _totals(run)
