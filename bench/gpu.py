@@ -28,7 +28,7 @@ from typing import Literal
 from app.config import ROOT
 
 LIMIT_SECONDS = 8 * 60  # the whole run, on one GPU
-POOL_SIZE = 4  # warm sandboxes while the exercises are proven: warm-ups overlap the jobs
+POOL_SIZE = 6  # warm sandboxes while the exercises are proven: warm-ups overlap the jobs
 PROBE_EXERCISE = "gradient-accumulation/accumulate"  # probes run as its submissions
 FIGURES_EXERCISE = "gpu-memory/fit-the-budget"  # its model is the one the figures probe times
 MARK = "GPUCHECK "  # a probe's facts: one line of JSON after this

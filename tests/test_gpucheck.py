@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import warnings
+from types import SimpleNamespace
 
 import pytest
 
@@ -106,6 +107,32 @@ def test_a_check_that_raises_is_one_failed_row_and_the_others_still_run():
         Result(gpu.SANDBOX, "what a job sees", "failed", "RuntimeError: the pool could not start"),
         Result(gpu.WEB, "a submission", "passed", "120 ms"),
     ]
+
+
+@pytest.mark.parametrize("status, code", [("passed", 0), ("failed", 1)])
+def test_on_cuda_the_report_is_written_and_a_failed_row_fails_the_run(tmp_path, monkeypatch, status,
+                                                                       code):
+    class Checks:  # what GpuCheck gives main, without a GPU
+        properties, gpu, setup = SimpleNamespace(name="Fake"), 0, SimpleNamespace(isolation="bwrap")
+
+        def __init__(self, torch, start_up):
+            assert start_up == {"context_ms": 300.0}
+
+        def about(self):
+            return {"card": "Fake"}
+
+        def checks(self):
+            return [(gpu.SANDBOX, "seccomp", lambda: [Result(gpu.SANDBOX, "seccomp", status, "2")])]
+
+    monkeypatch.setattr(gpu, "no_cuda", lambda torch: None)
+    monkeypatch.setattr(gpu, "measure_start_up", lambda torch: {"context_ms": 300.0})
+    monkeypatch.setattr(gpu, "GpuCheck", Checks)
+    monkeypatch.setenv("TREINO_DEVICE", "cpu")  # main sets cuda; put back afterwards
+    output = tmp_path / "gpu.md"
+    assert gpu.main(["--output", str(output)]) == code
+    lines = output.read_text().splitlines()
+    assert "| card | Fake |" in lines and f"| seccomp | {gpu.MARKS[status]} | 2 |" in lines
+    assert any(line.startswith("| the whole check within 8 minutes | ✓ passed |") for line in lines)
 
 
 # ---------------------------------------------------------------- judging what a job saw
