@@ -66,7 +66,7 @@ def status_label(status: str) -> str:
         "queued": _("Queued"), "running": _("Running"),
         "passed": _("Passed"), "failed": _("Not yet right"),
         "error": _("Did not run"), "timeout": _("Took too long"),
-        "rejected": _("Not accepted"),
+        "rejected": _("Not accepted"), "cancelled": _("Cancelled"),
     }
     return labels.get(status, status)
 

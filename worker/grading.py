@@ -30,9 +30,12 @@ def _limits(exercise) -> sandbox.Limits:
 
 
 def _check(check: Check, lang: str) -> dict:
-    return {"name": text(f"check.{check.name}.name", lang),
-            "status": "passed" if check.passed else "failed",
-            "message": render(check.message, lang, check.values)}
+    out = {"name": text(f"check.{check.name}.name", lang),
+           "status": "passed" if check.passed else "failed",
+           "message": render(check.message, lang, check.values)}
+    if check.message.startswith("error.") and check.values.get("line"):
+        out["line"] = check.values["line"]  # the learner's line the error points at (the editor marks it)
+    return out
 
 
 def _diagnosis(diagnosis: Diagnosis | None, lang: str) -> dict | None:

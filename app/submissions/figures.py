@@ -1,7 +1,10 @@
 """The measured figures of a verdict, shaped for the page: small bar charts that are tables.
 
 Each figure is a table (label, bar, value): the bars are inline SVG drawn by the template,
-the numbers are text, so the chart and its data table are the same element.
+the numbers are text, so the chart and its data table are the same element; its summary says
+the same numbers in a sentence. A chart is drawn only where it shows a difference (3 steps
+against 3 steps is a plain fact), and scaled so that the difference is visible: losses that
+differ in the third decimal are not drawn as bars from zero.
 """
 
 from dataclasses import dataclass, field
@@ -10,12 +13,15 @@ from typing import Any
 from app.i18n import gettext as _
 from app.i18n import number
 
+# Below this relative spread, bars of the values would look the same: say it in words instead.
+VISIBLE = 0.001
+
 
 @dataclass(frozen=True)
 class Bar:
     label: str
     text: str  # the value as the learner's language writes it
-    share: float  # bar length, 0–100, relative to the figure's largest value
+    share: float | None  # bar length, 0–100 (None: no bar, the value alone)
     kind: str = "yours"  # yours | reference | naive (CSS classes)
 
 
@@ -25,7 +31,7 @@ class Figure:
     title: str
     bars: list[Bar]
     note: str = ""
-    kind: str = "bars"
+    summary: str = ""  # the figure in one plain sentence, with the same numbers as the bars
 
 
 @dataclass(frozen=True)
@@ -50,10 +56,15 @@ def seconds(ms: float) -> str:
     return f"{number(ms / 1000, 1)} s"
 
 
-def _bars(rows: list[tuple[str, float, str, str]]) -> list[Bar]:
+def _from_zero(rows: list[tuple[str, float, str, str]]) -> list[Bar]:
+    """Bars from zero: right when the values' ratio is the point (4× the update, ¼ the memory)."""
     top = max((value for _label, value, _text, _kind in rows), default=0) or 1
     return [Bar(label, text, max(100 * value / top, 1.5 if value > 0 else 0), kind)
             for label, value, text, kind in rows]
+
+
+def _differ(a: float, b: float) -> bool:
+    return abs(a - b) > VISIBLE * max(abs(a), abs(b), 1e-12)
 
 
 def _num(metrics: dict, key: str) -> float | None:
@@ -61,43 +72,78 @@ def _num(metrics: dict, key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _losses(losses: list) -> Figure:
+    """The loss after each step. Bars start just below the smallest value, so 1.0873 against
+    1.0772 shows; when nothing visible changed, the values alone. None: not a finite number."""
+    values = [float(v) if isinstance(v, int | float) else None for v in losses]
+    finite = [v for v in values if v is not None]
+    low, high = min(finite, default=0.0), max(finite, default=0.0)
+    drawn = len(finite) > 1 and _differ(low, high)
+    labels = [_("Start") if i == 0 else _("After step %(n)d") % {"n": i} for i in range(len(values))]
+    bars = [Bar(label, "—" if v is None else number(v, 4),
+                None if not drawn or v is None else 8 + 92 * (v - low) / (high - low))
+            for label, v in zip(labels, values, strict=True)]
+    if finite and values[0] is not None and values[-1] is not None and len(values) > 1:
+        summary = _("From %(first)s at the start to %(last)s after step %(n)d.") % {
+            "first": number(values[0], 4), "last": number(values[-1], 4), "n": len(values) - 1}
+    else:
+        summary = ""
+    if drawn:
+        note = _("The bars start at %(low)s, not at zero, so that small changes show.") % {
+            "low": number(low, 4)}
+    else:
+        note = _("Measured on every micro-batch with your parameters after each step.")
+    return Figure("losses", _("Loss on the exercise's data"), bars, note, summary)
+
+
 def figures(verdict: dict[str, Any]) -> Figures:
     """What the verdict measured, as charts and plain facts (empty when nothing was measured)."""
     metrics = verdict.get("metrics") or {}
     charts: list[Figure] = []
-    losses = metrics.get("losses") or []
-    if losses:  # None: the loss was not a finite number at that step
-        rows = [(_("Start") if i == 0 else _("After step %(n)d") % {"n": i},
-                 float(v) if isinstance(v, int | float) else 0.0,
-                 number(v, 4) if isinstance(v, int | float) else "—", "yours")
-                for i, v in enumerate(losses)]
-        charts.append(Figure("losses", _("Loss on the exercise's data"), _bars(rows),
-                             _("Measured on every micro-batch with your parameters after each step.")))
+    facts: list[tuple[str, str]] = []
+    if losses := metrics.get("losses") or []:
+        charts.append(_losses(losses))
     steps, ref_steps = _num(metrics, "optimizer_steps"), _num(metrics, "reference_optimizer_steps")
-    if steps is not None and ref_steps is not None:
-        charts.append(Figure("steps", _("Optimizer steps"), _bars([
+    if steps is not None and ref_steps is not None and steps != ref_steps:
+        charts.append(Figure("steps", _("Optimizer steps"), _from_zero([
             (_("Yours"), steps, number(steps, 0), "yours"),
-            (_("Large batch"), ref_steps, number(ref_steps, 0), "reference")])))
+            (_("Large batch"), ref_steps, number(ref_steps, 0), "reference")]),
+            summary=_("You took %(yours)s optimizer steps; the large batch takes %(reference)s.") % {
+                "yours": number(steps, 0), "reference": number(ref_steps, 0)}))
+    elif steps is not None:
+        facts.append((_("Optimizer steps"), number(steps, 0) if ref_steps is None else
+                      _("%(steps)s, as the large batch") % {"steps": number(steps, 0)}))
     ratio = _num(metrics, "update_ratio")
-    if ratio is not None:
-        charts.append(Figure("update", _("Size of each update"), _bars([
+    if ratio is not None and number(ratio) != number(1.0):  # a difference the text shows
+        charts.append(Figure("update", _("Size of each update"), _from_zero([
             (_("Yours"), ratio, f"{number(ratio)}×", "yours"),
             (_("Large batch"), 1.0, f"{number(1.0)}×", "reference")]),
-            _("Median over the steps, against the large-batch update.")))
+            _("Median over the steps, against the large-batch update."),
+            _("Each of your updates was %(ratio)s× the large-batch update.") % {
+                "ratio": number(ratio)}))
+    elif ratio is not None:
+        facts.append((_("Size of each update"), _("%(ratio)s×, as the large batch") % {
+            "ratio": number(ratio)}))
     peak = _num(metrics, "peak_activation_bytes")
     micro = _num(metrics, "reference_peak_activation_bytes")
     naive = _num(metrics, "large_batch_peak_activation_bytes")
-    if peak is not None and micro is not None:
+    if peak is not None and micro is not None and (naive is not None or _differ(peak, micro)):
         rows = [(_("Yours"), peak, size(peak), "yours"),
                 (_("One micro-batch"), micro, size(micro), "reference")]
         if naive is not None:
             rows.append((_("Whole large batch"), naive, size(naive), "naive"))
-        charts.append(Figure("memory", _("Peak activation memory"), _bars(rows),
-                             _("Bytes saved for backward at the busiest moment.")))
-    facts: list[tuple[str, str]] = []
-    if steps is not None and ref_steps is None:
-        facts.append((_("Optimizer steps"), number(steps, 0)))
-    if peak is not None and micro is None:
+        if micro and _differ(peak, micro):
+            summary = _("Your loop held %(peak)s at its busiest moment, %(times)s× what one "
+                        "micro-batch needs (%(micro)s).") % {
+                "peak": size(peak), "times": number(peak / micro), "micro": size(micro)}
+        else:
+            summary = _("Your loop held %(peak)s at its busiest moment, as much as one micro-batch.") % {
+                "peak": size(peak)}
+        if naive is not None:
+            summary += " " + _("The whole large batch at once would need %(naive)s.") % {"naive": size(naive)}
+        charts.append(Figure("memory", _("Peak activation memory"), _from_zero(rows),
+                             _("Bytes saved for backward at the busiest moment."), summary))
+    elif peak is not None:
         facts.append((_("Peak activation memory"), size(peak)))
     if (ms := _num(metrics, "sandbox_ms")) is not None:
         facts.append((_("Running your code"), seconds(ms)))

@@ -19,6 +19,7 @@ class Status(StrEnum):
     ERROR = "error"
     TIMEOUT = "timeout"
     REJECTED = "rejected"
+    CANCELLED = "cancelled"  # the learner stopped waiting; nothing was graded
 
     @property
     def final(self) -> bool:

@@ -1,15 +1,22 @@
 """How a submission reads on the page: its outcome in words, and when it was sent."""
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
 
 from babel.dates import format_timedelta
 from jinja2 import Environment
 from markupsafe import Markup, escape
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
 
 from app.db import aware, utcnow
 from app.i18n import current_lang, locale_name
 from app.i18n import gettext as _
+from app.lessons.content import Course, Exercise, Lesson
 from app.submissions.models import Mode, Status, Submission
 from app.web import status_label
 
@@ -37,10 +44,61 @@ def inline_code(text: str) -> Markup:
     return Markup(_CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", str(escape(text))))
 
 
+_FORMATTER = HtmlFormatter(nowrap=True)
+
+
+def python_html(code: str) -> Markup:
+    """Python source highlighted the way lesson code is (Pygments classes, no wrapper)."""
+    html = highlight(code, PythonLexer(stripnl=False), _FORMATTER)
+    return Markup(html if code.endswith("\n") else html.removesuffix("\n"))  # Pygments adds one
+
+
+@lru_cache(maxsize=64)
+def _read_solution(path: Path, _mtime: float) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def solution(exercise: Exercise) -> str:
+    """The exercise's reference solution (re-read when the file changes)."""
+    path = Path(exercise.path) / "solution.py"
+    return _read_solution(path, path.stat().st_mtime)
+
+
+def failing_line(verdict: dict) -> int | None:
+    """The learner's line the verdict's error points at, if any."""
+    for check in verdict.get("checks") or []:
+        line = check.get("line") if isinstance(check, dict) else None
+        if check.get("status") == "failed" and isinstance(line, int) and line > 0:
+            return line
+    return None
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an exercise sits: its lesson, its number there, and what comes after it."""
+
+    lesson: Lesson
+    number: int
+    total: int
+    next_exercise: Exercise | None
+    next_lesson: Lesson | None
+
+
+def place(course: Course, exercise: Exercise) -> Place | None:
+    lesson = course.lesson(exercise.lesson)
+    if lesson is None or exercise not in lesson.exercises:
+        return None
+    i = lesson.exercises.index(exercise)
+    later = lesson.exercises[i + 1:]
+    return Place(lesson, i + 1, len(lesson.exercises), later[0] if later else None,
+                 course.neighbours(lesson)[1])
+
+
 def iso(moment: datetime) -> str:
     return aware(moment).isoformat()
 
 
 def install(env: Environment) -> None:
     env.globals.update(outcome_label=outcome_label, when=when, iso=iso)
+    env.filters["python"] = python_html
     env.filters["inline_code"] = inline_code

@@ -36,8 +36,9 @@ def exercise_page(request: Request, lesson: LessonDep, exercise: ExerciseDep, co
     draft = drafts.get(session, learner, exercise.id)
     code = draft.code if draft else latest.code if latest else exercise.starter  # the draft wins
     return render(request, "exercise.html", {
-        **_status_context(session, latest),
+        **_status_context(request, session, learner, latest),
         "course": course, "lesson": lesson, "exercise": exercise, "history": past,
+        "place": present.place(course, exercise),
         "code": code, "draft_at": aware(draft.updated_at).isoformat() if draft else "",
         "shown": _shown(hints, exercise), "reset": request.query_params.get("reset") == "1",
         "editor_phrases": phrases() if request.state.lang != "en" else {},
@@ -70,7 +71,8 @@ def submit_form(request: Request, lesson: LessonDep, exercise: ExerciseDep, lear
                                      lang=request.state.lang, request_id=request.state.request_id)
     except service.AlreadyActive:
         return render(request, "_submission_status.html",
-                      {**_status_context(session, None), "error": busy_message(), "announce": True},
+                      {**_status_context(request, session, learner, None), "error": busy_message(),
+                       "announce": True},
                       status_code=429)
     if is_htmx(request):
         return _status(request, session, learner, submission, announce=True)
@@ -92,24 +94,60 @@ def submission_page(request: Request, submission_id: int, learner: LearnerDep, s
     return render(request, "submission.html", {
         "course": course, "exercise": exercise,
         "lesson": course.lesson(exercise.lesson) if exercise else None,
-        **_status_context(session, submission),
+        **_status_context(request, session, learner, submission),
     })
 
 
-def _status_context(session: Session, submission: Submission | None) -> dict:
-    """The context of _submission_status.html."""
-    verdict = (submission.verdict or {}) if submission else {}
-    return {
+@router.post("/submissions/{submission_id}/cancel", response_class=HTMLResponse, include_in_schema=False)
+def cancel_form(request: Request, submission_id: int, learner: LearnerDep, session: SessionDep):
+    """Stop waiting: a queued or running submission ends as cancelled (a final one stays as it is)."""
+    submission = service.get_own(session, learner, submission_id)
+    if submission is None:
+        raise HTTPException(404)
+    service.cancel(session, submission)
+    if is_htmx(request):
+        return _status(request, session, learner, submission, announce=True)
+    exercise = request.app.state.course.exercise(submission.exercise)
+    if exercise is None:
+        return RedirectResponse(request.url_for("submission_page", submission_id=submission.id),
+                                status_code=303)
+    return RedirectResponse(request.url_for("exercise_page", slug=exercise.lesson,
+                                            exercise_slug=exercise.slug), status_code=303)
+
+
+def _status_context(request: Request, session: Session, learner: Learner,
+                    submission: Submission | None) -> dict:
+    """The context of _submission_status.html: the status or verdict, the attempt's number for
+    this learner and exercise, and after a pass the way on and the reference solution (also
+    offered, with a warning, after several failed tries)."""
+    context = {
         "submission": submission, "error": None, "announce": False, "history_oob": None,
-        "queue_position": service.queue_position(session, submission) if submission else None,
-        "elapsed": service.elapsed_seconds(submission) if submission else None,
-        "figures": figures(verdict) if submission and Status(submission.status).final else [],
+        "queue_position": None, "elapsed": None, "figures": [], "attempts": None, "place": None,
+        "solution": None, "failing_line": None,
     }
+    if submission is None:
+        return context
+    verdict = submission.verdict or {}
+    attempts = service.attempts(session, learner, submission.exercise)
+    exercise = request.app.state.course.exercise(submission.exercise)
+    final = Status(submission.status).final
+    context |= {
+        "queue_position": service.queue_position(session, submission),
+        "elapsed": service.elapsed_seconds(submission), "attempts": attempts,
+        "figures": figures(verdict) if final else [],
+        "failing_line": present.failing_line(verdict) if final else None,
+        "place": present.place(request.app.state.course, exercise) if exercise else None,
+    }
+    graded = submission.mode == Mode.SUBMIT
+    if exercise and final and graded and (submission.status == Status.PASSED
+                                          or attempts.failures >= service.SHOW_SOLUTION_AFTER):
+        context["solution"] = present.solution(exercise)
+    return context
 
 
 def _status(request: Request, session: Session, learner: Learner, submission: Submission, *,
             announce: bool):
-    context = {**_status_context(session, submission), "announce": announce}
+    context = {**_status_context(request, session, learner, submission), "announce": announce}
     if announce and Status(submission.status).final and "/exercises/" in here(request):
         context["history_oob"] = service.history(session, learner, submission.exercise)
     return render(request, "_submission_status.html", context)

@@ -1,8 +1,9 @@
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, HTTPException
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -64,6 +65,43 @@ def history(session: Session, learner: Learner, exercise_id: str, limit: int = 2
         select(Submission)
         .where(owned_by(Submission, learner), Submission.exercise == exercise_id)
         .order_by(Submission.id.desc()).limit(limit)))
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """A learner's attempts at one exercise: each numbered from 1 in the order sent (a learner
+    reads "attempt 3", never the server-wide id), and how many graded ones did not pass."""
+
+    numbers: dict[int, int]
+    failures: int
+
+    def number(self, submission: Submission) -> int:
+        return self.numbers.get(submission.id, 0)
+
+
+SHOW_SOLUTION_AFTER = 3  # graded failures before the reference solution may be asked for
+
+
+def attempts(session: Session, learner: Learner, exercise_id: str) -> Attempts:
+    rows = session.execute(
+        select(Submission.id, Submission.mode, Submission.status)
+        .where(owned_by(Submission, learner), Submission.exercise == exercise_id)
+        .order_by(Submission.id)).all()
+    failed = (Status.FAILED, Status.ERROR, Status.TIMEOUT)
+    return Attempts({row.id: n for n, row in enumerate(rows, start=1)},
+                    sum(row.mode == Mode.SUBMIT and row.status in failed for row in rows))
+
+
+def cancel(session: Session, submission: Submission) -> bool:
+    """Stop waiting for a queued or running submission: it ends as `cancelled` at once, so the
+    learner may send again (a worker running it stops when it sees the row is no longer its)."""
+    done = session.execute(
+        update(Submission)
+        .where(Submission.id == submission.id, Submission.status.in_((Status.QUEUED, Status.RUNNING)))
+        .values(status=Status.CANCELLED, active_owner=None, finished_at=utcnow(), lease_owner=None,
+                lease_expires_at=None)).rowcount
+    session.refresh(submission)
+    return bool(done)
 
 
 def elapsed_seconds(submission: Submission, now: datetime | None = None) -> int | None:

@@ -2,7 +2,8 @@
 // source of truth (the form posts it; without JavaScript it is the editor). Drafts are kept in
 // this browser at once on every change and on the server every few seconds.
 import {
-  basicSetup, Compartment, EditorState, EditorView, indentWithTab, keymap, oneDark, python,
+  basicSetup, closeCompletion, Compartment, completionStatus, EditorState, EditorView, gutter,
+  GutterMarker, indentUnit, indentWithTab, keymap, oneDark, Prec, python, RangeSet, StateEffect, StateField,
 } from "../vendor/codemirror.js"
 
 const SERVER_SAVE_MS = 4000
@@ -17,6 +18,60 @@ const darkTheme = [
 ]
 const dark = window.matchMedia("(prefers-color-scheme: dark)")
 const isMac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent)
+
+// The line the last verdict's traceback points at, marked in a gutter of its own; the mark
+// follows the line while the learner edits and goes when another verdict comes.
+const setFailingLine = StateEffect.define()
+class FailingMarker extends GutterMarker {
+  toDOM() {
+    const mark = document.createElement("span")
+    mark.className = "cm-failing-mark"
+    return mark
+  }
+}
+const failingMarker = new FailingMarker()
+const failingLine = StateField.define({
+  create: () => RangeSet.empty,
+  update(marks, tr) {
+    marks = marks.map(tr.changes)
+    for (const effect of tr.effects) {
+      if (!effect.is(setFailingLine)) continue
+      const n = effect.value
+      marks = n && n <= tr.state.doc.lines
+        ? RangeSet.of([failingMarker.range(tr.state.doc.line(n).from)]) : RangeSet.empty
+    }
+    return marks
+  },
+})
+const failingGutter = [
+  failingLine,
+  gutter({class: "cm-failing-gutter", markers: (view) => view.state.field(failingLine)}),
+  EditorView.theme({
+    ".cm-failing-gutter": {width: "0.7rem"},
+    ".cm-failing-mark": {
+      display: "inline-block", width: "0.55rem", height: "0.55rem", borderRadius: "50%",
+      backgroundColor: "#dc2626", verticalAlign: "middle",
+    },
+  }),
+]
+let editorView = null
+
+// The failing line of the verdict now on the page (data-failing-line), or none.
+function markFailingLine() {
+  if (!editorView) return
+  const holder = document.querySelector("#submission-status [data-failing-line]")
+  const line = holder ? Number(holder.dataset.failingLine) : 0
+  editorView.dispatch({effects: setFailingLine.of(line > 0 ? line : 0)})
+}
+
+// Esc with the completion list open closes it and, as a second Esc would, lets the next Tab
+// leave the editor: one Esc, then Tab, always gets a keyboard user out.
+function escape(view) {
+  if (!completionStatus(view.state)) return false
+  closeCompletion(view)
+  view.setTabFocusMode(2000)
+  return true
+}
 
 function csrfToken() {
   try { return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRF-Token"] || "" }
@@ -98,9 +153,13 @@ function mount(ta) {
     state: EditorState.create({
       doc: code,
       extensions: [
+        // before basicSetup, whose completion keys are also of the highest precedence
+        Prec.highest(keymap.of([{key: "Escape", run: escape}])),
         // before basicSetup, so Mod-Enter submits instead of inserting a blank line
         keymap.of([{key: "Mod-Enter", run: () => { form.requestSubmit(submitButton); return true }}]),
         basicSetup,
+        indentUnit.of("    "),  // the starters' unit: Enter after `for …:` and Backspace move by 4
+        failingGutter,
         keymap.of([indentWithTab]),
         python(),
         EditorState.phrases.of(phrases),
@@ -126,6 +185,8 @@ function mount(ta) {
       ],
     }),
   })
+  editorView = view
+  markFailingLine()
   // the label still leads to the editor
   document.querySelector(`label[for="${ta.id}"]`)?.addEventListener("click", () => view.focus())
   dark.addEventListener("change", (e) => {
@@ -158,5 +219,6 @@ scan(document)
 document.addEventListener("htmx:load", (event) => {
   // a newly opened hint takes the focus, so keyboard and screen-reader users land on it
   const swapped = event.detail.elt
+  if (swapped.id === "submission-status") markFailingLine()
   if (swapped.id === "hints") swapped.querySelector("[data-autofocus]")?.focus()
 })

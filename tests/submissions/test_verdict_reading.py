@@ -1,0 +1,158 @@
+"""The verdict reads plainly: charts only where they show a difference and scaled so it shows,
+inline code as code, plurals by the right number, attempts numbered per learner and exercise,
+the failing line, the way on after a pass with the reference solution beside the learner's,
+and Cancel while waiting."""
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+
+from app.submissions.figures import figures
+from app.submissions.models import Submission
+from tests.conftest import arm_csrf, html
+from tests.submissions.test_verdict import NOT_SCALED, finished
+
+EXERCISE_URL = "/lessons/gradient-accumulation/exercises/accumulate"
+API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
+HTMX = {"HX-Request": "true"}
+PASSED = {"version": 1, "exercise": "gradient-accumulation/accumulate", "status": "passed",
+          "diagnosis": None, "checks": [{"name": "Optimizer steps", "status": "passed", "message": "3."}],
+          "metrics": {"optimizer_steps": 3, "reference_optimizer_steps": 3, "update_ratio": 1.0},
+          "output": ""}
+
+
+def test_close_losses_are_drawn_from_just_below_the_smallest_not_from_zero():
+    loss = figures({"metrics": {"losses": [1.0873, 1.0772]}}).charts[0]
+    start, after = (bar.share for bar in loss.bars)
+    assert start == 100 and after == 8, "the difference fills the bar, not 1 % of it"
+    assert [bar.text for bar in loss.bars] == ["1.0873", "1.0772"]
+    assert "1.0772" in loss.note and "not at zero" in loss.note
+    assert loss.summary == "From 1.0873 at the start to 1.0772 after step 1."
+
+
+def test_equal_values_are_facts_not_charts():
+    flat = figures({"metrics": {"losses": [0.5, 0.5], "optimizer_steps": 3, "reference_optimizer_steps": 3,
+                                "update_ratio": 1.0001}})
+    assert [c.id for c in flat.charts] == ["losses"]
+    assert all(bar.share is None for bar in flat.charts[0].bars), "no bars that all look the same"
+    assert ("Optimizer steps", "3, as the large batch") in flat.facts
+    assert ("Size of each update", "1.00×, as the large batch") in flat.facts
+    steps = figures({"metrics": {"optimizer_steps": 12, "reference_optimizer_steps": 3}}).charts[0]
+    assert steps.id == "steps" and steps.summary == "You took 12 optimizer steps; the large batch takes 3."
+
+
+def test_the_chart_and_its_sentence_say_the_same_number(client, app):
+    verdict = finished(app, client, NOT_SCALED).select_one(".verdict-card")
+    update_chart = verdict.select_one(".figure-update")
+    assert update_chart.select(".bar-value")[0].get_text() == "4.00×"
+    assert "4.00×" in update_chart.select_one(".figure-summary").get_text()
+    assert "4.00×" in verdict.select_one(".diagnosis").get_text()
+
+
+def test_inline_code_is_code_and_plurals_follow_the_number(client, app):
+    one = {**NOT_SCALED, "checks": [{"name": "Run", "status": "failed",
+                                     "message": "Use `with torch.autocast(...)` <here>."}],
+           "diagnosis": {"id": "x", "title": "No `scaler`", "explanation": "Call `scaler.step(opt)`."}}
+    verdict = finished(app, client, one).select_one(".verdict-card")
+    assert verdict.select_one(".check p code").get_text() == "with torch.autocast(...)"
+    assert "<here>" in verdict.select_one(".check p").get_text(), "the rest stays escaped text"
+    assert verdict.select_one(".diagnosis h4 code").get_text() == "scaler"
+    assert verdict.select_one(".diagnosis p code").get_text() == "scaler.step(opt)"
+    assert "0 of 1 check passed" in verdict.select_one(".verdict-sub").get_text()
+    href = verdict.select_one(".verdict-sub a")["href"]
+    pt = html(client.get(f"{href}?lang=pt-BR"))
+    assert "0 de 1 verificação passou" in pt.select_one(".verdict-sub").get_text()
+    three = finished(app, client, NOT_SCALED).select_one(".verdict-sub a")["href"]
+    assert "2 de 3 verificações passaram" in html(client.get(f"{three}?lang=pt-BR")).select_one(
+        ".verdict-sub").get_text()
+
+
+def test_attempts_are_numbered_per_learner_and_exercise(client, app):
+    finished(app, client, NOT_SCALED)
+    second = finished(app, client, NOT_SCALED)
+    assert second.select_one("h1").get_text() == "Attempt 2"
+    with TestClient(app) as other:  # a new visitor: their first try is their attempt 1
+        arm_csrf(other)
+        first = finished(app, other, NOT_SCALED)
+        assert first.select_one("h1").get_text() == "Attempt 1"
+        assert "Attempt 1" in first.select_one(".verdict-sub").get_text()
+    rows = html(client.get(EXERCISE_URL)).select("#history tbody tr")
+    assert [r.select_one("a").get_text() for r in rows] == ["2", "1"]
+
+
+def test_an_error_names_its_line_for_the_editor(client, app):
+    error = {"version": 1, "exercise": "gradient-accumulation/accumulate", "status": "error",
+             "diagnosis": None, "metrics": {}, "output": "",
+             "checks": [{"name": "Run", "status": "failed", "line": 4,
+                         "message": "Syntax error on line 4: expected ':': for batch in batches"}]}
+    verdict = finished(app, client, error).select_one(".verdict-card")
+    assert verdict["data-failing-line"] == "4"
+    assert "line 4" in verdict.select_one(".verdict-plain").get_text()
+    assert verdict.select_one(".verdict-mark svg"), "a drawn mark, no font glyph"
+
+
+def test_after_a_pass_the_next_step_and_the_reference_beside_the_learners_code(client, app, course):
+    page = finished(app, client, PASSED)
+    verdict = page.select_one(".verdict-card")
+    lesson = course.lesson("gradient-accumulation")
+    nxt = verdict.select_one(".next-step a[rel=next]")
+    if len(lesson.exercises) > 1:
+        assert nxt["href"] == f"/lessons/gradient-accumulation/exercises/{lesson.exercises[1].slug}"
+    else:
+        assert nxt["href"] == f"/lessons/{course.neighbours(lesson)[1].slug}"
+    assert f"Exercise 1 of {len(lesson.exercises)} in this lesson" in verdict.select_one(".next-step").get_text()
+    compare = verdict.select_one("details.solution[open] .compare")
+    yours, reference = compare.select("pre")
+    assert yours.get_text() == "x = 1"
+    assert reference.get_text() == (lesson.exercises[0].path / "solution.py").read_text()
+    assert reference.select("span"), "highlighted"
+    # a run that ran is no pass: no way on, no solution
+    ran = finished(app, client, PASSED, mode="run").select_one(".verdict-card")
+    assert not ran.select(".next-step") and not ran.select(".solution")
+
+
+def test_the_reference_is_offered_with_a_warning_after_three_failures(client, app):
+    for n in range(2):
+        assert not finished(app, client, NOT_SCALED).select(".solution"), n
+    third = finished(app, client, NOT_SCALED).select_one("details.solution.solution-early")
+    assert third is not None and not third.has_attr("open"), "only on request"
+    assert "takes away most of what the exercise teaches" in third.select_one(".notice").get_text()
+
+
+def test_cancel_a_queued_submission_then_send_again_at_once(client, app):
+    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "while True: pass"}, headers=HTMX)
+    status = html(response).select_one("#submission-status")
+    cancel = status.select_one("form.cancel-form")
+    assert cancel.select_one("button").get_text() == "Cancel"
+    answer = client.post(cancel["hx-post"], headers=HTMX)
+    verdict = html(answer).select_one(".verdict-card.verdict-cancelled")
+    assert verdict.select_one(".verdict-title").get_text() == "Cancelled"
+    assert "nothing was checked" in verdict.select_one(".verdict-plain").get_text()
+    with app.state.sessionmaker() as session:
+        row = session.scalars(select(Submission)).one()
+        assert (row.status, row.active_owner) == ("cancelled", None)
+        assert row.finished_at is not None
+    assert client.post(API_URL, json={"code": "x = 1"}).status_code == 202, "no wait for the old one"
+    # a final one stays final; someone else's is not found
+    assert client.post(cancel["hx-post"], headers=HTMX).status_code == 200
+    with app.state.sessionmaker.begin() as session:
+        session.execute(update(Submission).values(status="passed", active_owner=None))
+    html(client.post(cancel["hx-post"], headers=HTMX))
+    with app.state.sessionmaker() as session:
+        assert {row.status for row in session.scalars(select(Submission))} == {"passed"}
+    with TestClient(app) as other:
+        arm_csrf(other)
+        assert other.post(cancel["hx-post"], headers=HTMX).status_code == 404
+
+
+def test_cancel_without_javascript_goes_back_to_the_exercise(client):
+    client.post(f"{EXERCISE_URL}/submissions", data={"code": "x"}, follow_redirects=False)
+    page = html(client.get(EXERCISE_URL))
+    form = page.select_one("form.cancel-form")
+    response = client.post(form["action"], data={}, follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"].endswith(EXERCISE_URL)
+
+
+def test_the_submission_page_wraps_and_highlights_the_code(client, app):
+    page = finished(app, client, NOT_SCALED)
+    code = page.select_one(".submitted-code pre")
+    assert "code-wrap" in code["class"] and "highlight" in code["class"]
