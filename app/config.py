@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     # Proxies whose X-Forwarded-Proto/For uvicorn believes ("*" behind your own load balancer).
     forwarded_allow_ips: str = "127.0.0.1"
+    # /metrics answers only requests that send this as `Authorization: Bearer <token>`; unset:
+    # open to anyone who can reach it (keep it off the public network then).
+    metrics_token: SecretStr | None = None
+    # Fair use: code sent for grading per client IP (proxy-aware) in 10 minutes, over all the
+    # learners behind it; each learner also has at most one submission waiting at a time.
+    submissions_per_ip: int = Field(default=30, ge=1)
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> "Settings":

@@ -2,8 +2,10 @@
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi.openapi.utils import get_openapi
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import sessionmaker
 
@@ -18,7 +20,7 @@ from app.middleware import BodyLimit, RequestContext, SecurityHeaders
 from app.ops import routes as ops
 from app.progress import routes as progress
 from app.quizzes import routes as quizzes
-from app.security import verify_csrf
+from app.security import SAFE_METHODS, verify_csrf
 from app.submissions import routes as submissions
 from app.web import templates
 
@@ -40,7 +42,8 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
 
     app = FastAPI(title="treino", summary="A tutor for efficient PyTorch training on small GPUs",
                   version="0.1.0", lifespan=lifespan, redoc_url=None,  # /docs is the one API page
-                  dependencies=[Depends(verify_csrf)])
+                  dependencies=[Depends(verify_csrf)],
+                  generate_unique_id_function=lambda route: route.name)  # operationId: the function
     app.state.settings = settings
     templates.env.auto_reload = settings.reload_lessons  # else each page stats its templates
     app.state.course = course
@@ -55,7 +58,38 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     app.include_router(drafts.router)
     app.include_router(ops.router)
     errors.install(app)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(RequestContext)  # every response, errors too, has a language
     app.add_middleware(SecurityHeaders)  # outermost: on every response
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, plus the errors every operation can answer, all in ErrorOut's shape:
+    413 (the body limit, before any route), 422 wherever there is input, 401 anywhere under
+    /api (a revoked token), 403 for unsafe /api calls (one from another site)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+    extra = errors.documented(400, 401, 403, 413, 422)
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            wanted = [413]
+            if "422" in operation["responses"] or "requestBody" in operation:
+                wanted.append(422)
+            if "requestBody" in operation:
+                wanted.append(400)
+            if path.startswith("/api/"):
+                wanted.append(401)
+                if method.upper() not in SAFE_METHODS:
+                    wanted.append(403)
+            for status in wanted:
+                given = operation["responses"].get(str(status), {})
+                operation["responses"][str(status)] = {
+                    "description": given.get("description", extra[status]["description"]), **error}
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema["components"]["schemas"].pop(name, None)
+    app.openapi_schema = schema
+    return schema

@@ -3,13 +3,16 @@
 Pure ASGI rather than BaseHTTPMiddleware, so the language context variable reaches the route.
 """
 
-import re
+import hashlib
+import hmac
 import secrets
+from base64 import urlsafe_b64encode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import i18n, logs
@@ -28,7 +31,34 @@ from app.web import (
 
 VISITOR_COOKIE = "treino_visitor"
 YEAR = 365 * 24 * 3600
-_VISITOR_ID = re.compile(r"^[A-Za-z0-9_-]{24,64}$")
+
+
+def visitor_cookie(secure: bool) -> str:
+    """`__Host-` over HTTPS, like the session cookie: no subdomain or plain-HTTP page can plant one."""
+    return f"__Host-{VISITOR_COOKIE}" if secure else VISITOR_COOKIE
+
+
+def _visitor_mac(secret: str, nonce: str) -> str:
+    digest = hmac.new(secret.encode(), f"visitor:{nonce}".encode(), hashlib.sha256).digest()
+    return urlsafe_b64encode(digest[:16]).decode().rstrip("=")
+
+
+def new_visitor_id(secret: str) -> str:
+    """A visitor id only this server can make: a random nonce and its MAC (54 characters)."""
+    nonce = secrets.token_urlsafe(24)
+    return f"{nonce}.{_visitor_mac(secret, nonce)}"
+
+
+def valid_visitor_id(secret: str, value: str) -> bool:
+    nonce, _sep, mac = value.partition(".")
+    return len(nonce) == 32 and hmac.compare_digest(mac.encode(), _visitor_mac(secret, nonce).encode())
+
+
+def rotate_visitor(request: Request) -> None:
+    """A new visitor id for this browser from this response on (sign-up, sign-in): whoever knew
+    the old one, e.g. by planting it, is not this learner."""
+    request.state.visitor_id = new_visitor_id(request.app.state.settings.secret_key.get_secret_value())
+    request.state.new_visitor = True
 
 
 class RequestContext:
@@ -46,18 +76,21 @@ class RequestContext:
         request = Request(scope)
         secure = scope.get("scheme") == "https"
         auth = await self._authenticate(request, secure)
+        if auth.expired and not _routed(scope):
+            auth = Auth()  # no such operation: the router's 404 or 405 says more than a 401
         lang, remember = choose_lang(request, auth.user.lang if auth.user else None)
-        visitor = request.cookies.get(VISITOR_COOKIE, "")
-        new_visitor = not _VISITOR_ID.match(visitor)
-        if new_visitor:
-            visitor = secrets.token_urlsafe(24)
         secret = request.app.state.settings.secret_key.get_secret_value()
+        # issued by this server only: a value it did not sign is replaced, never adopted
+        visitor = request.cookies.get(visitor_cookie(secure), "")
+        new_visitor = not valid_visitor_id(secret, visitor)
+        if new_visitor:
+            visitor = new_visitor_id(secret)
         identity = (f"session:{request.cookies[session_cookie(secure)]}" if auth.via == "cookie"
                     else f"visitor:{visitor}")
         scope.setdefault("state", {})
         request_id = logs.new_request_id(request.headers.get("x-request-id"))
-        scope["state"].update(lang=lang, visitor_id=visitor, auth=auth, request_id=request_id,
-                              csrf_token=csrf_token(secret, identity))
+        scope["state"].update(lang=lang, visitor_id=visitor, new_visitor=new_visitor, auth=auth,
+                              request_id=request_id, csrf_token=csrf_token(secret, identity))
         i18n.set_lang(lang)
 
         async def send_with_cookies(message: Message) -> None:
@@ -66,9 +99,10 @@ class RequestContext:
                 cookie = Response()
                 if remember:
                     cookie.set_cookie(LANG_COOKIE, lang, max_age=YEAR, samesite="lax", secure=secure)
-                if new_visitor:
-                    cookie.set_cookie(VISITOR_COOKIE, visitor, max_age=YEAR, httponly=True,
-                                      samesite="lax", secure=secure)
+                state = scope["state"]
+                if state["new_visitor"] and state["visitor_id"]:
+                    cookie.set_cookie(visitor_cookie(secure), state["visitor_id"], max_age=YEAR,
+                                      httponly=True, samesite="lax", secure=secure)
                 if auth.expired and auth.via == "cookie":
                     clear_session_cookie(request, cookie)
                 for key, value in cookie.raw_headers:
@@ -104,9 +138,14 @@ class RequestContext:
         if not request.url.path.startswith("/api/"):
             return redirect(request, sign_in_url(request, expired=True))
         response = error_response(request, 401, _("Your session has ended or the token was revoked. "
-                                                  "Sign in again."))
+                                                  "Sign in again."), code="token_invalid")
         response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
         return response
+
+
+def _routed(scope: Scope) -> bool:
+    """Whether a route takes this path with this method."""
+    return any(route.matches(scope)[0] == Match.FULL for route in scope["app"].router.routes)
 
 
 class SecurityHeaders:

@@ -16,6 +16,12 @@ from fastapi import HTTPException, Request
 
 from app.i18n import gettext as _
 
+# Text from a request: no NUL (PostgreSQL cannot store one). A pattern also makes pydantic refuse
+# a lone surrogate (a JSON "\ud800"), which no database can encode. Both are a 422 before
+# anything is stored.
+TEXT_PATTERN = r"^[^\x00]*$"
+MAX_ID = 2**63 - 1  # a database id is a signed 64-bit integer at most
+
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"

@@ -1,5 +1,6 @@
 """Templating: one render() for pages and their htmx fragments, and the visitor's language."""
 
+import hashlib
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -60,6 +61,16 @@ def once(context: dict[str, Any], name: str, /, **values: Any) -> Markup:
     return hit[0]
 
 
+@pass_context
+def draft_owner(context: dict[str, Any]) -> str:
+    """Whose drafts the page keeps in this browser: the account's, else this visitor's only (a
+    digest: the visitor id itself stays in its HttpOnly cookie)."""
+    request = context["request"]
+    if user := context.get("user"):
+        return f"u{user.id}"
+    return "v" + hashlib.sha256(request.state.visitor_id.encode()).hexdigest()[:16]
+
+
 def status_label(status: str) -> str:
     """A submission status as the learner reads it."""
     labels = {
@@ -73,7 +84,7 @@ def status_label(status: str) -> str:
 
 templates.env.globals.update(
     path_for=path_for, once=once, langs=LANGS, language_name=i18n.language_name, number=i18n.number,
-    status_label=status_label,
+    status_label=status_label, draft_owner=draft_owner,
 )
 
 
@@ -114,6 +125,12 @@ def session_cookie(secure: bool) -> str:
 
 def is_https(request: Request) -> bool:
     return request.url.scheme == "https"  # uvicorn runs with proxy_headers: the proxy's scheme
+
+
+def client_ip(request: Request) -> str:
+    """The client's address. Behind a proxy that uvicorn trusts (TREINO_FORWARDED_ALLOW_IPS), the
+    address the proxy forwarded (X-Forwarded-For), not the proxy's own."""
+    return request.client.host if request.client else "unknown"
 
 
 def set_session_cookie(request: Request, response: Response, token: str, max_age: int) -> None:

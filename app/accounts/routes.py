@@ -1,12 +1,12 @@
 from typing import Annotated
 
-from fastapi import APIRouter, Form, HTTPException, Request, Response
+from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
 from app.accounts import service
 from app.accounts.models import User
-from app.accounts.schemas import AccountOut, Credentials, TokenOut
+from app.accounts.schemas import AccountOut, Credentials, NewAccount, TokenOut
 from app.accounts.service import (
     SESSION_LIFETIME,
     AccountError,
@@ -16,16 +16,22 @@ from app.accounts.service import (
     UserDep,
 )
 from app.db import SessionDep, utcnow
+from app.errors import ApiError, documented, too_many
 from app.i18n import gettext as _
-from app.middleware import VISITOR_COOKIE
-from app.web import clear_session_cookie, redirect, render, safe_next, set_session_cookie
+from app.middleware import rotate_visitor, visitor_cookie
+from app.security import TEXT_PATTERN
+from app.web import (
+    clear_session_cookie,
+    client_ip,
+    is_https,
+    redirect,
+    render,
+    safe_next,
+    set_session_cookie,
+)
 
 router = APIRouter()
-FormText = Annotated[str, Form()]
-
-
-def _ip(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+FormText = Annotated[str, Form(pattern=TEXT_PATTERN)]
 
 
 def _form_page(request: Request, template: str, status_code: int = 200, *,
@@ -47,6 +53,7 @@ def _signed_in(request: Request, session: Session, user: User, next_url: str) ->
     if request.state.auth.via == "cookie":
         service.end_session(session, request.state.auth.session_id)
     token = service.start_session(session, user, kind="browser", visitor_id=request.state.visitor_id)
+    rotate_visitor(request)  # what the old visitor id did is the account's now
     response = RedirectResponse(next_url, status_code=303)
     set_session_cookie(request, response, token, int(SESSION_LIFETIME.total_seconds()))
     return response
@@ -63,7 +70,7 @@ def sign_up(request: Request, session: SessionDep, learner: LearnerDep, email: F
     next_url = safe_next(next)
     try:
         user = service.create_account(session, email, password, lang=request.state.lang,
-                                      visitor_id=learner.visitor_id, ip=_ip(request))
+                                      visitor_id=learner.visitor_id, ip=client_ip(request))
     except AccountError as e:
         return _form_page(request, "sign_up.html", 422, error=e, email=email, next_url=next_url)
     except Throttled as e:
@@ -84,7 +91,7 @@ def sign_in(request: Request, session: SessionDep, email: FormText = "", passwor
             next: FormText = "/"):
     next_url = safe_next(next)
     try:
-        user = service.check_password(session, email, password, ip=_ip(request))
+        user = service.check_password(session, email, password, ip=client_ip(request))
     except AccountError as e:
         return _form_page(request, "sign_in.html", 400, error=e, email=email, next_url=next_url, notice=None)
     except Throttled as e:
@@ -98,7 +105,10 @@ def sign_out(request: Request, session: SessionDep):
         service.end_session(session, request.state.auth.session_id)
     response = RedirectResponse(request.app.url_path_for("course_page"), status_code=303)
     clear_session_cookie(request, response)
-    response.delete_cookie(VISITOR_COOKIE)  # whoever uses this browser next starts afresh
+    # whoever uses this browser next starts afresh: a new visitor, and no drafts kept by the page
+    secure = is_https(request)
+    response.delete_cookie(visitor_cookie(secure), httponly=True, samesite="lax", secure=secure)
+    response.headers["Clear-Site-Data"] = '"storage"'
     return response
 
 
@@ -113,7 +123,7 @@ def change_password(request: Request, session: SessionDep, user: UserDep,
                     current_password: FormText = "", new_password: FormText = ""):
     try:
         service.change_password(session, user, current_password, new_password,
-                                keep_session=request.state.auth.session_id, ip=_ip(request))
+                                keep_session=request.state.auth.session_id, ip=client_ip(request))
     except AccountError as e:
         return _form_page(request, "account.html", 422, error=e, notice=None)
     except Throttled as e:
@@ -124,52 +134,54 @@ def change_password(request: Request, session: SessionDep, user: UserDep,
 # ---------------------------------------------------------------- the API twins
 
 @router.post("/api/accounts", status_code=201, response_model=AccountOut, tags=["accounts"],
-             responses={409: {"description": "The address cannot be used"},
-                        422: {"description": "Invalid address or weak password"},
-                        429: {"description": "Too many sign-ups from this address"}})
-def create_account(request: Request, body: Credentials, session: SessionDep,
+             responses=documented(409, 422, 429, s409="`email_taken`: the address cannot be used",
+                                  s422="Invalid address or weak password",
+                                  s429="`throttled`: too many sign-ups from this client address"))
+def create_account(request: Request, body: NewAccount, session: SessionDep,
                    learner: LearnerDep) -> AccountOut:
     """Create an account. Then get a token from `POST /api/tokens`."""
     try:
         user = service.create_account(session, body.email, body.password, lang=request.state.lang,
-                                      visitor_id=learner.visitor_id, ip=_ip(request))
+                                      visitor_id=learner.visitor_id, ip=client_ip(request))
     except EmailTaken as e:
-        raise HTTPException(409, str(e)) from None
+        raise ApiError(409, str(e), code="email_taken") from None
     except AccountError as e:
-        raise HTTPException(422, str(e)) from None
+        raise ApiError(422, str(e), code="invalid_input") from None
     except Throttled as e:
-        raise HTTPException(429, str(e), headers={"Retry-After": str(e.retry_after)}) from None
+        raise too_many(str(e), e.retry_after) from None
     return AccountOut(email=user.email, lang=user.lang)
 
 
 @router.post("/api/tokens", status_code=201, response_model=TokenOut, tags=["accounts"],
-             responses={401: {"description": "Wrong e-mail or password"},
-                        429: {"description": "Too many failed attempts; see Retry-After"}})
+             responses=documented(401, 429, s401="`wrong_credentials`: wrong e-mail or password",
+                                  s429="`throttled`: too many failed attempts; see Retry-After"))
 def create_token(request: Request, body: Credentials, session: SessionDep) -> TokenOut:
     """Sign in: a bearer token for the other `/api` calls."""
     try:
-        user = service.check_password(session, body.email, body.password, ip=_ip(request))
+        user = service.check_password(session, body.email, body.password, ip=client_ip(request))
     except AccountError as e:
-        raise HTTPException(401, str(e), headers={"WWW-Authenticate": "Bearer"}) from None
+        raise ApiError(401, str(e), code="wrong_credentials",
+                       headers={"WWW-Authenticate": "Bearer"}) from None
     except Throttled as e:
-        raise HTTPException(429, str(e), headers={"Retry-After": str(e.retry_after)}) from None
+        raise too_many(str(e), e.retry_after) from None
     token = service.start_session(session, user, kind="api", visitor_id=request.state.visitor_id)
+    rotate_visitor(request)
     return TokenOut(token=token, expires_at=utcnow() + SESSION_LIFETIME)
 
 
 @router.delete("/api/tokens", status_code=204, tags=["accounts"],
-               responses={401: {"description": "No valid bearer token was sent"}})
+               responses=documented(401, s401="No valid bearer token was sent"))
 def revoke_token(request: Request, session: SessionDep, user: UserDep) -> Response:
     """Revoke the bearer token this request was sent with."""
     if request.state.auth.via != "bearer":
-        raise HTTPException(401, _("Send the token to revoke as Authorization: Bearer <token>."),
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(401, _("Send the token to revoke as Authorization: Bearer <token>."),
+                       code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
     service.end_session(session, request.state.auth.session_id)
     return Response(status_code=204)
 
 
 @router.get("/api/account", response_model=AccountOut, tags=["accounts"],
-            responses={401: {"description": "Not signed in"}})
+            responses=documented(401, s401="Not signed in"))
 def read_account(user: UserDep) -> AccountOut:
     """The signed-in account."""
     return AccountOut(email=user.email, lang=user.lang)

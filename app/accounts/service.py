@@ -37,7 +37,9 @@ SESSION_IDLE = timedelta(days=30)
 SESSION_LIFETIME = timedelta(days=90)
 TOUCH_EVERY = timedelta(minutes=5)  # last_seen_at is written at most this often
 SIGN_IN_WINDOW = timedelta(minutes=15)
-SIGN_IN_FAILURES_PER_EMAIL = 10
+# Failures count per (address, client IP) and per client IP, never per address alone: then
+# nobody elsewhere can lock the owner out of an account by failing to sign in to it.
+SIGN_IN_FAILURES_PER_EMAIL = 10  # from one client IP
 SIGN_IN_FAILURES_PER_IP = 50  # higher: a classroom shares one address
 SIGN_UP_WINDOW = timedelta(hours=1)
 SIGN_UPS_PER_IP = 20
@@ -163,6 +165,8 @@ def common_passwords() -> frozenset[str]:
 
 
 def check_new_password(password: str, email: str) -> None:
+    if not password.strip():
+        raise AccountError(_("A password cannot be only spaces."), "password")
     if len(password) < PASSWORD_MIN:
         raise AccountError(ngettext("Use at least %(num)d character.", "Use at least %(num)d characters.",
                                     PASSWORD_MIN) % {"num": PASSWORD_MIN}, "password")
@@ -207,9 +211,11 @@ def _dummy_hash() -> str:
 
 def check_password(session: Session, email: str, password: str, *, ip: str) -> User:
     """The account for these credentials. The refusal is the same whether or not the address is
-    registered, and takes as long; failures are counted per address and per client address."""
+    registered, and takes as long; failures are counted per (address, client address) and per
+    client address."""
     email = normalize_email(email)[:EMAIL_MAX]
-    keys = [(_email_key(email), SIGN_IN_FAILURES_PER_EMAIL), (f"signin-ip:{ip}", SIGN_IN_FAILURES_PER_IP)]
+    keys = [(_email_key(email, ip), SIGN_IN_FAILURES_PER_EMAIL),
+            (f"signin-ip:{ip}", SIGN_IN_FAILURES_PER_IP)]
     waits = [_retry_after(session, key, limit, SIGN_IN_WINDOW) for key, limit in keys]
     if any(waits):
         raise Throttled(max(w for w in waits if w))
@@ -303,8 +309,16 @@ def authenticate(factory: sessionmaker[Session], token: str, via: Literal["cooki
 
 # ---------------------------------------------------------------- throttling
 
-def _email_key(email: str) -> str:
-    return f"signin-email:{hashlib.sha256(email.encode()).hexdigest()[:40]}"  # no address at rest
+def _email_key(email: str, ip: str) -> str:
+    digest = hashlib.sha256(f"{email}\n{ip}".encode()).hexdigest()[:40]  # no address at rest
+    return f"signin-email-ip:{digest}"
+
+
+def spend(session: Session, key: str, limit: int, window: timedelta) -> None:
+    """Count one use of `key`; Throttled once it was used `limit` times within `window`."""
+    if wait := _retry_after(session, key, limit, window):
+        raise Throttled(wait)
+    _hit(session, key, window)
 
 
 def _retry_after(session: Session, key: str, limit: int, window: timedelta) -> int | None:

@@ -10,6 +10,7 @@ from app.accounts.service import LearnerDep
 from app.db import SessionDep, aware
 from app.drafts import service
 from app.i18n import gettext as _
+from app.security import TEXT_PATTERN
 from app.submissions.service import ExerciseDep
 from app.web import redirect
 
@@ -17,7 +18,7 @@ router = APIRouter()
 
 
 class DraftIn(BaseModel):
-    code: str = Field(description="The learner's code, as text")
+    code: str = Field(description="The learner's code, as text", pattern=TEXT_PATTERN)
 
 
 class DraftOut(BaseModel):
@@ -32,7 +33,7 @@ def _fits(exercise, code: str) -> None:
 
 
 @router.get("/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut,
-            tags=["drafts"])
+            include_in_schema=False)  # the page's own: a visitor's cookie and CSRF token
 def read_draft(exercise: ExerciseDep, learner: LearnerDep, session: SessionDep) -> DraftOut:
     """The learner's draft of this exercise; 404 when there is none."""
     draft = service.get(session, learner, exercise.id)
@@ -42,7 +43,7 @@ def read_draft(exercise: ExerciseDep, learner: LearnerDep, session: SessionDep) 
 
 
 @router.put("/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut,
-            tags=["drafts"])
+            include_in_schema=False)
 def save_draft(body: DraftIn, exercise: ExerciseDep, learner: LearnerDep,
                session: SessionDep) -> DraftOut:
     """Save (upsert) the learner's draft of this exercise."""
@@ -51,7 +52,7 @@ def save_draft(body: DraftIn, exercise: ExerciseDep, learner: LearnerDep,
     return DraftOut(code=draft.code, updated_at=aware(draft.updated_at).isoformat())
 
 
-@router.post("/lessons/{slug}/exercises/{exercise_slug}/draft/reset", tags=["drafts"])
+@router.post("/lessons/{slug}/exercises/{exercise_slug}/draft/reset", include_in_schema=False)
 def reset_draft(request: Request, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep,
                 confirm: Annotated[str, Form()] = ""):
     """Put the starter back (the page asked first: `confirm=yes`)."""

@@ -11,13 +11,13 @@ from app.web import render
 router = APIRouter()
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def course_page(request: Request, course: CourseDep, session: SessionDep, learner: LearnerDep):
     progress = course_progress(session, learner, course)
     return render(request, "course.html", {"course": course, "progress": progress})
 
 
-@router.get("/lessons/{slug}", response_class=HTMLResponse)
+@router.get("/lessons/{slug}", response_class=HTMLResponse, include_in_schema=False)
 def lesson_page(request: Request, lesson: LessonDep, course: CourseDep, session: SessionDep,
                 learner: LearnerDep):
     return render(request, "lesson.html", lesson_context(session, learner, course, lesson))

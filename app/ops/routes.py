@@ -1,27 +1,53 @@
+import hmac
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel
 
 from app.db import SessionDep
+from app.errors import ApiError, documented
+from app.i18n import gettext as _
 from app.ops import service
 
 router = APIRouter(tags=["operations"])
 
 
+class HealthOut(BaseModel):
+    status: str
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    database: bool
+    migrations: bool
+    worker: bool
+
+
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+def healthz() -> HealthOut:
     """The process is alive."""
-    return {"status": "ok"}
+    return HealthOut(status="ok")
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=ReadyOut,
+            responses={503: {"model": ReadyOut, "description": "Not ready: the false fields say why"}})
 def readyz(request: Request, session: SessionDep) -> JSONResponse:
     """Ready for traffic: database reachable, migrations current, a worker seen in the last minute."""
     checks = service.readiness(session, request.app.state.settings.database_url)
-    return JSONResponse({"ready": all(checks.values()), **checks},
+    return JSONResponse(ReadyOut(ready=all(checks.values()), **checks).model_dump(),
                         status_code=200 if all(checks.values()) else 503)
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
-def metrics(session: SessionDep) -> PlainTextResponse:
+@router.get("/metrics", response_class=PlainTextResponse,
+            responses=documented(401, s401="TREINO_METRICS_TOKEN is set and this request did not "
+                                           "send it as `Authorization: Bearer <token>`"))
+def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
     """Prometheus metrics: queue depth, verdicts, grading latency, workers, warm pool, GPUs."""
+    token = request.app.state.settings.metrics_token
+    if token is not None and token.get_secret_value():
+        scheme, _sep, sent = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                sent.strip().encode(), token.get_secret_value().encode()):
+            raise ApiError(401, _("Send the metrics token as Authorization: Bearer <token>."),
+                           code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
     return PlainTextResponse(service.metrics(session), media_type="text/plain; version=0.0.4")

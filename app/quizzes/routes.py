@@ -15,7 +15,7 @@ from app.web import is_htmx, render
 router = APIRouter()
 
 
-@router.post("/lessons/{slug}/quiz/{question_id}", response_class=HTMLResponse)
+@router.post("/lessons/{slug}/quiz/{question_id}", response_class=HTMLResponse, include_in_schema=False)
 def answer(request: Request, lesson: LessonDep, course: CourseDep, question_id: str,
            session: SessionDep, learner: LearnerDep,
            option: Annotated[str | None, Form(max_length=80)] = None):

@@ -1,25 +1,38 @@
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Form, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
-from app.accounts.service import Learner, LearnerDep
+from app.accounts.service import Learner, LearnerDep, Throttled, spend
 from app.db import SessionDep, aware
 from app.drafts import service as drafts
+from app.errors import ApiError, documented, too_many
 from app.i18n import gettext as _
 from app.lessons.service import CourseDep, LessonDep
 from app.ops.service import grading_notice
+from app.security import TEXT_PATTERN
 from app.submissions import present, service
 from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
-from app.submissions.schemas import SubmissionCreated, SubmissionIn, SubmissionOut
+from app.submissions.schemas import SubmissionCreated, SubmissionId, SubmissionIn, SubmissionOut
 from app.submissions.service import ExerciseDep
-from app.web import here, is_htmx, render, templates
+from app.web import client_ip, here, is_htmx, render, templates
 
 router = APIRouter()
 present.install(templates.env)
+
+
+SUBMIT_WINDOW = timedelta(minutes=10)
+
+
+def _fair_use(request: Request, session: Session) -> None:
+    """Throttled past TREINO_SUBMISSIONS_PER_IP from one client IP (proxy-aware): every cookie-less
+    request is a new learner, so the per-learner limit alone lets one client flood the queue."""
+    spend(session, f"submit-ip:{client_ip(request)}", request.app.state.settings.submissions_per_ip,
+          SUBMIT_WINDOW)
 
 
 def busy_message() -> str:
@@ -28,7 +41,7 @@ def busy_message() -> str:
 
 # ---------------------------------------------------------------- pages
 
-@router.get("/lessons/{slug}/exercises/{exercise_slug}", response_class=HTMLResponse)
+@router.get("/lessons/{slug}/exercises/{exercise_slug}", response_class=HTMLResponse, include_in_schema=False)
 def exercise_page(request: Request, lesson: LessonDep, exercise: ExerciseDep, course: CourseDep,
                   learner: LearnerDep, session: SessionDep, hints: int = 0):
     past = service.history(session, learner, exercise.id)
@@ -50,7 +63,8 @@ def _shown(asked: int, exercise) -> int:
     return max(0, min(asked, len(exercise.hints)))
 
 
-@router.get("/lessons/{slug}/exercises/{exercise_slug}/hints", response_class=HTMLResponse)
+@router.get("/lessons/{slug}/exercises/{exercise_slug}/hints", response_class=HTMLResponse,
+            include_in_schema=False)
 def hints_fragment(request: Request, lesson: LessonDep, exercise: ExerciseDep, shown: int = 1):
     """The hints with the first `shown` open: each one is sent only once the previous was asked for."""
     if not is_htmx(request):
@@ -62,26 +76,31 @@ def hints_fragment(request: Request, lesson: LessonDep, exercise: ExerciseDep, s
                                            "shown": _shown(shown, exercise)})
 
 
-@router.post("/lessons/{slug}/exercises/{exercise_slug}/submissions", response_class=HTMLResponse)
+@router.post("/lessons/{slug}/exercises/{exercise_slug}/submissions", response_class=HTMLResponse,
+             include_in_schema=False)
 def submit_form(request: Request, lesson: LessonDep, exercise: ExerciseDep, learner: LearnerDep,
-                session: SessionDep, code: Annotated[str, Form()],
+                session: SessionDep, code: Annotated[str, Form(pattern=TEXT_PATTERN)],
                 mode: Annotated[Mode, Form()] = Mode.SUBMIT):
     try:
+        _fair_use(request, session)
         submission = service.enqueue(session, learner, exercise, code, mode=mode,
                                      lang=request.state.lang, request_id=request.state.request_id)
-    except service.AlreadyActive:
-        return render(request, "_submission_status.html",
-                      {**_status_context(request, session, learner, None), "error": busy_message(),
-                       "announce": True},
-                      status_code=429)
+    except (service.AlreadyActive, Throttled) as e:
+        response = render(request, "_submission_status.html",
+                          {**_status_context(request, session, learner, None), "announce": True,
+                           "error": str(e) if isinstance(e, Throttled) else busy_message()},
+                          status_code=429)
+        if isinstance(e, Throttled):
+            response.headers["Retry-After"] = str(e.retry_after)
+        return response
     if is_htmx(request):
         return _status(request, session, learner, submission, announce=True)
     return RedirectResponse(request.url_for("submission_page", submission_id=submission.id),
                             status_code=303)
 
 
-@router.get("/submissions/{submission_id}", response_class=HTMLResponse)
-def submission_page(request: Request, submission_id: int, learner: LearnerDep, session: SessionDep,
+@router.get("/submissions/{submission_id}", response_class=HTMLResponse, include_in_schema=False)
+def submission_page(request: Request, submission_id: SubmissionId, learner: LearnerDep, session: SessionDep,
                     course: CourseDep):
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
@@ -99,7 +118,7 @@ def submission_page(request: Request, submission_id: int, learner: LearnerDep, s
 
 
 @router.post("/submissions/{submission_id}/cancel", response_class=HTMLResponse, include_in_schema=False)
-def cancel_form(request: Request, submission_id: int, learner: LearnerDep, session: SessionDep):
+def cancel_form(request: Request, submission_id: SubmissionId, learner: LearnerDep, session: SessionDep):
     """Stop waiting: a queued or running submission ends as cancelled (a final one stays as it is)."""
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
@@ -157,20 +176,29 @@ def _status(request: Request, session: Session, learner: Learner, submission: Su
 
 @router.post("/api/lessons/{slug}/exercises/{exercise_slug}/submissions", status_code=202,
              response_model=SubmissionCreated, tags=["submissions"],
-             responses={429: {"description": "The learner already has a submission queued or running"}})
+             responses={**documented(404, 429, s404="No such lesson or exercise", s429=(
+                 "`already_active`: the learner already has a submission queued or running; "
+                 "`throttled`: too many from this client address, see Retry-After")),
+                 202: {"description": "Queued", "links": {"ReadSubmission": {
+                     "operationId": "submission_api",
+                     "parameters": {"submission_id": "$response.body#/id"}}}}})
 def submit_api(request: Request, body: SubmissionIn, exercise: ExerciseDep, learner: LearnerDep,
                session: SessionDep):
     """Queue code for grading (`submit`) or for a plain run (`run`). Poll the submission for the verdict."""
     try:
+        _fair_use(request, session)
         submission = service.enqueue(session, learner, exercise, body.code, mode=Mode(body.mode),
                                      lang=request.state.lang, request_id=request.state.request_id)
     except service.AlreadyActive:
-        return JSONResponse({"detail": busy_message()}, status_code=429)
+        raise ApiError(429, busy_message(), code="already_active") from None
+    except Throttled as e:
+        raise too_many(str(e), e.retry_after) from None
     return SubmissionCreated(id=submission.id, status=submission.status)
 
 
-@router.get("/api/submissions/{submission_id}", response_model=SubmissionOut, tags=["submissions"])
-def submission_api(submission_id: int, learner: LearnerDep, session: SessionDep) -> SubmissionOut:
+@router.get("/api/submissions/{submission_id}", response_model=SubmissionOut, tags=["submissions"],
+            responses=documented(404, s404="No such submission, or not this learner's"))
+def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: SessionDep) -> SubmissionOut:
     """One of the learner's own submissions; anyone else's is 404."""
     submission = service.get_own(session, learner, submission_id)
     if submission is None:

@@ -266,8 +266,9 @@ def test_api_accounts_tokens_and_revocation(app):
         response = api.get("/api/account", headers=bearer)
         assert response.status_code == 401
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
-        assert response.json() == {"detail": "Your session has ended or the token was revoked. "
-                                             "Sign in again."}
+        assert response.json() == {"code": "token_invalid", "detail": None,
+                                   "message": "Your session has ended or the token was revoked. "
+                                              "Sign in again."}
         assert api.get("/api/progress", headers=bearer).status_code == 401
         assert api.delete("/api/tokens", headers=bearer).status_code == 401
 
@@ -291,21 +292,24 @@ def test_api_without_a_token_is_401_where_an_account_is_needed(app):
 def test_api_bad_input_is_a_json_4xx_in_the_learners_language(app, lang, body, status, detail):
     with _api_client(app) as api:
         response = api.post("/api/accounts", params={"lang": lang}, json=body)
-    assert (response.status_code, response.json()) == (status, {"detail": detail})
+    assert (response.status_code, response.json()["message"]) == (status, detail)
+    assert response.json()["code"] == "invalid_input"
 
 
 def test_api_malformed_json_and_duplicates(app):
     with _api_client(app) as api:
         response = api.post("/api/tokens", content=b"{nope", headers={"Content-Type": "application/json"})
-        assert (response.status_code, response.json()) == (
-            422, {"detail": "The request body is not valid JSON."})
+        assert (response.status_code, response.json()["message"]) == (
+            422, "The request body is not valid JSON.")
         api.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
         response = api.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
         assert response.status_code == 409
-        assert "cannot be used" in response.json()["detail"]
+        assert response.json()["code"] == "email_taken"
+        assert "cannot be used" in response.json()["message"]
         for email in ("ana@example.com", "nobody@example.com"):
             response = api.post("/api/tokens", json={"email": email, "password": "wrong password"})
-            assert (response.status_code, response.json()) == (401, {"detail": "Wrong e-mail or password."})
+            assert (response.status_code, response.json()) == (401, {
+                "code": "wrong_credentials", "message": "Wrong e-mail or password.", "detail": None})
 
 
 # ---------------------------------------------------------------- secrets at rest, language

@@ -33,7 +33,8 @@ def test_sign_in_is_throttled_per_address_in_the_database(db_client, db_app, sma
     assert [_fail(db_client, "ana@example.com").status_code for _ in range(3)] == [401] * 3
     response = db_client.post("/api/tokens", json={"email": "ana@example.com", "password": PASSWORD})
     assert response.status_code == 429, "even the right password waits"
-    assert response.json() == {"detail": "Too many attempts. Try again in 15 minutes."}
+    assert response.json() == {"code": "throttled", "detail": None,
+                               "message": "Too many attempts. Try again in 15 minutes."}
     assert 14 * 60 < int(response.headers["Retry-After"]) <= 15 * 60
     # The count is in the database: a second app (another process) sees it too.
     with TestClient(create_app(db_app.state.settings)) as other:
@@ -74,7 +75,8 @@ def test_sign_ups_are_throttled_per_client_address(db_client, monkeypatch):
                               ).status_code == 201
     response = db_client.post("/api/accounts", json={"email": "a9@example.com", "password": PASSWORD})
     assert response.status_code == 429
-    assert response.json() == {"detail": "Too many attempts. Try again in 60 minutes."}
+    assert response.json() == {"code": "throttled", "detail": None,
+                               "message": "Too many attempts. Try again in 60 minutes."}
 
 
 def _rows(app, model):

@@ -108,7 +108,7 @@ def test_openapi_documents_the_api(client):
 def test_unknown_api_path_is_json(client):
     response = client.get("/api/nothing")
     assert response.status_code == 404
-    assert response.json() == {"detail": "Not Found"}
+    assert response.json() == {"code": "not_found", "message": "Not Found", "detail": None}
 
 
 def test_with_reload_lessons_an_edited_card_shows_at_the_next_request(tmp_path, sqlite_url):

@@ -114,7 +114,8 @@ def test_a_second_submission_while_one_is_queued_is_429(client):
     assert client.post(API_URL, json={"code": "a"}).status_code == 202
     response = client.post(API_URL, json={"code": "b"})
     assert response.status_code == 429
-    assert "already" in response.json()["detail"]
+    assert response.json()["code"] == "already_active"
+    assert "already" in response.json()["message"]
     page = client.post(f"{EXERCISE_URL}/submissions", data={"code": "c"}, headers=HTMX)
     assert page.status_code == 429
     assert html(page).select_one(".status-line.is-error")
