@@ -4,7 +4,9 @@ The reference is the instructor's AMP loop run here on the same seeded scenario,
 same autocast dtype and device (not float64: autocast changes the numbers on purpose,
 §3.3). The learner passes when the linear layers ran in the 16-bit dtype and the loss in
 float32, every step went through the scaler in order (scale → backward → unscale_ → clip →
-step → update), the batch with an inf left the weights untouched and halved the scale,
+step → update) with the right gradients flowing through it (the clip and the step see the
+true gradient of the learner's own weights at that batch, recomputed here, not a scaled or
+doubly unscaled one), the batch with an inf left the weights untouched and halved the scale,
 and the parameters before every batch match the reference's.
 """
 
@@ -19,13 +21,16 @@ with warnings.catch_warnings():  # torch says so at import when numpy is absent;
     import torch
 
 from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
-from worker.checks.messages import Sci  # noqa: E402
+from worker.checks.messages import Phrase, Sci  # noqa: E402
 from worker.harness import scenarios  # noqa: E402
 
 # error = max over batches |θ − θ_ref| / |θ_ref,end − θ_0|: correct loops on the CPU are
 # bitwise equal (0.0), CUDA kernels may round differently; a float16 loss is 8.8e-4 off,
 # an fp32 forward 7.7e-4, the scaler mistakes ≥ 0.5 or NaN
 TOLERANCE = {"cpu": 1e-4, "cuda": 1e-2}
+# a gradient norm seen by the clip or the step, over the true one: 1 when right (float16
+# rounding moves it by < 1 %), the loss scale (2**10 and up) or its inverse when not
+FLOW = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     mine = _learner_snapshots(data, n)
     wanted = params["amp_dtype"]
 
-    checks = [_autocast_check(data, wanted), _order_check(data, n)]
+    flow = _flow(params, data, mine)
+    checks = [_autocast_check(data, wanted), _order_check(data, n, flow)]
     checks.append(_overflow_check(params, mine))
     tol = float(params.get("tolerance", TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]))
     travelled = _norm(ref.snapshots[-1] - ref.snapshots[0])
@@ -134,8 +140,66 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     }
     diagnosis = None
     if not all(c.passed for c in checks):
-        diagnosis = diagnose(params, ref, data, mine)
+        diagnosis = diagnose(params, ref, data, mine, flow)
     return Evaluation(checks, diagnosis, metrics)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A gradient that reached the clip or the step at the wrong size."""
+
+    where: str  # "clip" or "step"
+    batch: int
+    seen: float
+    true: float
+    scale: float
+
+    @property
+    def ratio(self) -> float:
+        return self.seen / self.true
+
+
+def _true_norms(params, mine):
+    """The true (unscaled) gradient norm of the learner's weights before every batch."""
+    with SEEDING:
+        model, batches, loss_fn = scenarios.amp_batches(params, "cpu")
+    weights = list(model.parameters())
+    dtype = getattr(torch, params["amp_dtype"])
+    norms = []
+    for snapshot, (x, y) in zip(mine, batches, strict=False):
+        values = snapshot["params"] if snapshot else None
+        if not values or any(v is None for v in values) or len(values) != sum(
+                w.numel() for w in weights):
+            norms.append(math.nan)
+            continue
+        torch.nn.utils.vector_to_parameters(_vector(values).float(), weights)
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=dtype):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        norms.append(_norm(torch.cat([w.grad.reshape(-1) for w in weights]).double()))
+    return norms
+
+
+def _flow(params, data, mine):
+    """The first clip or step whose gradient was not the true one (scaled, or unscaled twice)."""
+    norms = _true_norms(params, mine)
+    max_norm = float(params["max_norm"])
+    seen = [("clip", c["batch"], c["norm"], c["scale"], 1.0) for c in data["clips"]]
+    seen += [("step", s["batch"], s["norm"], None, None) for s in data["step_norms"]]
+    for where, batch, norm, scale, _ in seen:
+        if not 0 <= batch < len(norms) or norm is None:
+            continue
+        true = norms[batch]
+        if not (math.isfinite(true) and true > 0):
+            continue
+        if where == "step":  # after a clip to max_norm
+            true = true * min(1.0, max_norm / (true + 1e-6))
+        if not FLOW[0] <= norm / true <= FLOW[1]:
+            if scale is None:
+                scale = mine[batch]["scale"] if mine[batch] else math.nan
+            return Flow(where, batch, norm, true, scale)
+    return None
 
 
 def _autocast_check(data, wanted):
@@ -152,7 +216,7 @@ def _autocast_check(data, wanted):
     return Check("autocast", True, "check.autocast.passed", {"total": total, "dtype": wanted})
 
 
-def _order_check(data, n):
+def _order_check(data, n, flow):
     events = data["events"]
     counts = {code: _count(events, code) for code in ("scale", "scaler.step", "update", "C")}
     values = {"scales": counts["scale"], "steps": counts["scaler.step"],
@@ -160,6 +224,10 @@ def _order_check(data, n):
     early = [c for c in data["clips"] if not c["unscaled"]]
     if any(count != n for count in counts.values()) or early:
         return Check("scaler_order", False, "check.scaler_order.failed", values)
+    if flow is not None:
+        return Check("scaler_order", False, f"check.scaler_order.{flow.where}_flow", {
+            "batch": flow.batch, "seen": Sci(flow.seen), "true": Sci(flow.true),
+            "ratio": Sci(flow.ratio)})
     return Check("scaler_order", True, "check.scaler_order.passed", values)
 
 
@@ -180,7 +248,7 @@ def _overflow_check(params, mine):
 # ---------------------------------------------------------------- diagnosis
 
 
-def diagnose(params, ref, data, mine):
+def diagnose(params, ref, data, mine, flow=None):
     """The known mistake the trace shows, or None."""
     events, wanted = data["events"], params["amp_dtype"]
     linear = data["linear_dtypes"]
@@ -203,6 +271,12 @@ def diagnose(params, ref, data, mine):
         return Diagnosis("clip-before-unscale", {
             "scale": int(clip["scale"]), "norm": clip["norm"] if clip["norm"] is not None else math.inf,
             "true_norm": true, "max_norm": float(params["max_norm"])})
+    if flow is not None and math.isfinite(flow.scale) and FLOW[0] <= flow.ratio * flow.scale <= FLOW[1]:
+        # divided by the scale once too often: the gradients never carried it
+        return Diagnosis("unscaled-backward", {"evidence": Phrase(
+            "diagnosis.unscaled-backward.divided", {
+                "where": Phrase(f"flow.{flow.where}"), "batch": flow.batch, "seen": Sci(flow.seen),
+                "true": Sci(flow.true), "scale": int(flow.scale)})})
     return None
 
 
@@ -218,10 +292,16 @@ def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | 
     frames = error.get("traceback") or []
     if "_scale is None" in message and not _count(events, "scale"):
         # unscale_/step need the scale that scaler.scale(loss) sets up
-        return Diagnosis("unscaled-backward", {"code": frames[-1]["code"] if frames else ""})
-    if ("has already been called since the last update()" in message
-            or "is being called after step()" in message) and not _count(events, "update"):
-        return Diagnosis("update-missing", {"steps": _count(events, "S")})
+        return Diagnosis("unscaled-backward", {"evidence": Phrase(
+            "diagnosis.unscaled-backward.raised", {"code": frames[-1]["code"] if frames else ""})})
+    codes = [e[0] for e in events]
+    last_step = max((i for i, c in enumerate(codes) if c == "scaler.step"), default=None)
+    if (("has already been called since the last update()" in message
+         or "is being called after step()" in message)
+            and last_step is not None and "update" not in codes[last_step:]):
+        return Diagnosis("update-missing", {
+            "code": frames[-1]["code"] if frames else "", "steps": codes.count("scaler.step"),
+            "updates": codes.count("update")})
     if "No inf checks were recorded" in message and not _count(events, "scaler.step"):
         return Diagnosis("step-without-scaler", {
             "steps": _count(events, "S"), "batch": int(params["overflow_batch"]),

@@ -15,6 +15,14 @@ class Sci(float):
     """A number that may be tiny or huge (errors, ratios): 1.8e-15, 3.00, 4.2e+06."""
 
 
+class Phrase:
+    """A catalogue text quoted inside another, rendered in the same language: one wording
+    per fact when a diagnosis has more than one kind of evidence."""
+
+    def __init__(self, key: str, values: dict | None = None):
+        self.key, self.values = key, values or {}
+
+
 @cache
 def catalogue() -> dict[str, dict[str, str]]:
     with CATALOGUE.open(encoding="utf-8") as f:
@@ -41,6 +49,8 @@ def number(value, lang: str) -> str:
     locale = _locale(lang)
     if isinstance(value, bool):
         return str(value)
+    if isinstance(value, Phrase):
+        return render(value.key, lang, value.values)
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("∞" if value > 0 else "-∞")
     if isinstance(value, Sci):

@@ -4,7 +4,9 @@ float32 MLP whose batches include one with an inf, and records what it did.
 Recorded: the dtype every ``nn.Linear`` produced and every loss had (and whether autocast
 was on when the loss was computed); the order of loss calls (L), backwards (B), clipping
 (C), optimizer steps (S), zero_grad (Z) and GradScaler calls; before every forward, which
-batch it is, the parameters and the scale; the gradient norm each clip saw; the end state.
+batch it is, the parameters and the scale; the gradient norm each clip saw and the one each
+optimizer step received, with the batch they belong to (what flowed, not only the calls:
+the checks compare them with the true gradient); the end state.
 """
 
 import math
@@ -38,6 +40,8 @@ class Recorder:
         self.loss_dtypes = {}
         self.loss_autocast = {"on": 0, "off": 0}
         self.clips = []
+        self.step_norms = []  # the gradient norm each optimizer.step() received
+        self.batch = -1  # the batch of the latest forward
         self.unscaled = False
 
     def event(self, *item):
@@ -46,6 +50,10 @@ class Recorder:
 
     def scale(self):
         return float(self.scaler.get_scale())
+
+    def grad_norm(self):
+        grads = [p.grad.detach().reshape(-1).double() for p in self.params if p.grad is not None]
+        return _finite(float(torch.linalg.vector_norm(torch.cat(grads)))) if grads else 0.0
 
 
 def _count(table, key):
@@ -87,6 +95,7 @@ def _instrument(model, optimizer, scaler, batches, rec):
     def on_forward(module, args):
         x = args[0] if args else None
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
+        rec.batch = index
         rec.event("F", index)
         if len(rec.snapshots) < MAX_SNAPSHOTS:
             rec.snapshots.append({"batch": index, "params": flat(rec.params),
@@ -102,7 +111,12 @@ def _instrument(model, optimizer, scaler, batches, rec):
             module.register_forward_hook(on_linear)
     rec.params[0].register_post_accumulate_grad_hook(lambda p: rec.event("B"))
 
-    _wrap(optimizer, "step", lambda: rec.event("S"))
+    def step():
+        rec.event("S")
+        if len(rec.step_norms) < MAX_SNAPSHOTS:
+            rec.step_norms.append({"batch": rec.batch, "norm": rec.grad_norm()})
+
+    _wrap(optimizer, "step", step)
     _wrap(optimizer, "zero_grad", lambda: rec.event("Z"))
     _wrap(model, "zero_grad", lambda: rec.event("Z"))
 
@@ -127,8 +141,9 @@ def _instrument(model, optimizer, scaler, batches, rec):
         parameters = list(parameters)
         norm = original_clip(parameters, max_norm, *args, **kwargs)
         rec.event("C")
-        rec.clips.append({"norm": _finite(float(norm)), "unscaled": rec.unscaled,
-                          "scale": rec.scale()})
+        if len(rec.clips) < MAX_SNAPSHOTS:
+            rec.clips.append({"norm": _finite(float(norm)), "unscaled": rec.unscaled,
+                              "scale": rec.scale(), "batch": rec.batch})
         return norm
 
     # patched before the learner's file is imported, so `from torch.nn.utils import …` sees it
@@ -164,5 +179,6 @@ def run(job, api):
         "loss_dtypes": rec.loss_dtypes,
         "loss_autocast": rec.loss_autocast,
         "clips": rec.clips,
+        "step_norms": rec.step_norms,
     }
     return data, error
