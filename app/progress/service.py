@@ -1,5 +1,9 @@
-"""A learner's progress: cards reached, quick-checks answered right, exercises passed; and
-where to continue."""
+"""A learner's progress: cards reached, quick-checks answered right, exercises worked on and
+passed; and where to continue.
+
+A lesson's bar has three kinds of parts of equal weight: reading its core cards (together one
+part, by the share read; "Go further" cards are extra and do not count), its quick check, and
+each of its exercises. Exercise work, passed or not, is activity: it decides where to continue."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -9,10 +13,12 @@ from functools import cache
 from sqlalchemy import (
     Boolean,
     CompoundSelect,
-    DateTime,
     Integer,
     String,
+    and_,
+    case,
     cast,
+    func,
     literal_column,
     null,
     select,
@@ -21,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from app.accounts.service import Learner, owned_by, owner_clause, owner_params
-from app.db import utcnow
+from app.db import aware, utcnow
 from app.lessons.content import Course, Exercise, Lesson
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
@@ -36,10 +42,12 @@ class LessonProgress:
     exercises_passed: tuple[str, ...]
     last_active: datetime | None
     answers: Mapping[str, str] = field(default_factory=dict)  # question id → the option chosen last
+    working_on: Exercise | None = None  # not passed yet, and the lesson's latest activity
 
     @property
     def cards_total(self) -> int:
-        return len(self.lesson.text("en").cards)
+        """The core cards ("Go further" ones come last and are extra)."""
+        return len(self.lesson.text("en").core_cards)
 
     @property
     def last_card(self) -> int | None:
@@ -52,11 +60,17 @@ class LessonProgress:
 
     @property
     def steps_total(self) -> int:
-        return self.cards_total + 1 + len(self.lesson.exercises)
+        """Reading, the quick check, and one part per exercise."""
+        return 2 + len(self.lesson.exercises)
 
     @property
-    def steps_done(self) -> int:
-        return len(self.cards) + self.quiz_passed + len(self.exercises_passed)
+    def steps_done(self) -> float:
+        read = len(self.cards) / self.cards_total if self.cards_total else 1
+        return read + self.quiz_passed + len(self.exercises_passed)
+
+    @property
+    def percent(self) -> int:
+        return int(100 * self.steps_done / self.steps_total)
 
     @property
     def complete(self) -> bool:
@@ -101,6 +115,8 @@ class CourseProgress:
 
 
 def _next_step(p: LessonProgress) -> Resume | None:
+    if p.working_on is not None:  # back to the exercise in hand
+        return Resume(p.lesson, exercise=p.working_on)
     if p.last_card is not None and p.last_card + 1 < p.cards_total:
         return Resume(p.lesson, card=p.last_card)
     if p.last_active and not p.quiz_passed:
@@ -113,7 +129,8 @@ def _next_step(p: LessonProgress) -> Resume | None:
 @cache
 def _activity(signed_in: bool) -> CompoundSelect:
     """Everything progress is made of, in one round trip: the cards a learner reached, their
-    quick-check answers and the exercises they passed (a graded submission, not a run). Built
+    quick-check answers, and per exercise when they last sent code and whether a graded
+    submission (not a run) passed. Built
     once per kind of learner and run with ``owner_params``: a page pays for the query, not for
     building it. Each part fills the columns it has; the others are typed NULLs."""
     def none(kind):
@@ -127,10 +144,12 @@ def _activity(signed_in: bool) -> CompoundSelect:
         select(literal_column("'answer'"), QuizAttempt.lesson, none(Integer), QuizAttempt.question,
                QuizAttempt.option, QuizAttempt.correct, QuizAttempt.created_at, QuizAttempt.id)
         .where(owner_clause(QuizAttempt, signed_in)),
-        select(literal_column("'passed'"), none(String), none(Integer), Submission.exercise, none(String),
-               none(Boolean), none(DateTime(timezone=True)), none(Integer)).distinct()
-        .where(owner_clause(Submission, signed_in), Submission.status == Status.PASSED,
-               Submission.mode == Mode.SUBMIT),
+        select(literal_column("'exercise'"), none(String), none(Integer), Submission.exercise, none(String),
+               cast(func.max(case((and_(Submission.status == Status.PASSED, Submission.mode == Mode.SUBMIT),
+                                   1), else_=0)), Boolean),
+               func.max(Submission.created_at), func.max(Submission.id))
+        .where(owner_clause(Submission, signed_in))
+        .group_by(Submission.exercise),
     )
 
 
@@ -140,12 +159,19 @@ def course_progress(session: Session, learner: Learner, course: Course) -> Cours
     right: dict[str, set[str]] = {}
     answers: dict[str, dict[str, str]] = {}
     passed: set[str] = set()
+    worked: dict[str, tuple[datetime, str]] = {}  # lesson → (when, exercise id) of the latest code sent
     rows = session.execute(_activity(learner.user is not None), owner_params(learner)).all()
     for row in sorted(rows, key=lambda r: r.id or 0):  # answers oldest first: the last one counts
-        if row.kind == "passed":
-            passed.add(row.item)
+        if row.kind == "exercise":
+            lesson = row.item.split("/", 1)[0]
+            at = aware(row.at)
+            if row.correct:
+                passed.add(row.item)
+            if lesson not in worked or at > worked[lesson][0]:
+                worked[lesson] = (at, row.item)
             continue
-        active[row.lesson] = max(row.at, active.get(row.lesson, row.at))
+        at = aware(row.at)
+        active[row.lesson] = max(at, active.get(row.lesson, at))
         if row.kind == "card":
             cards.setdefault(row.lesson, set()).add(row.card)
         else:
@@ -154,21 +180,31 @@ def course_progress(session: Session, learner: Learner, course: Course) -> Cours
                 right.setdefault(row.lesson, set()).add(row.item)
     return CourseProgress(tuple(_lesson_progress(lesson, cards.get(lesson.slug, set()),
                                                  right.get(lesson.slug, set()), passed,
-                                                 answers.get(lesson.slug, {}), active.get(lesson.slug))
+                                                 answers.get(lesson.slug, {}), active.get(lesson.slug),
+                                                 worked.get(lesson.slug))
                                 for lesson in course.lessons))
 
 
 def _lesson_progress(lesson: Lesson, cards: set[int], right: set[str], passed: set[str],
-                     answers: dict[str, str], last_active: datetime | None) -> LessonProgress:
+                     answers: dict[str, str], last_active: datetime | None,
+                     worked: tuple[datetime, str] | None) -> LessonProgress:
     """Only what still exists counts: lesson files may have changed since."""
+    working_on = None
+    if worked is not None:
+        at, exercise_id = worked
+        if last_active is None or at >= last_active:
+            last_active = at
+            if exercise_id not in passed:
+                working_on = next((ex for ex in lesson.exercises if ex.id == exercise_id), None)
     return LessonProgress(
         lesson=lesson,
-        cards=frozenset(c for c in cards if c < len(lesson.text("en").cards)),
+        cards=frozenset(c for c in cards if c < len(lesson.text("en").core_cards)),
         questions_right=frozenset(q.id for q in lesson.questions if q.id in right),
         exercises_passed=tuple(ex.id for ex in lesson.exercises if ex.id in passed),
         last_active=last_active,
         answers={q: o for q, o in answers.items()
                  if (question := lesson.question(q)) is not None and question.option(o) is not None},
+        working_on=working_on,
     )
 
 

@@ -26,7 +26,7 @@ def _course(**done: LessonProgress) -> CourseProgress:
 
 
 def _complete(slug: str, minutes: int) -> LessonProgress:
-    cards = len(COURSE.lesson(slug).text("en").cards)
+    cards = len(COURSE.lesson(slug).text("en").core_cards)
     return _progress(slug, cards=cards, quiz=True, exercises=True, minutes=minutes)
 
 
