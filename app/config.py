@@ -41,6 +41,16 @@ class Settings(BaseSettings):
     reload_lessons: bool = False
     # One line per log event: readable text, or JSON for a log collector (the compose file).
     log_format: Literal["text", "json"] = "text"
+    # Password reset links by e-mail: sent over SMTP when SMTP_HOST is set (TLS: starttls, ssl
+    # or none); without it, the operator runs `treino accounts reset-password EMAIL`. PUBLIC_URL
+    # is the address learners reach the tutor at, for links made outside a request (the CLI).
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_user: str | None = None
+    smtp_password: SecretStr = SecretStr("")
+    smtp_tls: Literal["starttls", "ssl", "none"] = "starttls"
+    smtp_from: str = "treino <treino@localhost>"
+    public_url: str = "http://127.0.0.1:8000"
     # Proxies whose X-Forwarded-Proto/For uvicorn believes ("*" behind your own load balancer).
     forwarded_allow_ips: str = "127.0.0.1"
     # /metrics answers only requests that send this as `Authorization: Bearer <token>`; unset:

@@ -45,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     lessons_sub.add_parser("check", help="validate every lesson, quiz and exercise").set_defaults(
         run=_lessons_check)
 
+    accounts = sub.add_parser("accounts", help="account chores for an operator")
+    accounts_sub = accounts.add_subparsers(dest="accounts", required=True)
+    reset = accounts_sub.add_parser(
+        "reset-password", help="print a one-time link (valid for an hour) to choose a new password")
+    reset.add_argument("email", metavar="EMAIL")
+    reset.set_defaults(run=_reset_password)
+
     args = parser.parse_args(argv)
     try:
         settings = get_settings()
@@ -114,6 +121,31 @@ def _db_upgrade(settings: Settings, _args: argparse.Namespace) -> int:
 
     upgrade(settings.database_url)
     print("treino: database is up to date", file=sys.stderr)
+    return 0
+
+
+def _reset_password(settings: Settings, args: argparse.Namespace) -> int:
+    """For an instance without e-mail: the link the learner would have been mailed
+    (TREINO_PUBLIC_URL says where the tutor is reached)."""
+    from sqlalchemy.orm import sessionmaker
+
+    from app.accounts import lifecycle
+    from app.db import make_engine
+
+    engine = make_engine(settings.database_url)
+    try:
+        with sessionmaker(engine).begin() as session:
+            user = lifecycle.find_user(session, args.email)
+            if user is None:
+                print(f"treino: no account with the e-mail address {args.email!r}", file=sys.stderr)
+                return 1
+            token = lifecycle.reset_token(user, settings.secret_key.get_secret_value())
+            email = user.email
+    finally:
+        engine.dispose()
+    print(f"{settings.public_url.rstrip('/')}/reset-password?token={token}")
+    print(f"treino: give this link to {email}: it sets a new password once, within an hour",
+          file=sys.stderr)
     return 0
 
 

@@ -1,10 +1,12 @@
+import json
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
-from app.accounts import service
+from app.accounts import lifecycle, mail, service
 from app.accounts.models import User
 from app.accounts.schemas import AccountOut, Credentials, NewAccount, TokenOut
 from app.accounts.service import (
@@ -79,10 +81,12 @@ def sign_up(request: Request, session: SessionDep, learner: LearnerDep, email: F
 
 
 @router.get("/sign-in", response_class=HTMLResponse, include_in_schema=False)
-def sign_in_page(request: Request, next: str = "/", expired: bool = False):
+def sign_in_page(request: Request, next: str = "/", expired: bool = False, reset: bool = False):
     if request.state.auth.user:
         return redirect(request, safe_next(next))
     notice = _("Your session has ended. Sign in again to continue where you left off.") if expired else None
+    if reset:
+        notice = _("Your password was changed and every device was signed out. Sign in with the new one.")
     return _form_page(request, "sign_in.html", next_url=safe_next(next), notice=notice)
 
 
@@ -129,6 +133,95 @@ def change_password(request: Request, session: SessionDep, user: UserDep,
     except Throttled as e:
         return _form_page(request, "account.html", 429, error=e, notice=None)
     return RedirectResponse(f"{request.app.url_path_for('account_page')}?changed=1", status_code=303)
+
+
+# ---------------------------------------------------------------- a forgotten password, leaving
+
+def _mailer(request: Request):
+    state = request.app.state
+    return state.mailer if hasattr(state, "mailer") else mail.mailer(state.settings)
+
+
+def _secret(request: Request) -> str:
+    return request.app.state.settings.secret_key.get_secret_value()
+
+
+@router.get("/forgot-password", response_class=HTMLResponse, include_in_schema=False)
+def forgot_password_page(request: Request):
+    return _form_page(request, "forgot_password.html", can_mail=_mailer(request) is not None, sent=False)
+
+
+@router.post("/forgot-password", response_class=HTMLResponse, include_in_schema=False)
+def forgot_password(request: Request, session: SessionDep, email: FormText = ""):
+    """A one-time link by e-mail. The answer is the same whether or not the address has an
+    account, so this page tells nobody who is registered."""
+    sender = _mailer(request)
+    if sender is None:
+        return _form_page(request, "forgot_password.html", 503, can_mail=False, sent=False)
+    try:
+        service.spend(session, f"reset-ip:{client_ip(request)}", lifecycle.RESETS_PER_IP,
+                      lifecycle.RESET_WINDOW)
+        user = lifecycle.find_user(session, email)
+        if user is not None:
+            service.spend(session, f"reset-email:{user.id}", lifecycle.RESETS_PER_EMAIL,
+                          lifecycle.RESET_WINDOW)
+    except Throttled as e:
+        return _form_page(request, "forgot_password.html", 429, error=e, can_mail=True, sent=False,
+                          email=email)
+    if user is not None:
+        link = (f"{request.url_for('reset_password_page')}?"
+                f"{urlencode({'token': lifecycle.reset_token(user, _secret(request))})}")
+        sender.send(user.email, _("Your treino password"), _(
+            "Someone, probably you, asked to choose a new password for your treino account.\n\n"
+            "Open this link within an hour to choose it (it works once):\n%(link)s\n\n"
+            "If it was not you, ignore this message: your password stays as it is.") % {"link": link})
+    return _form_page(request, "forgot_password.html", can_mail=True, sent=True)
+
+
+@router.get("/reset-password", response_class=HTMLResponse, include_in_schema=False)
+def reset_password_page(request: Request, session: SessionDep, token: str = ""):
+    try:
+        lifecycle.user_for_token(session, token, _secret(request))
+    except AccountError as e:
+        return _form_page(request, "reset_password.html", 400, error=e, token="", valid=False)
+    return _form_page(request, "reset_password.html", token=token, valid=True)
+
+
+@router.post("/reset-password", response_class=HTMLResponse, include_in_schema=False)
+def reset_password(request: Request, session: SessionDep, token: FormText = "", password: FormText = ""):
+    try:
+        lifecycle.reset_password(session, token, password, _secret(request))
+    except AccountError as e:
+        valid = e.field == "password"
+        return _form_page(request, "reset_password.html", 422 if valid else 400, error=e,
+                          token=token if valid else "", valid=valid)
+    return RedirectResponse(f"{request.app.url_path_for('sign_in_page')}?reset=1", status_code=303)
+
+
+@router.get("/account/export", include_in_schema=False)
+def export_account(session: SessionDep, user: UserDep) -> Response:
+    """Everything the account owns, as a JSON file."""
+    body = json.dumps(lifecycle.export(session, user), ensure_ascii=False, indent=2)
+    return Response(body, media_type="application/json", headers={
+        "Content-Disposition": 'attachment; filename="treino-account.json"', "Cache-Control": "no-store"})
+
+
+@router.post("/account/delete", response_class=HTMLResponse, include_in_schema=False)
+def delete_account(request: Request, session: SessionDep, user: UserDep, password: FormText = ""):
+    try:
+        lifecycle.delete_account(session, user, password, ip=client_ip(request),
+                                 visitor_id=request.state.visitor_id)
+    except AccountError as e:
+        return _form_page(request, "account.html", 422, error=e, notice=None, delete_error=True)
+    except Throttled as e:
+        return _form_page(request, "account.html", 429, error=e, notice=None, delete_error=True)
+    request.state.auth = service.Auth()  # the page that follows is a visitor's
+    response = render(request, "account_deleted.html")
+    clear_session_cookie(request, response)
+    secure = is_https(request)
+    response.delete_cookie(visitor_cookie(secure), httponly=True, samesite="lax", secure=secure)
+    response.headers["Clear-Site-Data"] = '"storage"'
+    return response
 
 
 # ---------------------------------------------------------------- the API twins

@@ -67,7 +67,8 @@ def test_go_further_cards_come_folded_after_the_quick_check(client, course):
     assert text.further_cards, "lesson 2 marks its 'Go further' cards with {.further}"
     page = html(client.get(f"/lessons/{LESSON}"))
     article = page.select_one("article.lesson")
-    order = [el.get("id") or el.name for el in article.find_all(["ol", "section", "details"], recursive=False)]
+    parts = article.find_all(["ol", "section", "details"], recursive=False)
+    order = [el.get("id") or el.name for el in parts]
     assert order.index("quiz") < order.index("further"), order
     fold = article.select_one("details#further")
     assert not fold.has_attr("open")

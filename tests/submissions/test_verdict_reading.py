@@ -99,7 +99,8 @@ def test_after_a_pass_the_next_step_and_the_reference_beside_the_learners_code(c
         assert nxt["href"] == f"/lessons/gradient-accumulation/exercises/{lesson.exercises[1].slug}"
     else:
         assert nxt["href"] == f"/lessons/{course.neighbours(lesson)[1].slug}"
-    assert f"Exercise 1 of {len(lesson.exercises)} in this lesson" in verdict.select_one(".next-step").get_text()
+    position = f"Exercise 1 of {len(lesson.exercises)} in this lesson"
+    assert position in verdict.select_one(".next-step").get_text()
     compare = verdict.select_one("details.solution[open] .compare")
     yours, reference = compare.select("pre")
     assert yours.get_text() == "x = 1"
