@@ -160,7 +160,7 @@ def figures_source(params: dict, configs: list[tuple[str, str, str | None]]) -> 
 
 
 class ProbeError(RuntimeError):
-    pass
+    """A probe did not get as far as reporting; the message says what happened instead."""
 
 
 def probe_facts(verdict: dict):
@@ -278,7 +278,7 @@ def render(about: dict[str, str], results: list[Result]) -> str:
              "`make gpu-check` exits non-zero when a row failed.", "",
              summary, "", "## Machine", "", "| | |", "|---|---|",
              *[f"| {key} | {_cell(value)} |" for key, value in about.items()]]
-    for section in [*SECTIONS, *sorted({r.section for r in results} - set(SECTIONS))]:
+    for section in SECTIONS:
         rows = [r for r in results if r.section == section]
         if rows:
             lines += ["", f"## {section}", "", "| Check | Result | Measured |", "|---|---|---|"]
