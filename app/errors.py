@@ -2,6 +2,7 @@
 for the API and the operations endpoints: never a bare 500, never HTML where JSON is promised."""
 
 import logging
+from collections.abc import Iterable, Iterator
 from http import HTTPStatus
 from typing import Any
 
@@ -11,7 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 
 from app.i18n import gettext as _
 from app.security import SAFE_METHODS, security_headers
@@ -180,9 +181,19 @@ def install(app: FastAPI) -> None:
         return response
 
 
+def leaf_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """The routes themselves: FastAPI wraps each included router (all included without a prefix)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is None:
+            yield route
+        else:
+            yield from leaf_routes(inner.routes)
+
+
 def _allowed(scope: dict) -> set[str]:
     methods: set[str] = set()
-    for route in scope["app"].router.routes:
+    for route in leaf_routes(scope["app"].router.routes):
         if route.matches(scope)[0] != Match.NONE:
             methods |= getattr(route, "methods", None) or set()
     return methods

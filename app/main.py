@@ -89,6 +89,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 given = operation["responses"].get(str(status), {})
                 operation["responses"][str(status)] = {
                     "description": given.get("description", extra[status]["description"]), **error}
+            for status, response in operation["responses"].items():
+                if status[0] in "45" and "ErrorOut" in str(response.get("content")):
+                    response.update(error)  # JSON whatever the route's own answers are
     for name in ("HTTPValidationError", "ValidationError"):
         schema["components"]["schemas"].pop(name, None)
     app.openapi_schema = schema

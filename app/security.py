@@ -20,7 +20,7 @@ from app.i18n import gettext as _
 # a lone surrogate (a JSON "\ud800"), which no database can encode. Both are a 422 before
 # anything is stored.
 TEXT_PATTERN = r"^[^\x00]*$"
-MAX_ID = 2**63 - 1  # a database id is a signed 64-bit integer at most
+MAX_ID = 2**31 - 1  # ids are SQL INTEGERs: PostgreSQL refuses a larger one (a 500, unchecked)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 CSRF_HEADER = "X-CSRF-Token"

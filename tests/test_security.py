@@ -3,6 +3,7 @@ security headers on every response, and cookies over HTTPS."""
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from app.security import CSP
 from tests.conftest import PASSWORD, arm_csrf, csrf_token, html, sign_up
@@ -163,3 +164,139 @@ def test_over_https_cookies_are_secure_and_hsts_is_sent(app):
     with TestClient(app) as plain:
         visitor = plain.get("/").headers.get_list("set-cookie")
         assert all("secure" not in c.lower() for c in visitor)
+
+
+# ---------------------------------------------------------------- identity cookies
+
+def _set_visitor(response) -> str | None:
+    """The visitor id a response issues, if it issues one."""
+    for cookie in response.headers.get_list("set-cookie"):
+        name, _sep, rest = cookie.partition("=")
+        if name.endswith("treino_visitor"):
+            return rest.split(";")[0]
+    return None
+
+
+def _exercise_draft_key(client) -> str:
+    page = html(client.get("/lessons/gradient-accumulation/exercises/accumulate"))
+    return page.select_one("textarea#code")["data-draft-key"]
+
+
+@pytest.mark.parametrize("chosen", ["a" * 32, "A" * 40, "a" * 32 + ".forgedmacforgedmacforg"])
+def test_a_visitor_id_the_server_did_not_issue_is_replaced_never_adopted(app, chosen, quiz_url):
+    with TestClient(app) as client:
+        client.cookies.set("treino_visitor", chosen)
+        page = client.get("/lessons/bottleneck")
+        issued = _set_visitor(page)
+        assert issued and issued != chosen
+        arm_csrf(client)
+        url, data = quiz_url
+        client.post(url, data=data, headers=HTMX)
+    with app.state.sessionmaker() as db:
+        from app.quizzes.models import QuizAttempt
+        assert [a.visitor_id for a in db.query(QuizAttempt)] == [issued]
+
+
+def test_an_issued_visitor_id_is_kept_and_rotated_at_sign_up_and_sign_in(client):
+    issued = client.cookies["treino_visitor"]
+    assert _set_visitor(client.get("/")) is None, "a valid id is not reissued"
+    key = _exercise_draft_key(client)
+    assert issued not in key, "the page never shows the HttpOnly id itself"
+    with TestClient(client.app) as other:
+        assert _exercise_draft_key(other) != key, "another visitor's drafts are kept apart"
+    signed_up = _set_visitor(sign_up(client, "ana@example.com"))
+    assert signed_up and signed_up != issued
+    assert _exercise_draft_key(client) != key
+    client.post("/sign-out")
+    arm_csrf(client)
+    before = client.cookies["treino_visitor"]
+    response = client.post("/sign-in", data={"email": "ana@example.com", "password": PASSWORD},
+                           follow_redirects=False)
+    assert response.status_code == 303
+    assert _set_visitor(response) not in (None, before)
+
+
+def test_sign_out_clears_the_pages_storage_and_the_visitor(client):
+    sign_up(client, "ana@example.com")
+    response = client.post("/sign-out", follow_redirects=False)
+    assert response.headers["Clear-Site-Data"] == '"storage"'
+    assert any(c.startswith('treino_visitor=""') and "max-age=0" in c.lower()
+               for c in response.headers.get_list("set-cookie"))
+
+
+def test_over_https_the_visitor_cookie_is_host_prefixed(app):
+    with TestClient(app, base_url="https://testserver") as secure:
+        cookie = next(c for c in secure.get("/").headers.get_list("set-cookie")
+                      if c.startswith("__Host-treino_visitor="))
+        attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
+        assert {"httponly", "secure", "path=/"} <= attributes
+        assert not any(a.startswith("domain") for a in attributes)
+        issued = cookie.split(";")[0].split("=", 1)[1]
+        assert _set_visitor(secure.get("/")) is None, "kept"
+        secure.cookies.clear()
+        secure.cookies.set("treino_visitor", issued)  # without the prefix over HTTPS: not taken
+        assert _set_visitor(secure.get("/")) not in (None, issued)
+
+
+# ---------------------------------------------------------------- sign-in throttling, passwords
+
+def test_failed_sign_ins_elsewhere_cannot_lock_the_owner_out(app, monkeypatch):
+    from app.accounts import service
+    monkeypatch.setattr(service, "SIGN_IN_FAILURES_PER_EMAIL", 3)
+    with TestClient(app, client=("203.0.113.9", 5000)) as attacker, \
+            TestClient(app, client=("198.51.100.7", 5000)) as owner:
+        owner.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
+        wrong = {"email": "ana@example.com", "password": "not the password"}
+        assert [attacker.post("/api/tokens", json=wrong).status_code for _ in range(4)] == [401] * 3 + [429]
+        right = {"email": "ana@example.com", "password": PASSWORD}
+        assert attacker.post("/api/tokens", json=right).status_code == 429, "the attacker stays locked"
+        assert owner.post("/api/tokens", json=right).status_code == 201, "the owner is not"
+
+
+@pytest.mark.parametrize("password", [" " * 8, "\t \n " * 4, "\u00a0" * 10])
+def test_a_password_of_spaces_only_is_refused(client, password):
+    response = client.post("/api/accounts", json={"email": "ana@example.com", "password": password})
+    assert response.status_code == 422
+    assert response.json()["message"] == "A password cannot be only spaces."
+    page = client.post("/sign-up", data={"email": "ana@example.com", "password": password})
+    assert page.status_code == 422
+    error = html(page).select_one("#password-error").get_text(strip=True)
+    assert error == "A password cannot be only spaces."
+
+
+# ---------------------------------------------------------------- /metrics, fair use per client IP
+
+def test_metrics_can_be_closed_with_a_token(settings, _course):
+    from app.main import create_app
+    closed = create_app(settings.model_copy(update={"metrics_token": SecretStr("s3cret-scrape")}),
+                        course=_course)
+    with TestClient(closed) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-scrape"}):
+            response = client.get("/metrics", headers=headers)
+            assert response.status_code == 401
+            assert response.json()["code"] == "unauthorized"
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+        response = client.get("/metrics", headers={"Authorization": "Bearer s3cret-scrape"})
+        assert response.status_code == 200 and "treino_queue_depth" in response.text
+    with TestClient(create_app(settings, course=_course)) as client:
+        assert client.get("/metrics").status_code == 200, "open when no token is set"
+
+
+def test_cookie_less_visitors_from_one_address_cannot_flood_the_queue(settings, _course):
+    """Behind a proxy uvicorn believes (TREINO_FORWARDED_ALLOW_IPS), the forwarded address counts."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    from app.main import create_app
+    app = create_app(settings.model_copy(update={"submissions_per_ip": 3}), course=_course)
+    proxied = ProxyHeadersMiddleware(app, trusted_hosts="127.0.0.1")
+    url = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
+
+    def submit(address: str):
+        with TestClient(proxied, client=("127.0.0.1", 1)) as fresh:  # no cookie: a new learner each time
+            return fresh.post(url, json={"code": "x = 1"}, headers={"X-Forwarded-For": address})
+
+    assert [submit("203.0.113.9").status_code for _ in range(3)] == [202] * 3
+    refused = submit("203.0.113.9")
+    assert refused.status_code == 429 and refused.json()["code"] == "throttled"
+    assert 9 * 60 < int(refused.headers["Retry-After"]) <= 10 * 60
+    assert submit("198.51.100.7").status_code == 202, "another address is not held back"
