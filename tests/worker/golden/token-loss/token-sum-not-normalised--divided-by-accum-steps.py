@@ -1,0 +1,8 @@
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    optimizer.zero_grad()
+    for step, (x, y) in enumerate(loader, start=1):
+        per_token = loss_fn(model(x), y)
+        (per_token.sum() / accum_steps).backward()
+        if step % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
