@@ -1,6 +1,7 @@
 """Golden submissions: each file's name says what the grader must answer.
 
-``golden/<exercise>/<expected>--<style>.py``: ``expected`` is ``pass`` or a diagnosis id.
+``golden/<exercise>/<expected>--<style>.py``: ``expected`` is ``pass``, a diagnosis id, or
+``fail``: wrong in a way no mistake id names, so it must not pass and no id may be put on it.
 With the exercises' own ``mistakes/<id>.py`` (the second style), every mistake id of
 every exercise is caught in at least two coding styles.
 """
@@ -29,6 +30,9 @@ def assert_answer(verdict, answer):
     if answer in ("pass", "solution"):
         assert verdict["status"] == "passed", format_verdict(verdict)
         assert verdict["diagnosis"] is None
+    elif answer == "fail":
+        assert verdict["status"] in ("failed", "error"), format_verdict(verdict)
+        assert verdict["diagnosis"] is None, format_verdict(verdict)
     else:
         assert verdict["status"] in ("failed", "error"), format_verdict(verdict)
         assert (verdict["diagnosis"] or {}).get("id") == answer, format_verdict(verdict)
@@ -107,12 +111,42 @@ def test_check_exercise_names_every_problem(exercise, monkeypatch):
 def test_every_mistake_id_has_a_second_style(exercise):
     for slug in EXERCISES:
         ids = mistake_ids(exercise(slug))
-        golden = {expected(p) for p in (GOLDEN / slug).glob("*.py")} - {"pass"}
+        golden = {expected(p) for p in (GOLDEN / slug).glob("*.py")}
         assert ids, slug
-        assert ids == golden, (slug, ids ^ golden)
+        assert ids == golden - {"pass", "fail"}, (slug, ids ^ (golden - {"pass", "fail"}))
+        assert "fail" in golden, f"{slug}: no golden loop wrong in a way no mistake id names"
 
 
 def test_fixed_contracts_have_their_mistake_ids(exercise):
     assert mistake_ids(exercise("accumulate")) >= FIXED
     remainder = FIXED | {"remainder-dropped", "remainder-wrong-scale"}
     assert mistake_ids(exercise("remainder")) >= remainder
+
+
+@pytest.mark.slow
+def test_a_failing_trajectory_never_calls_the_update_size_right(graded):
+    """'1.00× the large-batch one' beside a failure reads as 'right': the text says the size
+    matched and the direction did not instead."""
+    for key, verdict in graded.items():
+        for check in verdict["checks"]:
+            if check["status"] == "failed":
+                assert "1.00× the large-batch" not in check["message"], (key, check["message"])
+
+
+@pytest.mark.slow
+def test_a_pass_above_float64_rounding_says_so(graded):
+    verdict = graded["golden", "token-loss", "pass--int64-count-reciprocal"]
+    trajectory = verdict["checks"][1]
+    assert trajectory["status"] == "passed"
+    assert "1.0e-5 allowed" in trajectory["message"] and "float32" in trajectory["message"]
+    exact = graded["bank", "token-loss", "solution"]["checks"][1]["message"]
+    assert "allowed" not in exact
+
+
+@pytest.mark.slow
+def test_scaler_calls_in_order_with_the_wrong_gradient_fail(graded):
+    verdict = graded["golden", "amp-loop", "unscaled-backward--scaled-unused"]
+    order = verdict["checks"][1]
+    assert order["status"] == "failed"
+    assert "batch 0" in order["message"] and "the true gradient's" in order["message"]
+    assert "1,024" in verdict["diagnosis"]["explanation"]
