@@ -19,6 +19,7 @@ from bench.report import Samples  # noqa: E402
 from worker import pool, sandbox  # noqa: E402
 from worker.checks import kind_module  # noqa: E402
 from worker.grading import grade  # noqa: E402
+from worker.harness import trace_schema  # noqa: E402
 
 HARNESS = Path(sandbox.__file__).with_name("harness")
 
@@ -53,7 +54,7 @@ def in_process_once(exercise, code: bytes, device: str = "cpu") -> tuple[float, 
         Path(work, runtime.SUBMISSION).write_bytes(code)
         started = time.perf_counter()
         runtime.main([work])
-        trace = sandbox.read_trace(Path(work, "out"))
+        trace = trace_schema.parse(Path(work, "out", "trace.json").read_bytes())
         evaluation = checks.evaluate(exercise.check_params, trace["data"], device)
         took = (time.perf_counter() - started) * 1000
     return took, evaluation.passed

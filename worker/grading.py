@@ -6,7 +6,9 @@ solution passes, each ``mistakes/<id>.py`` fails and is diagnosed as ``<id>``).
 """
 
 import ast
+import json
 import logging
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -117,11 +119,45 @@ def _error_check(error: dict, entry: str) -> Check:
 
 
 def grade(exercise, code: bytes, lang: str = "en", device: str | None = None, *,
-          run_only: bool = False) -> dict[str, Any]:
+          run_only: bool = False, cancel: sandbox.Cancel | None = None) -> dict[str, Any]:
     """The verdict of ``code`` for ``exercise`` (texts in ``lang``); ``device`` defaults to
     the worker's (``TREINO_DEVICE``). ``run_only``: run it and measure, judge nothing (status
-    "passed" then means "it ran")."""
-    lang = language(lang)
+    "passed" then means "it ran"); ``cancel`` ends the run at once. Always strict JSON, and at
+    most VERDICT_BYTES."""
+    return seal(_grade(exercise, code, language(lang), device, run_only, cancel),
+                exercise.limits.output_kb)
+
+
+VERDICT_BYTES = 256 * 1024
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def seal(verdict: dict[str, Any], output_kb: int) -> dict[str, Any]:
+    """The verdict as it may be stored and sent: strict JSON (a learner's NaN loss becomes
+    null, never a value PostgreSQL refuses) and bounded in size (the output and the messages
+    are cut first)."""
+    verdict = _finite(verdict)
+    if len(json.dumps(verdict, allow_nan=False)) > VERDICT_BYTES:
+        verdict["output"] = _cap(verdict.get("output", ""), min(output_kb, 16))
+        for check in verdict.get("checks", []):
+            check["message"] = _cap(check["message"], 2)
+    if len(json.dumps(verdict, allow_nan=False)) > VERDICT_BYTES:
+        verdict = {**verdict, "checks": verdict["checks"][:20], "metrics": {}}
+    return verdict
+
+
+def _grade(exercise, code: bytes, lang: str, device: str | None, run_only: bool,
+           cancel: sandbox.Cancel | None) -> dict[str, Any]:
     refused = validate(exercise, code)
     if refused is not None:
         return _verdict(exercise, "rejected", lang, [refused])
@@ -133,7 +169,7 @@ def grade(exercise, code: bytes, lang: str = "en", device: str | None = None, *,
     device = device or setup.device
     job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
     checks_module = kind_module(exercise.check_kind)
-    result = pool.run(exercise.check_kind, job, code, limits)
+    result = pool.run(exercise.check_kind, job, code, limits, cancel)
     # "process" means the learner's code ran without isolation: pages say so plainly
     metrics: dict[str, Any] = {"device": device, "sandbox_ms": result.wall_ms,
                                "isolation": setup.isolation}
@@ -142,7 +178,8 @@ def grade(exercise, code: bytes, lang: str = "en", device: str | None = None, *,
         return _verdict(exercise, "timeout", lang, [check], metrics=metrics,
                         output=_cap(result.output, limits.output_kb))
     if result.status == "crashed":
-        check = Check("run", False, "error.crashed", {"reason": result.reason})
+        check = (Check("run", False, "error.interfered", {}) if result.reason == sandbox.INVALID_TRACE
+                 else Check("run", False, "error.crashed", {"reason": result.reason}))
         return _verdict(exercise, "error", lang, [check], metrics=metrics,
                         output=_cap(result.output, limits.output_kb))
     try:
@@ -150,7 +187,7 @@ def grade(exercise, code: bytes, lang: str = "en", device: str | None = None, *,
                       run_only)
     except Exception:  # a trace the harness did not write (the learner forged it): no verdict
         log.warning("%s: trace not understood", exercise.id, exc_info=True)
-        check = Check("run", False, "error.crashed", {"reason": "invalid-trace"})
+        check = Check("run", False, "error.interfered", {})
         return _verdict(exercise, "error", lang, [check], metrics=metrics,
                         output=_cap(result.output, limits.output_kb))
 

@@ -134,22 +134,24 @@ def running(size: int | None = None) -> Iterator[Pool]:
         sandbox.reap_all()
 
 
-def run(kind: str, job: dict, code: bytes, limits: sandbox.Limits) -> sandbox.Result:
+def run(kind: str, job: dict, code: bytes, limits: sandbox.Limits,
+        cancel: sandbox.Cancel | None = None) -> sandbox.Result:
     """Run one job in a sandbox from the running pool, or in a cold one."""
     pool = _active
     if pool is None:  # a one-shot (`treino check`): its sandboxes are gone when it returns
         try:
-            return _run(sandbox.start(), kind, job, code, limits)
+            return _run(sandbox.start(), kind, job, code, limits, cancel)
         finally:
             sandbox.reap_all()
     try:
-        return _run(pool.take(), kind, job, code, limits)
+        return _run(pool.take(), kind, job, code, limits, cancel)
     finally:
         pool.refill()
 
 
-def _run(box: sandbox.Sandbox, kind: str, job: dict, code: bytes, limits: sandbox.Limits) -> sandbox.Result:
-    result = box.run(kind, job, code, limits)
+def _run(box: sandbox.Sandbox, kind: str, job: dict, code: bytes, limits: sandbox.Limits,
+         cancel: sandbox.Cancel | None) -> sandbox.Result:
+    result = box.run(kind, job, code, limits, cancel)
     if result.reason == "sandbox-start":  # it died warming up (ours, not the learner's): once more, cold
-        result = sandbox.start().run(kind, job, code, limits)
+        result = sandbox.start().run(kind, job, code, limits, cancel)
     return result

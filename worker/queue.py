@@ -8,12 +8,13 @@ renewed while it runs; a job whose lease expired (its worker died) is claimed ag
 lost its lease cannot overwrite the verdict another worker wrote.
 """
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from app.db import utcnow
 from app.submissions.models import Status, Submission
@@ -40,15 +41,25 @@ def _claimable(now: datetime):
     )
 
 
+def _last_served():
+    """When the job's client last had a job started (NULL: never, or no client known)."""
+    earlier = aliased(Submission)
+    return (select(func.max(earlier.started_at))
+            .where(earlier.client == Submission.client, earlier.started_at.is_not(None))
+            .correlate(Submission).scalar_subquery())
+
+
 def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta,
           max_attempts: int) -> Job | None:
-    """Take the oldest queued (or abandoned) job, or None."""
+    """Take the next queued (or abandoned) job, or None. Clients are served in turn: the job
+    of the client served longest ago comes first (a client never served, first of all), the
+    oldest job among equals; so one address sending many jobs waits behind its own."""
     give_up_abandoned(sessions, max_attempts)
     now = utcnow()
     oldest = (
         select(Submission.id)
         .where(_claimable(now))
-        .order_by(Submission.id)
+        .order_by(_last_served().asc().nulls_first(), Submission.id)
         .limit(1)
         .with_for_update(skip_locked=True)
         .scalar_subquery()
@@ -81,7 +92,10 @@ def renew(sessions: sessionmaker[Session], job_id: int, worker: str, lease: time
 
 
 def finish(sessions: sessionmaker[Session], job_id: int, worker: str, verdict: dict[str, Any]) -> bool:
-    """Store the verdict and end the job; False (and nothing written) if the lease was lost."""
+    """Store the verdict and end the job; False (and nothing written) if the lease was lost.
+    ValueError for a verdict that is not strict JSON (NaN, infinity): no database is asked to
+    store what one of them refuses."""
+    json.dumps(verdict, allow_nan=False)
     with sessions.begin() as session:
         result = session.execute(
             update(Submission)

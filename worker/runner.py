@@ -24,6 +24,7 @@ from app.db import make_engine, utcnow
 from app.lessons.content import Course, load_course
 from app.ops.models import WorkerBeat
 from worker import queue
+from worker.sandbox import Cancel
 
 log = logging.getLogger("treino.worker")
 
@@ -31,14 +32,15 @@ Grader = Callable[..., dict[str, Any]]  # (exercise, code, lang, *, run_only=Fal
 
 
 BEAT_EVERY = 10.0  # seconds between heartbeats while idle; /readyz wants one within a minute
+CANCEL_SECONDS = 1.0  # how soon a cancelled job's sandbox is stopped
 
 
 class Worker:
     def __init__(self, settings: Settings, grade: Grader | None = None,
                  course: Course | None = None, *, isolation: str = "process", device: str = "cpu",
-                 warm: Callable[[], int] = lambda: 0) -> None:
+                 warm: Callable[[], int] = lambda: 0, limits: str = "cgroup") -> None:
         self.settings = settings
-        self.isolation, self.device, self.warm = isolation, device, warm
+        self.isolation, self.device, self.warm, self.limits = isolation, device, warm, limits
         self._last_beat = 0.0
         self.course = course or load_course(settings.lessons_dir)
         self.engine = make_engine(settings.database_url)
@@ -56,9 +58,14 @@ class Worker:
         log.info("worker %s started", self.name)
         with self._waker() as wait:
             while not self.stopping.is_set():
-                if time.monotonic() - self._last_beat > BEAT_EVERY:
-                    self.beat(busy=False)
-                if not self.run_once():
+                try:
+                    if time.monotonic() - self._last_beat > BEAT_EVERY:
+                        self.beat(busy=False)
+                    handled = self.run_once()
+                except Exception:  # the database went away: say so, wait, carry on
+                    log.exception("worker %s: queue unavailable", self.name)
+                    handled = False
+                if not handled:
                     wait()
         with self.sessions.begin() as session:  # gone: /readyz and /metrics stop counting it
             session.execute(delete(WorkerBeat).where(WorkerBeat.name == self.name))
@@ -68,34 +75,55 @@ class Worker:
         """Say this worker is alive, how it isolates code, on which device, how many are warm."""
         with self.sessions.begin() as session:
             session.merge(WorkerBeat(name=self.name, isolation=self.isolation, device=self.device,
-                                     warm=self.warm(), busy=int(busy), seen_at=utcnow()))
+                                     warm=self.warm(), busy=int(busy), limits=self.limits,
+                                     seen_at=utcnow()))
         self._last_beat = time.monotonic()
 
     def run_once(self) -> bool:
-        """Grade one job if there is one; True when a job was handled."""
+        """Grade one job if there is one; True when a job was handled. Whatever the job did,
+        it ends with a verdict stored (or, if even that fails, left to its lease)."""
         job = queue.claim(self.sessions, self.name, self.lease, self.settings.max_attempts)
         if job is None:
             return False
         logs.bind(job.request_id)  # the web request's id follows the job into the worker's logs
         self.beat(busy=True)
         log.info("job %s claimed (%s, attempt %d)", job.id, job.exercise, job.attempts)
-        with self._heartbeat(job.id):
-            verdict = self._grade(job)
-        if queue.finish(self.sessions, job.id, self.name, verdict):
-            log.info("job %s finished: %s", job.id, verdict["status"])
-        else:
-            log.warning("job %s: lease lost, verdict dropped", job.id)
+        cancel = Cancel()
+        try:
+            with self._heartbeat(job.id, cancel):
+                verdict = self._grade(job, cancel)
+        finally:
+            cancel.close()
+        self._finish(job, verdict)
         return True
 
-    def _grade(self, job: queue.Job) -> dict[str, Any]:
+    def _finish(self, job: queue.Job, verdict: dict[str, Any]) -> None:
+        try:
+            stored = queue.finish(self.sessions, job.id, self.name, verdict)
+        except Exception:  # the database refused this verdict: the job still ends, as ours
+            log.exception("job %s: verdict not stored", job.id)
+            try:
+                stored = queue.finish(self.sessions, job.id, self.name,
+                                      queue.trouble_verdict(job.exercise, "verdict-refused"))
+            except Exception:  # the database is away: the lease runs out, the job is tried again
+                log.exception("job %s: left to its lease", job.id)
+                return
+        if stored:
+            log.info("job %s finished: %s", job.id, verdict["status"])
+        else:
+            log.warning("job %s: no longer ours (cancelled, or the lease was lost): verdict dropped",
+                        job.id)
+
+    def _grade(self, job: queue.Job, cancel: Cancel) -> dict[str, Any]:
         exercise = self.course.exercise(job.exercise)
         if exercise is None:
             return queue.trouble_verdict(job.exercise, "exercise-gone")
+        code = job.code.encode("utf-8", "surrogatepass")
         try:
             if job.mode == "run":  # run and measure, not graded: the page says "Ran"
-                return {**self.grade(exercise, job.code.encode("utf-8"), job.lang, run_only=True),
+                return {**self.grade(exercise, code, job.lang, run_only=True, cancel=cancel),
                         "mode": "run"}
-            return self.grade(exercise, job.code.encode("utf-8"), job.lang)
+            return self.grade(exercise, code, job.lang, cancel=cancel)
         except Exception:  # a bug of ours must not lose the job: it ends as error, with a reason
             log.exception("job %s: grading crashed", job.id)
             return queue.trouble_verdict(job.exercise, "grader-crashed")
@@ -103,13 +131,21 @@ class Worker:
     # ------------------------------------------------------------ plumbing
 
     @contextmanager
-    def _heartbeat(self, job_id: int):
+    def _heartbeat(self, job_id: int, cancel: Cancel):
+        """Renew the job's lease while it runs; once the row is no longer this worker's running
+        job (the learner cancelled it, or the lease went to another worker), stop the job."""
         done = threading.Event()
 
         def beat() -> None:
-            while not done.wait(self.lease.total_seconds() / 3):
-                if not queue.renew(self.sessions, job_id, self.name, self.lease):
-                    log.warning("job %s: lease renewal refused", job_id)
+            while not done.wait(min(self.lease.total_seconds() / 3, CANCEL_SECONDS)):
+                try:
+                    ours = queue.renew(self.sessions, job_id, self.name, self.lease)
+                except Exception:  # the database is away for a moment: try again
+                    log.warning("job %s: lease not renewed", job_id, exc_info=True)
+                    continue
+                if not ours:
+                    log.info("job %s: no longer ours, stopping it", job_id)
+                    cancel.set()
                     return
 
         thread = threading.Thread(target=beat, name=f"lease-{job_id}", daemon=True)
@@ -161,6 +197,7 @@ def main(settings: Settings) -> int:
     setup = sandbox.setup()  # logs whether learner code is isolated
     with pool.running(settings.pool_size) as warm_pool, Worker(
         settings, isolation=setup.isolation, device=setup.device, warm=warm_pool.warm,
+        limits="cgroup" if sandbox.Cgroup.available() else "watchdog",
     ) as worker:
         grading.prepare(worker.course.exercises, setup.device)  # while the pool warms up
         log.info("worker %s: sandbox %s, device %s, %d warm", worker.name, setup.isolation,

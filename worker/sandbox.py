@@ -50,14 +50,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from worker import seccomp
+from worker import nvml, seccomp
+from worker.harness import trace_schema
 
 log = logging.getLogger("treino.sandbox")
 
 HARNESS = Path(__file__).with_name("harness")
-TRACE_LIMIT = 4 * 1024 * 1024
+TRACE_LIMIT = trace_schema.MAX_BYTES
 FILE_LIMIT = 16 * 1024 * 1024  # any file the child writes (its output, the trace)
 OPEN_FILES = 256  # torch opens a few dozen shared libraries while importing
+CPU_PERIOD_US = 100_000  # cgroup cpu quota = period: at most one CPU for a sandbox's whole tree
 PIDS = 256  # processes and threads per sandbox (pids cgroup; RLIMIT_NPROC without one)
 TMPFS_BYTES = 64 * 1024 * 1024  # each of /job, /tmp, /dev/shm
 WARM_UP_SECONDS = 180  # importing torch on a slow, busy CPU; not part of any job's limit
@@ -440,6 +442,16 @@ class Cgroup:
             return None
 
     @classmethod
+    @functools.cache
+    def available(cls) -> bool:
+        """Whether this host lets us make sandbox cgroups (else the worker watches the memory of
+        each job's tree itself, and /readyz and /metrics say so)."""
+        probe = cls.create(f"treino-probe-{os.getpid()}")
+        if probe is not None:
+            probe.destroy()
+        return probe is not None
+
+    @classmethod
     def _say_once(cls, why: str) -> None:
         if not cls._warned:
             cls._warned = True
@@ -466,7 +478,8 @@ class Cgroup:
     def _create(cls, name: str) -> "Cgroup | None":
         own = cls._own()
         if (cls.ROOT / "memory").is_dir() and (cls.ROOT / "pids").is_dir():  # v1
-            dirs = {c: cls.ROOT / c / own.get(c, "/").lstrip("/") / name for c in ("memory", "pids")}
+            controllers = ["memory", "pids"] + (["cpu"] if (cls.ROOT / "cpu").is_dir() else [])
+            dirs = {c: cls.ROOT / c / own.get(c, "/").lstrip("/") / name for c in controllers}
             if not cls._swept:
                 cls._swept = True
                 for d in dirs.values():
@@ -487,12 +500,15 @@ class Cgroup:
             if not {"memory", "pids"} <= set(enabled):
                 # only possible where this cgroup holds no processes (delegate one to the worker)
                 (base / "cgroup.subtree_control").write_text("+memory +pids")
+            if "cpu" not in enabled:  # one CPU's share: wanted, not required
+                with contextlib.suppress(OSError):
+                    (base / "cgroup.subtree_control").write_text("+cpu")
             if not cls._swept:
                 cls._swept = True
                 cls._sweep(base)
             d = base / name
             d.mkdir()
-            return cls({"memory": d, "pids": d}, v2=True)
+            return cls({"memory": d, "pids": d, "cpu": d}, v2=True)
         cls._say_once("no cgroup hierarchy with memory and pids: rlimits only")
         return None
 
@@ -511,6 +527,14 @@ class Cgroup:
             (pid_dir / "pids.max").write_text(str(pids))
         except OSError as exc:  # e.g. a limit below what the warm sandbox already uses
             log.warning("sandbox: cgroup limit not set: %s", exc)
+        cpu = self.dirs.get("cpu")
+        if cpu is not None:  # one CPU's worth of time per period, for the whole tree
+            with contextlib.suppress(OSError):
+                if self.v2:
+                    (cpu / "cpu.max").write_text(f"{CPU_PERIOD_US} {CPU_PERIOD_US}")
+                else:
+                    (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                    (cpu / "cpu.cfs_quota_us").write_text(str(CPU_PERIOD_US))
 
     def oom_killed(self) -> bool:
         memory = self.dirs["memory"]
@@ -549,6 +573,67 @@ class Cgroup:
         log.warning("sandbox: cgroup %s not removed: processes remain", self.dirs["memory"])
 
 
+# ---------------------------------------------------------------- watching a job
+
+
+WATCH_SECONDS = 0.1  # how often the tree's memory is summed where no cgroup does it
+
+
+class Cancel:
+    """Set from any thread to end a running job at once (its learner cancelled it, or its
+    worker lost the lease); a pipe, so the job's wait wakes on it like on the job's own end."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    def set(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"x")
+
+    def is_set(self) -> bool:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._read, selectors.EVENT_READ)
+            return bool(sel.select(0))
+
+    def fileno(self) -> int:
+        return self._read
+
+    def close(self) -> None:
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (through /proc/PID/task/TID/children)."""
+    found, stack = [], [pid]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    stack.extend(int(child) for child in f.read().split())
+    return found
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_memory(pid: int, host: bool = True, gpu: bool = False) -> int:
+    """Bytes held by ``pid``'s whole tree: resident host memory (``host``) plus, on a GPU,
+    the device memory NVML charges to its processes."""
+    pids = _tree(pid)
+    total = 0
+    if host:
+        for each in pids:
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{each}/statm") as f:
+                total += int(f.read().split()[1]) * PAGE
+    if gpu:
+        total += nvml.used_by(set(pids))
+    return total
+
+
 # ---------------------------------------------------------------- one sandbox
 
 
@@ -560,39 +645,12 @@ def _read_memfd(fd: int, limit: int) -> bytes | None:
     return os.pread(fd, limit + 1, 0)
 
 
+INVALID_TRACE = "invalid-trace"  # Result.reason: the trace broke its schema (the job interfered)
+
+
 def _decode_capped(data: bytes, limit: int) -> str:
     text = data[:limit].decode("utf-8", "replace")
     return text + ("\n[output truncated]" if len(data) > limit else "")
-
-
-def parse_trace(raw: bytes | None) -> dict | None:
-    if not raw:
-        return None
-    try:
-        trace = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return trace if isinstance(trace, dict) else None
-
-
-def read_trace(out_dir: Path, limit: int = TRACE_LIMIT) -> dict | None:
-    """A trace file in a directory the sandbox could write: no links followed, regular files
-    only, capped. (The launcher itself gets traces in memory files; this is for tools that
-    look at a work dir.)"""
-    try:
-        dir_fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        fd = os.open("trace.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError:
-        return None
-    finally:
-        os.close(dir_fd)
-    try:
-        return parse_trace(_read_memfd(fd, limit))
-    finally:
-        os.close(fd)
 
 
 def _cause(returncode: int | None) -> str:
@@ -721,8 +779,9 @@ class Sandbox:
 
     # ------------------------------------------------------------ the job
 
-    def run(self, kind: str, job: dict, code: bytes, limits: Limits) -> Result:
-        """Hand one job over and wait for its end; the sandbox is gone afterwards."""
+    def run(self, kind: str, job: dict, code: bytes, limits: Limits,
+            cancel: "Cancel | None" = None) -> Result:
+        """Hand one job over and wait for its end (or ``cancel``); the sandbox is gone afterwards."""
         if self._used:
             raise RuntimeError("a sandbox runs one job only")
         try:
@@ -750,42 +809,64 @@ class Sandbox:
             except OSError:
                 pass  # it died while warm; reported below as a crash
             self._sock.close()
-            timed_out = not self._wait_for_end(max(0.0, limits.wall_seconds -
-                                                   (time.monotonic() - started)))
+            end = self._wait_for_end(max(0.0, limits.wall_seconds - (time.monotonic() - started)),
+                                     limits.memory_mb * 1024 * 1024, cancel)
             wall_ms = round((time.monotonic() - started) * 1000)
             self._kill()  # nothing in it runs again: the trace and the output stay as they are now
-            returncode = self.proc.wait() if timed_out else self.proc.poll()
+            returncode = self.proc.wait() if end != "done" else self.proc.poll()
             output = _decode_capped(os.pread(self._output, limits.output_kb * 1024 + 1, skip),
                                     limits.output_kb * 1024)
-            if timed_out:
+            if end == "timeout":
                 return Result("timeout", None, wall_ms, output, returncode)
-            trace = parse_trace(_read_memfd(self._trace, TRACE_LIMIT))
-            if trace is None:
+            if end in ("memory", "cancelled"):
+                return Result("crashed", None, wall_ms, output, returncode, end)
+            raw = _read_memfd(self._trace, TRACE_LIMIT)
+            if not raw:
                 cause = "memory" if self.cgroup and self.cgroup.oom_killed() else _cause(returncode)
                 return Result("crashed", None, wall_ms, output, returncode, cause)
+            try:
+                trace = trace_schema.parse(raw, TRACE_LIMIT)
+            except trace_schema.Invalid as exc:  # untrusted input: never handed to a check
+                log.warning("sandbox %s: trace refused: %s", self.id, exc)
+                return Result("crashed", None, wall_ms, output, returncode, INVALID_TRACE)
             return Result("ok", trace, wall_ms, output, returncode)
         finally:
             _reap(self)
 
-    def _wait_for_end(self, timeout: float) -> bool:
+    def _wait_for_end(self, timeout: float, memory_bytes: int, cancel: "Cancel | None") -> str:
         """Until the harness says it is done or the sandbox ends, woken by the kernel (a pidfd
-        and the done pipe: Popen.wait polls, up to 50 ms late); False if ``timeout`` passed.
-        The pipe at its end (no "D", every writer gone) means the child exited on its own: then
-        the sandbox's own end is awaited, so that its exit status tells why."""
+        and the done pipe: Popen.wait polls, up to 50 ms late): ``"done"``; or ``"timeout"``
+        once ``timeout`` passed, ``"cancelled"`` when ``cancel`` is set, ``"memory"`` when the
+        tree outgrew ``memory_bytes`` where no cgroup bounds it (and on a GPU, whose memory no
+        cgroup counts). The pipe at its end (no "D", every writer gone) means the child exited
+        on its own: then the sandbox's own end is awaited, so that its exit status tells why."""
         deadline = time.monotonic() + timeout
+        watch = self.cgroup is None or self.device == "cuda"
         try:
             pidfd = os.pidfd_open(self.proc.pid)
         except OSError:  # already reaped
-            return True
+            return "done"
         try:
             with selectors.DefaultSelector() as sel:
                 sel.register(pidfd, selectors.EVENT_READ, "exited")
                 sel.register(self._done, selectors.EVENT_READ, "done")
-                while events := sel.select(max(0.0, deadline - time.monotonic())):
-                    if any(key.data == "exited" for key, _ in events) or os.read(self._done, 1):
-                        return True
-                    sel.unregister(self._done)
-                return False
+                if cancel is not None:
+                    sel.register(cancel, selectors.EVENT_READ, "cancelled")
+                while (left := deadline - time.monotonic()) > 0:
+                    events = sel.select(min(left, WATCH_SECONDS) if watch else left)
+                    for key, _ in events:
+                        if key.data == "cancelled":
+                            return "cancelled"
+                    if any(key.data == "exited" for key, _ in events):
+                        return "done"
+                    if events:
+                        if os.read(self._done, 1):
+                            return "done"
+                        sel.unregister(self._done)
+                    if watch and tree_memory(self.proc.pid, self.cgroup is None,
+                                             self.device == "cuda") > memory_bytes:
+                        return "memory"
+                return "timeout"
         finally:
             os.close(pidfd)
 

@@ -16,4 +16,7 @@ class WorkerBeat(Base):
     device: Mapped[str] = mapped_column(String(16))     # cpu | cuda:N
     warm: Mapped[int] = mapped_column(Integer, default=0)
     busy: Mapped[int] = mapped_column(Integer, default=0)  # 1 while grading a job
+    # how a job's whole tree is held to its memory: "cgroup", or "watchdog" (the worker sums
+    # the tree's memory itself: no cgroup could be made, e.g. in a container without one)
+    limits: Mapped[str] = mapped_column(String(16), default="cgroup", server_default="cgroup")
     seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -33,7 +33,8 @@ class Mode(StrEnum):
 
 class Submission(Owned, Base):
     __tablename__ = "submissions"
-    __table_args__ = (Index("ix_submissions_status_id", "status", "id"),)
+    __table_args__ = (Index("ix_submissions_status_id", "status", "id"),
+                      Index("ix_submissions_client_started_at", "client", "started_at"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     exercise: Mapped[str] = mapped_column(String(120))
@@ -49,6 +50,9 @@ class Submission(Owned, Base):
     lease_owner: Mapped[str | None] = mapped_column(String(80), nullable=True)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     request_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # the client address it came from: the queue serves clients in turn (worker/queue.py), so
+    # many cookie-less learners from one address wait behind each other, not before everyone
+    client: Mapped[str | None] = mapped_column(String(80), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -84,7 +84,8 @@ def submit_form(request: Request, lesson: LessonDep, exercise: ExerciseDep, lear
     try:
         _fair_use(request, session)
         submission = service.enqueue(session, learner, exercise, code, mode=mode,
-                                     lang=request.state.lang, request_id=request.state.request_id)
+                                     lang=request.state.lang, request_id=request.state.request_id,
+                                     client=client_ip(request))
     except (service.AlreadyActive, Throttled) as e:
         response = render(request, "_submission_status.html",
                           {**_status_context(request, session, learner, None), "announce": True,
@@ -188,7 +189,8 @@ def submit_api(request: Request, body: SubmissionIn, exercise: ExerciseDep, lear
     try:
         _fair_use(request, session)
         submission = service.enqueue(session, learner, exercise, body.code, mode=Mode(body.mode),
-                                     lang=request.state.lang, request_id=request.state.request_id)
+                                     lang=request.state.lang, request_id=request.state.request_id,
+                                     client=client_ip(request))
     except service.AlreadyActive:
         raise ApiError(429, busy_message(), code="already_active") from None
     except Throttled as e:

@@ -32,11 +32,13 @@ class AlreadyActive(Exception):
 
 
 def enqueue(session: Session, learner: Learner, exercise: Exercise, code: str, *, mode: Mode,
-            lang: str, request_id: str | None = None) -> Submission:
-    """Insert the submission; it is a job as soon as this transaction commits."""
+            lang: str, request_id: str | None = None, client: str | None = None) -> Submission:
+    """Insert the submission; it is a job as soon as this transaction commits. ``client`` is the
+    address it came from: the queue serves clients in turn."""
     submission = Submission(
         **learner.owner, exercise=exercise.id, mode=mode, code=code, lang=lang,
         status=Status.QUEUED, active_owner=_active_key(learner), request_id=request_id,
+        client=client,
     )
     try:
         with session.begin_nested():

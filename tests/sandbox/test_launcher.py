@@ -76,7 +76,8 @@ def test_bwrap_args_show_the_isolation():
     assert args[args.index("--seccomp") + 1] == "9"
     assert "--dev" not in args  # bwrap would nest a namespace whose root shows in uid_map
     read_only = {args[i + 2] for i, a in enumerate(args) if a == "--ro-bind"}
-    assert {"/proc/sys", "/proc/sysrq-trigger"} <= read_only
+    assert "/proc/sys" in read_only
+    assert "/proc/sysrq-trigger" in read_only or not os.path.exists("/proc/sysrq-trigger")
     visible = {args[i + 2] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")}
     from app.config import ROOT
 

@@ -28,7 +28,7 @@ EXERCISE = COURSE.exercise("gradient-accumulation/accumulate")
 LEASE = timedelta(seconds=30)
 
 
-def fake_verdict(exercise, code: bytes, lang: str, run_only: bool = False) -> dict:
+def fake_verdict(exercise, code: bytes, lang: str, run_only: bool = False, cancel=None) -> dict:
     return {"version": 1, "exercise": exercise.id, "status": "passed", "diagnosis": None,
             "checks": [], "metrics": {"graded_by": os.getpid()}, "output": code.decode()}
 
@@ -88,6 +88,23 @@ def test_one_active_submission_per_learner(sessions):
         enqueue(session, me, EXERCISE, "c", mode=Mode.SUBMIT, lang="en")
 
 
+def test_clients_are_served_in_turn(sessions):
+    """Five cookie-less learners from one address, then one learner from another: the second
+    address waits for one job, not five."""
+    def send(client: str) -> int:
+        with sessions.begin() as session:
+            return enqueue(session, Learner(f"visitor-{time.monotonic_ns()}"), EXERCISE, "x",
+                           mode=Mode.SUBMIT, lang="en", client=client).id
+
+    flood = [send("203.0.113.7") for _ in range(5)]
+    honest = send("198.51.100.2")
+    order = []
+    while (job := queue.claim(sessions, "w", LEASE, 3)) is not None:
+        order.append(job.id)
+        assert queue.finish(sessions, job.id, "w", {"status": "passed"})
+    assert order == [flood[0], honest, *flood[1:]]
+
+
 def test_queue_position_counts_the_jobs_ahead(sessions):
     ids = _enqueue(sessions, 3)
     with sessions() as session:
@@ -142,7 +159,7 @@ def test_worker_grades_jobs_and_stores_verdicts(sessions, database_url):
 def test_a_grader_crash_ends_the_job_as_error_not_lost(sessions, database_url):
     _enqueue(sessions, 1)
 
-    def crash(*_args):
+    def crash(*_args, **_kwargs):
         raise RuntimeError("bug in the checks")
 
     with Worker(_settings(database_url), grade=crash, course=COURSE) as worker:
@@ -151,13 +168,56 @@ def test_a_grader_crash_ends_the_job_as_error_not_lost(sessions, database_url):
     assert row.status == "error" and row.verdict["reason"] == "grader-crashed"
 
 
+def test_a_verdict_no_database_stores_ends_the_job_as_error_and_the_next_is_graded(sessions, database_url):
+    _enqueue(sessions, 2)
+
+    def nan_first(exercise, code, lang, run_only=False, cancel=None):
+        verdict = fake_verdict(exercise, code, lang)
+        if code.endswith(b"0"):
+            verdict["metrics"]["update_ratio"] = float("nan")  # PostgreSQL refuses NaN in JSON
+        return verdict
+
+    with Worker(_settings(database_url), grade=nan_first, course=COURSE) as worker:
+        assert worker.run_once() and worker.run_once()
+    first, second = _rows(sessions)
+    assert (first.status, first.verdict["reason"]) == ("error", "verdict-refused")
+    assert second.status == "passed"
+
+
+def test_a_cancelled_job_is_stopped_and_its_row_stays_cancelled(sessions, database_url):
+    from app.submissions.service import cancel as cancel_submission
+
+    [job_id] = _enqueue(sessions, 1)
+    seen = threading.Event()
+
+    def waits_for_cancel(exercise, code, lang, run_only=False, cancel=None):
+        seen.set()
+        import select as select_module
+
+        stopped = select_module.select([cancel], [], [], 30)[0]  # the sandbox waits like this
+        return {**fake_verdict(exercise, code, lang), "output": "stopped" if stopped else "ran on"}
+
+    worker = Worker(_settings(database_url), grade=waits_for_cancel, course=COURSE)
+    thread = threading.Thread(target=worker.run_once)
+    started = time.monotonic()
+    thread.start()
+    assert seen.wait(30)
+    with sessions.begin() as session:
+        assert cancel_submission(session, session.get(Submission, job_id))
+    thread.join(timeout=30)
+    worker.__exit__()
+    assert time.monotonic() - started < 20, "the job ran on after it was cancelled"
+    [row] = _rows(sessions)
+    assert row.status == "cancelled" and row.verdict is None
+
+
 WORKER_SCRIPT = """
 import sys, time
 from app.config import Settings
 from tests.conftest import LESSONS
 from worker import runner
 
-def slow(exercise, code, lang, run_only=False):
+def slow(exercise, code, lang, run_only=False, cancel=None):
     print("grading", flush=True)
     time.sleep(float(sys.argv[2]))
     return {"version": 1, "exercise": exercise.id, "status": "failed", "diagnosis": None,

@@ -1,41 +1,68 @@
+"""The trace is untrusted input: one schema (worker/harness/trace.py), checked before any check
+sees it. Each refusal here is a trace a learner's program could have written."""
+
 import json
-import os
 
-from worker import sandbox
+import pytest
 
-
-def write_trace(out, trace):
-    out.mkdir(exist_ok=True)
-    (out / "trace.json").write_text(json.dumps(trace))
+from worker.harness import trace_schema
 
 
-def test_reads_a_regular_trace(tmp_path):
-    write_trace(tmp_path / "out", {"outcome": "ok"})
-    assert sandbox.read_trace(tmp_path / "out") == {"outcome": "ok"}
+def good(**changes) -> dict:
+    trace = {"version": 1, "kind": "accumulation", "outcome": "ok", "error": None,
+             "data": {"steps": [{"loss": 1.25, "grads": [[0.5, -0.25]]}]},
+             "output": "hello\n", "output_dropped": 0, "timings": {"import_ms": 3100, "run_ms": 42}}
+    return {**trace, **changes}
 
 
-def test_does_not_follow_a_linked_trace(tmp_path):
-    (tmp_path / "secret.json").write_text('{"stolen": true}')
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "trace.json").symlink_to(tmp_path / "secret.json")
-    assert sandbox.read_trace(tmp_path / "out") is None
+def raw(trace) -> bytes:
+    return json.dumps(trace).encode()
 
 
-def test_does_not_follow_a_linked_out_dir(tmp_path):
-    write_trace(tmp_path / "elsewhere", {"outcome": "ok"})
-    (tmp_path / "out").symlink_to(tmp_path / "elsewhere")
-    assert sandbox.read_trace(tmp_path / "out") is None
+def test_a_trace_the_harness_writes_is_taken_as_it_is():
+    trace = good()
+    assert trace_schema.parse(trace_schema.dumps(trace).encode()) == trace
+    error = {"phase": "run", "type": "ValueError", "message": "bad", "traceback": [
+        {"line": 3, "function": "train", "code": "x = 1"}]}
+    assert trace_schema.parse(raw(good(outcome="error", error=error)))["error"] == error
 
 
-def test_refuses_a_fifo_and_an_oversized_trace(tmp_path):
-    (tmp_path / "out").mkdir()
-    os.mkfifo(tmp_path / "out" / "trace.json")
-    assert sandbox.read_trace(tmp_path / "out") is None
-    write_trace(tmp_path / "big", {"x": "y" * 100})
-    assert sandbox.read_trace(tmp_path / "big", limit=50) is None
+@pytest.mark.parametrize("text, why", [
+    ('{"version": 1, "timings": {"run_ms": NaN}}', "non-finite"),
+    ('{"version": 1, "timings": {"run_ms": Infinity}}', "non-finite"),
+    ('{"version": 1, "data": -Infinity}', "non-finite"),
+    ("[" * 100_000 + "]" * 100_000, "nested deeper"),
+    ('{"a": ' * 40 + "1" + "}" * 40, "nested deeper"),
+    ("[1, 2]", "not an object"),
+    ("\xff\xfe", "not JSON"),
+    ("", "not JSON"),
+])
+def test_what_is_not_a_trace_is_refused(text, why):
+    with pytest.raises(trace_schema.Invalid, match=why):
+        trace_schema.parse(text.encode("latin-1") if text.startswith("\xff") else text.encode())
 
 
-def test_refuses_what_is_not_a_json_object(tmp_path):
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "trace.json").write_text("[1, 2]")
-    assert sandbox.read_trace(tmp_path / "out") is None
+@pytest.mark.parametrize("changes, why", [
+    ({"version": 2}, "version"),
+    ({"kind": 3}, "kind"),
+    ({"outcome": "passed"}, "outcome"),
+    ({"outcome": "error", "error": None}, "without error"),
+    ({"outcome": "error", "error": {"message": ["x"]}}, "message"),
+    ({"outcome": "error", "error": {"traceback": [{"line": "3"}]}}, "line number"),
+    ({"output": {"text": "hi"}}, "output"),
+    ({"output_dropped": -1}, "count"),
+    ({"timings": {"run_ms": "fast"}}, "timing"),
+    ({"timings": {"run_ms": -5}}, "timing"),
+    ({"output": "y" * (trace_schema.MAX_STRING + 1)}, "string of"),
+])
+def test_a_trace_that_breaks_the_schema_is_refused(changes, why):
+    with pytest.raises(trace_schema.Invalid, match=why):
+        trace_schema.parse(raw(good(**changes)))
+
+
+def test_size_and_value_count_are_capped():
+    with pytest.raises(trace_schema.Invalid, match="bytes"):
+        trace_schema.parse(raw(good(output="y" * 100)), limit=50)
+    with pytest.raises(trace_schema.Invalid, match="values"):
+        trace_schema.parse(raw(good(data=[0] * (trace_schema.MAX_VALUES + 1))),
+                           limit=64 * 1024 * 1024)

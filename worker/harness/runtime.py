@@ -4,6 +4,7 @@ learner's file, calling it, turning failures into data and writing the trace.
 Standard library only (torch is imported here once, and timed).
 """
 
+import collections
 import importlib
 import inspect
 import json
@@ -15,7 +16,9 @@ import traceback
 import types
 import warnings
 
-TRACE_VERSION = 1
+import trace_schema
+
+TRACE_VERSION = trace_schema.VERSION
 SUBMISSION = "submission.py"
 MAX_MESSAGE = 2000
 MAX_FRAMES = 20
@@ -63,30 +66,43 @@ class Stop(Exception):
 
 
 def _clip(text, limit=MAX_MESSAGE):
-    text = str(text)
+    """``str(text)``, capped; the learner's objects may make ``str`` recurse, raise or hang on
+    nothing we can fix, so any failure of it becomes a plain note."""
+    try:
+        text = str(text)
+    except BaseException:  # noqa: BLE001 (RecursionError, MemoryError, their own exceptions)
+        return "(this message could not be shown)"
+    if not isinstance(text, str):
+        return "(this message could not be shown)"
     return text if len(text) <= limit else text[:limit] + "…"
 
 
 def learner_frames(tb):
-    """The frames of a traceback that belong to the learner's file, innermost last."""
-    frames = []
-    for frame in traceback.extract_tb(tb):
-        if os.path.basename(frame.filename) == SUBMISSION:
-            frames.append(
-                {"line": frame.lineno, "function": frame.name, "code": _clip(frame.line or "", 200)}
-            )
-    return frames[-MAX_FRAMES:]
+    """The frames of a traceback that belong to the learner's file, innermost last: a walk that
+    keeps only the last few, so a 50,000-frame recursion costs no more than a short one."""
+    kept = collections.deque(maxlen=MAX_FRAMES)
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if os.path.basename(code.co_filename) == SUBMISSION:
+            kept.append((tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    return [{"line": line, "function": _clip(name, 200),
+             "code": _clip(linecache.getline(SUBMISSION, line).strip(), 200)} for line, name in kept]
 
 
 def describe_exception(exc, phase):
+    try:
+        name = _clip(type(exc).__name__, 200)
+    except BaseException:  # noqa: BLE001 (a metaclass of the learner's)
+        name = "Exception"
     error = {
         "phase": phase,
-        "type": type(exc).__name__,
+        "type": name,
         "message": _clip(exc),
         "traceback": learner_frames(exc.__traceback__),
     }
-    if isinstance(exc, ModuleNotFoundError):
-        error["module"] = exc.name
+    if isinstance(exc, ModuleNotFoundError) and isinstance(exc.name, str):
+        error["module"] = _clip(exc.name, 200)
     return error
 
 
@@ -164,15 +180,23 @@ class Api:
 
 
 
+def _harness_detail():
+    """The harness's own traceback, for our logs; never allowed to fail in turn."""
+    try:
+        return _clip("".join(traceback.format_exc(limit=-MAX_FRAMES)), 4000)
+    except BaseException:  # noqa: BLE001
+        return ""
+
+
 def write_trace(out_dir, trace, limit):
-    text = json.dumps(trace, allow_nan=False, separators=(",", ":"))
+    text = trace_schema.dumps(trace)
     if len(text) > limit:
         slim = {k: v for k, v in trace.items() if k != "data"}
         slim["outcome"] = "error"
         slim["error"] = {"phase": "harness", "type": "TraceTooLarge",
                          "message": f"the trace was {len(text)} bytes (limit {limit})",
                          "traceback": []}
-        text = json.dumps(slim, allow_nan=False, separators=(",", ":"))
+        text = trace_schema.dumps(slim)
     tmp = os.path.join(out_dir, "trace.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -215,7 +239,7 @@ def main(argv):
     except BaseException as exc:  # a harness failure is still reported as data
         trace["outcome"] = "error"
         trace["error"] = {"phase": "harness", "type": type(exc).__name__, "message": _clip(exc),
-                          "traceback": [], "detail": _clip(traceback.format_exc(), 4000)}
+                          "traceback": [], "detail": _harness_detail()}
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, real_stderr
     trace["output"] = output["text"]
