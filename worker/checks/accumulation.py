@@ -407,6 +407,15 @@ def _clip_and_scaler_order(params, ref, data):
         updates, steps = _count(events, "update"), _count(events, "scaler.step")
         if updates > steps:
             return Diagnosis("scaler-update-every-micro-batch", {"updates": updates, "steps": steps})
+        first = next((c for c in data["clips"] if c["after_step"] == 0 and c["unscaled"]), None)
+        scale = data["steps"][0]["scale"] if data["steps"] else None
+        if first is not None and scale:
+            # before the first step the weights are the reference's: its gradient is the true one
+            seen, true = _norm(_vector(first["grad"]).nan_to_num()), _norm(ref.grads[0])
+            if 0.5 <= seen / true * scale <= 2.0:  # divided by the scale it never carried
+                return Diagnosis("unscaled-backward", {"evidence": Phrase(
+                    "diagnosis.unscaled-backward.divided_step",
+                    {"scale": int(scale), "seen": Sci(seen), "true": Sci(true)})})
     return None
 
 

