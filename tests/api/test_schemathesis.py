@@ -15,8 +15,10 @@ MAX_EXAMPLES = 12
 
 def test_schemathesis_finds_nothing(tutor, tmp_path):
     tokens = [tutor.api_token("schemathesis@example.com") for _ in range(40)]
+    stats = tmp_path / "sent.json"
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks",
-           "TREINO_TEST_TOKENS": json.dumps(tokens), "NO_COLOR": "1", "COLUMNS": "120"}
+           "TREINO_TEST_TOKENS": json.dumps(tokens), "TREINO_TEST_STATS": str(stats), "NO_COLOR": "1",
+           "COLUMNS": "120"}
     result = subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "--config-file", str(HERE / "schemathesis.toml"),
          "run", f"{tutor.url}/openapi.json", "--checks", "all",
@@ -29,3 +31,5 @@ def test_schemathesis_finds_nothing(tutor, tmp_path):
     summary = output[output.rfind("SUMMARY"):]
     for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):
         assert f"✅ {phase}" in summary, summary  # every phase ran and passed
+    sent = json.loads(stats.read_text())
+    assert sent["nul"] and sent["lone_surrogate"] and sent["huge_id"], sent
