@@ -4,6 +4,7 @@ reverse; heavy imports (uvicorn, torch) happen inside the subcommand that needs 
 import argparse
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -83,6 +84,9 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     app = create_app(settings)  # validates the lessons before anything listens
     upgrade(settings.database_url)
     print(f"treino: serving http://{args.host}:{args.port}", file=sys.stderr)
+    # a signal before uvicorn takes them over (it gives them back when it stops) still unwinds
+    # through supervised_worker's cleanup: the worker and its sandboxes go too
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     with contextlib.nullcontext() if args.no_worker else supervised_worker():
         uvicorn.run(app, host=args.host, port=args.port, proxy_headers=True, log_config=None,
                     forwarded_allow_ips=settings.forwarded_allow_ips)
@@ -189,6 +193,10 @@ def _glossary_problems(settings: Settings) -> int:
     if problems:
         print(f"treino: {len(problems)} Portuguese words outside the glossary", file=sys.stderr)
     return len(problems)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 @contextlib.contextmanager

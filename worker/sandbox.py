@@ -319,6 +319,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
 KEYCTL_JOIN_SESSION_KEYRING = 1
+PR_SET_PDEATHSIG = 1
 SYS_KEYCTL = 250  # x86_64
 
 
@@ -754,6 +755,8 @@ class Sandbox:
                 resource.setrlimit(which, value)
             if identity is not None:
                 identity.enter()
+            else:  # bwrap's --die-with-parent does this for its own sandboxes
+                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             new_session_keyring()
 
         return apply
