@@ -150,3 +150,11 @@ def test_scaler_calls_in_order_with_the_wrong_gradient_fail(graded):
     assert order["status"] == "failed"
     assert "batch 0" in order["message"] and "the true gradient's" in order["message"]
     assert "1,024" in verdict["diagnosis"]["explanation"]
+
+
+@pytest.mark.slow
+def test_update_called_once_after_the_loop_is_not_called_never(graded):
+    diagnosis = graded["golden", "amp-loop", "update-missing--update-after-loop"]["diagnosis"]
+    text = diagnosis["title"] + " " + diagnosis["explanation"]
+    assert "never" not in text
+    assert "step() 1× and update() 0×" in text and "`scaler.unscale_(optimizer)`" in text

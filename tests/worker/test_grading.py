@@ -103,3 +103,21 @@ def test_format_verdict_in_portuguese():
     assert "Diagnóstico: A perda… (loss-not-scaled)" in text
     assert "✓ Passos: 3 passos" in text
     assert "4,00" in text and "1.808" in text and "olá" in text
+
+
+def test_live_tensor_meter_charges_new_storage_not_aliases():
+    """A view, detach or in-place op allocates nothing, whether its storage was made before
+    the meter (the batch) or under it; a new tensor costs its bytes."""
+    import torch
+
+    from worker.harness import memory
+
+    x = torch.zeros(64, 16, dtype=torch.float64)  # 8,192 bytes, made before the meter
+    with memory.LiveTensorMeter([]) as meter:
+        aliases = [x.detach().requires_grad_(True), x.view(64, 16), x[:, :8], x.t()]
+        x.add_(1)
+    assert meter.peak == 0, aliases
+    with memory.LiveTensorMeter([]) as meter:
+        y = x * 2
+        z = y.view(-1).detach()
+    assert meter.peak == 8192, (y, z)
