@@ -106,9 +106,13 @@ def new_page(browser, live_server, request):
         page.context.close()
 
 
-def shot(page, name: str) -> Path:
-    """A screenshot kept for people to look at (test-results/ is git-ignored)."""
+def shot(page, name: str, element=None, *, full_page: bool = True) -> Path:
+    """A screenshot kept for people to look at (test-results/ is git-ignored): the whole page, what
+    the screen shows (full_page=False), or one element of it."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    if element is not None:
+        element.screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path), full_page=full_page)
     return path

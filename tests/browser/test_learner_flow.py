@@ -75,9 +75,12 @@ def test_a_learner_reads_checks_fails_is_told_why_fixes_and_passes(new_page):
     assert "4.00×" in diagnosis.inner_text(), "the explanation quotes the learner's own numbers"
     assert failed.locator(".check-failed").count() >= 1
     assert failed.locator(".figure-memory .bar-naive").count() == 1, "memory against the naive loop"
+    assert failed.locator(".figure-steps").count() == 0, "3 steps against 3 is said, not drawn"
+    assert "4.00×" in failed.locator(".figure-update .figure-summary").inner_text()
+    assert "Attempt 1" in failed.locator(".verdict-sub").inner_text(), "numbered for this learner"
     assert "Not yet right" in page.locator("#status-announcer").inner_text(), "a screen reader hears it"
     assert page.locator("#history tbody tr").count() == 1
-    shot(page, "verdict-failed-desktop-light")
+    shot(page, "verdict-failed-desktop-light", failed)
     page.set_viewport_size({"width": 390, "height": 844})
     page.emulate_media(color_scheme="dark")
     shot(page, "verdict-failed-phone-dark")
@@ -98,7 +101,15 @@ def test_a_learner_reads_checks_fails_is_told_why_fixes_and_passes(new_page):
     assert passed.locator(".verdict-title").inner_text() == "Passed"
     assert passed.locator(".check-failed").count() == 0
     assert page.locator("#history tbody tr").count() == 2
-    shot(page, "verdict-passed-desktop-light")
+    assert page.locator("#history tbody tr a").all_inner_texts() == ["2", "1"]
+    # the way on, and the reference beside the learner's code
+    next_step = passed.locator(".next-step a[rel=next]")
+    assert next_step.inner_text().startswith("Next exercise: ")
+    assert "Exercise 1 of" in passed.locator(".next-step").inner_text()
+    solution = passed.locator("details.solution[open] .compare pre")
+    assert solution.count() == 2 and solution.nth(1).inner_text().strip() == SOLUTION.strip()
+    assert page.locator(".cm-failing-mark").count() == 0
+    shot(page, "verdict-passed-desktop-light", passed)
     page.emulate_media(color_scheme="dark")
     shot(page, "verdict-passed-desktop-dark")
     page.set_viewport_size({"width": 390, "height": 844})
@@ -115,6 +126,13 @@ def test_a_learner_reads_checks_fails_is_told_why_fixes_and_passes(new_page):
     progress = page.locator(".course-card", has_text=lesson.text("en").title).inner_text()
     assert "Quick check: passed" in progress
     assert re.search(r"\d+ exercises: 1 passed", progress), progress
+    # the lesson ticks the exercise, and the next step leads on
+    page.goto(LESSON)
+    assert page.locator(".practice-list li").first.get_attribute("class") == "is-passed"
+    page.goto(EXERCISE)
+    page.locator(".verdict-card.verdict-passed .next-step a[rel=next]").click()
+    page.wait_for_url(re.compile(r"/exercises/(?!accumulate)"))
+    assert "Exercise 2 of" in page.locator(".exercise-position").text_content()
 
 
 def test_a_draft_survives_a_reload_and_reset_asks_first(new_page):

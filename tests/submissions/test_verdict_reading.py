@@ -132,6 +132,8 @@ def test_cancel_a_queued_submission_then_send_again_at_once(client, app):
         row = session.scalars(select(Submission)).one()
         assert (row.status, row.active_owner) == ("cancelled", None)
         assert row.finished_at is not None
+    cancelled_id = row.id
+    assert client.get(f"/api/submissions/{cancelled_id}").json()["status"] == "cancelled"
     assert client.post(API_URL, json={"code": "x = 1"}).status_code == 202, "no wait for the old one"
     # a final one stays final; someone else's is not found
     assert client.post(cancel["hx-post"], headers=HTMX).status_code == 200
