@@ -66,9 +66,11 @@ def train(*args):
 
 
 def test_busy_loop_hits_the_cpu_limit(run, mode):
+    # 2 s of CPU take far longer on the wall clock of a busy machine (18 s seen beside other test
+    # runs): the wall limit is set far off, so the CPU limit is what ends it however loaded
     outcome = run("def train(*args):\n    while True:\n        pass\n", cpu_seconds=2,
-                  wall_seconds=20)
-    no_pass(outcome, within=15)
+                  wall_seconds=120)
+    no_pass(outcome, within=120)
     assert outcome.status == "error" and "cpu" in outcome.text
 
 
