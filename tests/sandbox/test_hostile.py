@@ -554,6 +554,58 @@ def train(*args):
     assert outcome.status == "error", outcome.verdict
 
 
+FORGED_TRACE = """
+import os, sys
+def train(*args):
+    os.pwrite(int(sys.argv[3]), PAYLOAD, 0)  # the trace's memory file, then "done"
+    os.write(int(sys.argv[4]), b"D")
+    import time
+    time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("payload", [  # Python expressions, built in the job
+    """b'{"version": 1, "kind": "accumulation", "outcome": "ok", "error": null, "data": {},'"""
+    """ b' "output": "", "timings": {"run_ms": NaN}}'""",
+    'b"[" * 200_000 + b"]" * 200_000',
+    """b'{"version": 1, "kind": "accumulation", "outcome": "ok", "error": null, "output": "'"""
+    """ + b"y" * (3 << 20) + b'", "data": {}}'""",
+], ids=["nan", "deep", "blob"])
+def test_a_trace_written_by_the_job_is_refused_as_interference(run, mode, payload):
+    outcome = run(f"PAYLOAD = {payload}\n" + FORGED_TRACE, wall_seconds=20)
+    no_pass(outcome, within=15)
+    assert outcome.status == "error", outcome.verdict
+    [check] = outcome.verdict["checks"]
+    assert "interfered with the measurements" in check["message"]
+    assert "grader itself failed" not in check["message"]
+    assert len(repr(outcome.verdict)) < 300_000
+
+
+@pytest.mark.parametrize("code, shown", [
+    ("""
+class Loud(Exception):
+    def __str__(self):
+        return str(self)  # recurses
+def train(*args):
+    raise Loud()
+""", "Loud"),
+    ("""
+import sys
+sys.setrecursionlimit(60_000)
+def down(n):
+    return down(n + 1) if n < 50_000 else 1 / 0
+def train(*args):
+    down(0)
+""", "ZeroDivisionError"),
+])
+def test_a_hostile_exception_is_described_as_the_learners(run, mode, code, shown):
+    outcome = run(code, wall_seconds=30)
+    no_pass(outcome, within=40)
+    assert outcome.status == "error", outcome.verdict
+    message = outcome.verdict["checks"][0]["message"]
+    assert shown in message and "grader itself failed" not in message
+
+
 def test_legitimate_solution_still_passes(run, mode):
     """The control: under every limit, the reference solution passes."""
     outcome = run(host_paths()["solution"].read_bytes())
