@@ -1,8 +1,9 @@
 import hmac
+from typing import Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from app.db import SessionDep
 from app.errors import ApiError, documented
@@ -21,6 +22,9 @@ class ReadyOut(BaseModel):
     database: bool
     migrations: bool
     worker: bool
+    job_limits: Literal["cgroup", "watchdog"] | None = Field(
+        None, description="How live workers bound a job's whole tree: `cgroup`, or `watchdog` where "
+                          "no cgroup could be made (weaker); null with no live worker. Not part of `ready`.")
 
 
 @router.get("/healthz")
@@ -34,7 +38,8 @@ def healthz() -> HealthOut:
 def readyz(request: Request, session: SessionDep) -> JSONResponse:
     """Ready for traffic: database reachable, migrations current, a worker seen in the last minute."""
     checks = service.readiness(session, request.app.state.settings.database_url)
-    return JSONResponse(ReadyOut(ready=all(checks.values()), **checks).model_dump(),
+    return JSONResponse(ReadyOut(ready=all(checks.values()), **checks,
+                                 job_limits=service.job_limits(session)).model_dump(),
                         status_code=200 if all(checks.values()) else 503)
 
 

@@ -32,6 +32,17 @@ def readiness(session: Session, database_url: str) -> dict[str, bool]:
     return checks
 
 
+def job_limits(session: Session) -> str | None:
+    """How live workers hold a job's whole tree to its memory: "cgroup" when every one has a
+    cgroup, "watchdog" when any sums the tree's memory itself (no cgroup could be made: weaker,
+    a fast allocation can overshoot between two looks); None when no worker is live."""
+    fresh = set(session.scalars(select(WorkerBeat.limits)
+                                .where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    if not fresh:
+        return None
+    return "watchdog" if "watchdog" in fresh else "cgroup"
+
+
 def grading_notice(session: Session) -> str | None:
     """What a learner should know before sending code: "not-isolated" when a live worker runs
     code without a sandbox, "no-worker" when none is running; None when all is well."""
@@ -77,6 +88,9 @@ def metrics(session: Session) -> str:
     for isolation in ("bwrap", "process"):
         lines.append(f'treino_workers{{isolation="{isolation}"}} '
                      f"{sum(1 for w in fresh if w.isolation == isolation)}")
+    family("treino_workers_without_cgroup", "gauge",
+           "Workers that cannot put jobs in a cgroup (memory watched by the worker instead).")
+    lines.append(f"treino_workers_without_cgroup {sum(1 for w in fresh if w.limits == 'watchdog')}")
     family("treino_warm_pool_size", "gauge", "Warm sandboxes ready, over all workers.")
     lines.append(f"treino_warm_pool_size {sum(w.warm for w in fresh)}")
     family("treino_gpus_in_use", "gauge", "GPUs grading a job now.")

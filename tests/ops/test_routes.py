@@ -21,12 +21,20 @@ def test_healthz(client):
 def test_readyz_needs_a_worker_seen_recently(db_client, db_app):
     response = db_client.get("/readyz")
     assert response.status_code == 503
-    assert response.json() == {"ready": False, "database": True, "migrations": True, "worker": False}
+    assert response.json() == {"ready": False, "database": True, "migrations": True, "worker": False,
+                               "job_limits": None}
     _beat(db_app, seen_at=utcnow() - timedelta(minutes=5))
     assert db_client.get("/readyz").status_code == 503, "a stale heartbeat is not a worker"
     _beat(db_app)
     assert db_client.get("/readyz").json() == {"ready": True, "database": True, "migrations": True,
-                                              "worker": True}
+                                              "worker": True, "job_limits": "cgroup"}
+
+
+def test_readyz_and_metrics_say_when_a_worker_has_no_cgroup(db_client, db_app):
+    _beat(db_app, limits="watchdog")
+    ready = db_client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["job_limits"] == "watchdog"
+    assert _metric(db_client.get("/metrics").text, "treino_workers_without_cgroup") == 1
 
 
 def _metric(text: str, name: str) -> float:
