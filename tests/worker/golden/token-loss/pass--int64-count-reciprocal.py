@@ -1,11 +1,10 @@
 # A well-known recipe: count the tokens as a tensor, scale the gradients by 1 / count at the boundary
-import torch
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
-    num_tokens = torch.tensor(0)
+    num_tokens = 0
     for i, (inputs, labels) in enumerate(loader):
-        num_tokens += (labels != -100).sum()
+        num_tokens = num_tokens + (labels != -100).sum()  # an int64 tensor
         loss_fn(model(inputs), labels).sum().backward()
         if (i + 1) % accum_steps == 0:
             scale = 1 / num_tokens  # an int64 count gives a float32 factor
@@ -14,4 +13,4 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
                     p.grad.mul_(scale)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            num_tokens = torch.tensor(0)
+            num_tokens = 0
