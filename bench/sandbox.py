@@ -8,6 +8,7 @@ call of ``grade`` to the verdict, on the accumulate exercise's reference solutio
 """
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -31,10 +32,20 @@ def p50(samples: list[float]) -> str:
             f"(min {min(samples):.1f}, max {max(samples):.1f}, n={len(samples)})")
 
 
+def _unhardened(command: list[str]) -> None:
+    """bwrap as it ran before the hardening: the launcher's own uid (root's, here), no seccomp
+    filter; for the cost of the uid switch, the private view and the filter."""
+    args = sandbox._bwrap_args("cpu", None, os.getuid(), 0)
+    cut = args.index("--seccomp")
+    subprocess.run([*args[:cut], *args[cut + 2:], *command], env=sandbox._environment("/job"),
+                   check=True, stdin=subprocess.DEVNULL)
+
+
 def start_cost(runs: int) -> None:
     bare = [sys.executable, "-I", "-S", "-c", "pass"]
     launch = {  # bwrap as every sandbox gets it: its own uid when root, the seccomp filter
         "process": lambda: subprocess.run(bare, env={"PATH": "/usr/bin"}, check=True),
+        "bwrap, no uid switch or filter": lambda: _unhardened(bare),
         "bwrap": lambda: sandbox.run_isolated(bare, timeout=30).check_returncode(),
     }
     times: dict[str, list[float]] = {k: [] for k in launch}
@@ -44,7 +55,7 @@ def start_cost(runs: int) -> None:
             start()
             times[name].append((time.perf_counter() - t) * 1000)
     for name, samples in times.items():
-        print(f"start, python -I -S -c pass, {name:7}: {p50(samples)}")
+        print(f"start, python -I -S -c pass, {name:30}: {p50(samples)}")
 
 
 def verdicts(mode: str, runs: int, exercise, code: bytes) -> None:
