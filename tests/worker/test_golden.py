@@ -158,3 +158,15 @@ def test_update_called_once_after_the_loop_is_not_called_never(graded):
     text = diagnosis["title"] + " " + diagnosis["explanation"]
     assert "never" not in text
     assert "step() 1× and update() 0×" in text and "`scaler.unscale_(optimizer)`" in text
+
+
+@pytest.mark.slow
+def test_a_clipped_loop_is_placed_and_sized_by_one_figure(graded):
+    """With clipping the first update of 'loss not divided' is clipped to the reference's (off
+    only by the clip's epsilon): it diverges at step 2; the check quotes the update size the
+    chart shows, the diagnosis the gradient, which clipping does not hide."""
+    verdict = graded["golden", "scaler-clipping", "loss-not-scaled--chunks"]
+    trajectory = verdict["checks"][1]["message"]
+    assert "step 2" in trajectory and "step 1" not in trajectory
+    assert f"{verdict['metrics']['update_ratio']:.2f}×" in trajectory
+    assert "gradient was 4.00×" in verdict["diagnosis"]["explanation"]

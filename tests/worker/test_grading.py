@@ -9,7 +9,7 @@ def only_message(verdict) -> str:
     assert set(verdict) == VERDICT_KEYS
     assert verdict["version"] == 1
     (check,) = verdict["checks"]
-    assert set(check) == {"name", "status", "message"}
+    assert {"name", "status", "message"} <= set(check) <= {"name", "status", "message", "line"}
     assert check["status"] == "failed"
     return check["message"]
 
@@ -38,6 +38,7 @@ def test_syntax_error_is_reported_with_its_line(exercise):
     assert verdict["status"] == "error"
     message = only_message(verdict)
     assert "line 2" in message and "for x in loader" in message
+    assert verdict["checks"][0]["line"] == 2  # the line the editor marks
 
 
 @pytest.mark.slow
