@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml Makefile
 run: install
 	$(VENV)/bin/treino serve --host $(HOST) --port $(PORT)
 
-test: install
+test: install lint
 	$(VENV)/bin/treino lessons check
 	$(VENV)/bin/pytest
 
