@@ -34,7 +34,8 @@ class FieldError(BaseModel):
     loc: list[str | int] = Field(description="Where: `body`, `query` or `path`, then the field")
     message: str = Field(description="What is wrong with it, in the request's language")
     type: str = Field(description="The kind of error, e.g. `missing`, `string_too_long`, "
-                                  "`string_pattern_mismatch` (a NUL character), `less_than_equal`")
+                                  "`string_pattern_mismatch` (a NUL), `string_unicode` (a lone "
+                                  "surrogate), `less_than_equal` (a number too large)")
 
 
 class ErrorOut(BaseModel):
