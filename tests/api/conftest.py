@@ -49,8 +49,9 @@ def _free_port() -> int:
 def tutor(tmp_path_factory, _sqlite_template: Path, _course) -> Iterator[Tutor]:
     db = tmp_path_factory.mktemp("tutor") / "treino.db"
     shutil.copyfile(_sqlite_template, db)
-    settings = Settings(database_url=f"sqlite:///{db}", lessons_dir=LESSONS, poll_seconds=0.05,
-                        _env_file=None)
+    # the default poll: each one is a short write transaction on SQLite; more often, and a loaded
+    # machine can keep a request waiting on the lock past the busy timeout
+    settings = Settings(database_url=f"sqlite:///{db}", lessons_dir=LESSONS, _env_file=None)
     app = create_app(settings, course=_course)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
