@@ -1,6 +1,6 @@
 """Grade one submission: validate, run it in the sandbox, judge the trace, build the verdict.
 
-The verdict is the versioned object of DESIGN.md ("Verdict object"); ``format_verdict``
+The verdict is the versioned object of docs/architecture.md ("Contracts"); ``format_verdict``
 prints it for a terminal and ``check_exercise`` proves an exercise's own files (its
 solution passes, each ``mistakes/<id>.py`` fails and is diagnosed as ``<id>``).
 """

@@ -1,6 +1,6 @@
 """The course as data: lesson, quiz and exercise files parsed, validated and rendered once.
 
-Layout (see DESIGN.md, "Lesson files"):
+Layout (see docs/architecture.md, "Lesson folders"):
     lessons/<NN>-<slug>/lesson.<lang>.md    front matter + one `##` section per card
     lessons/<NN>-<slug>/quiz.yaml           questions, an explanation per option, both languages
     lessons/<NN>-<slug>/exercises/<slug>/   exercise.yaml, starter.py, solution.py, mistakes/

@@ -1,4 +1,4 @@
-"""The verdict object (DESIGN.md "Verdict object"): what `treino check --json` prints, what the
+"""The verdict object (docs/architecture.md, "Contracts"): what `treino check --json` prints, what the
 worker stores and what the API returns, as types."""
 
 from typing import Literal

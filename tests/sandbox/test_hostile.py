@@ -1,4 +1,4 @@
-"""Hostile programs (research note §5), each with its asserted safe outcome: no secret or file
+"""Hostile programs (docs/security.md), each with its asserted safe outcome: no secret or file
 content leaks, nothing passes, a verdict always comes back in bounded time, and nothing is
 left behind (checked by the ``run`` fixture after every test).
 

@@ -1,4 +1,4 @@
-"""Checks of the "accumulation" kind (grad-accum research §3.3–§3.6).
+"""Checks of the "accumulation" kind (docs/architecture.md, "The maths behind the diagnosis").
 
 The reference is the true large batch: for every accumulation cycle, one batch made of
 its micro-batches, mean loss (or summed token losses over the cycle's tokens), one
@@ -24,12 +24,12 @@ from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.checks.messages import Phrase, Sci  # noqa: E402
 from worker.harness import memory, scenarios  # noqa: E402
 
-# traj_err = max_t |θ_t − θ_ref,t| / |θ_ref,t − θ_0|; wrong loops are ≥ 0.14 (§3.3, §3.6).
+# traj_err = max_t |θ_t − θ_ref,t| / |θ_ref,t − θ_0|; wrong loops are ≥ 0.14.
 # The tolerance follows the dtype a learner can reasonably bring into the scenario's: in a
 # float64 run, a float32 factor (`1 / num_tokens` of an int64 count) is ~1e-7 off, so 1e-5;
 # in a float32 run, float32 accumulation order, 1e-4.
 TOLERANCES = {"float64": 1e-5, "float32": 1e-4}
-# what the scenario's own dtype gives a right loop (§3.3: 1e-15 in float64, 1.7e-6 in float32);
+# what the scenario's own dtype gives a right loop (1e-15 in float64, 1.7e-6 in float32);
 # a passing error above it is named as rounding from a lower precision
 EXACT = {"float64": 1e-12, "float32": 1e-5}
 GPU_FACTOR = 10.0  # nondeterministic kernels on CUDA
@@ -257,7 +257,7 @@ def _gradient_at(data, t):
 
 
 def decompose(ref, data):
-    """For every learner step: the coefficients of ``.grad`` on the unit gradients (§3.4)."""
+    """For every learner step: the coefficients of ``.grad`` on the unit gradients."""
     calls = data["calls"]
     shares = _shares(ref, calls)
     units = [_vector(c["unit"]).nan_to_num() for c in calls]

@@ -1,8 +1,8 @@
-"""Checks of the "amp" kind (lesson 1; grad-accum research §4.1, §3.6).
+"""Checks of the "amp" kind (lesson 1; docs/architecture.md, "Tolerances").
 
 The reference is the instructor's AMP loop run here on the same seeded scenario, under the
-same autocast dtype and device (not float64: autocast changes the numbers on purpose,
-§3.3). The learner passes when the linear layers ran in the 16-bit dtype and the loss in
+same autocast dtype and device (not float64: autocast changes the numbers on purpose).
+The learner passes when the linear layers ran in the 16-bit dtype and the loss in
 float32, every step went through the scaler in order (scale → backward → unscale_ → clip →
 step → update) with the right gradients flowing through it (the clip and the step see the
 true gradient of the learner's own weights at that batch, recomputed here, not a scaled or

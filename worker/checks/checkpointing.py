@@ -1,4 +1,4 @@
-"""Checks of the "checkpointing" kind (lesson 4; grad-accum research §3.5, §4.3).
+"""Checks of the "checkpointing" kind (lesson 4; docs/architecture.md, "Tolerances").
 
 The reference is the naive step — ``loss_fn(model(x), y).backward()``, one SGD step — on
 the same seeded float64 ``BlockNet``, here on the CPU. The learner passes when the gradient

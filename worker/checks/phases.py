@@ -1,4 +1,4 @@
-"""Checks of the "phases" kind (lesson 3; grad-accum research §4.2).
+"""Checks of the "phases" kind (lesson 3).
 
 Every fetch, forward, backward and optimizer step the harness timed must lie inside a
 ``record_function`` range named after its phase; each loop must be one pass over the loader

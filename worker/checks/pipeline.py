@@ -1,4 +1,4 @@
-"""Checks of the "pipeline" kind (lesson 3; grad-accum research §4.2).
+"""Checks of the "pipeline" kind (lesson 3).
 
 The learner's loader must give the same batches as ``DataLoader(dataset, batch_size)`` —
 the same samples, in the same order, the dataset's own inputs — and the loop over it must

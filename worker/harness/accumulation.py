@@ -1,5 +1,5 @@
 """Harness of the "accumulation" kind: runs the learner's training loop on a seeded
-scenario and records what it did (grad-accum research §3.2).
+scenario and records what it did (docs/architecture.md, "The maths").
 
 Recorded: the order of forwards (F), loss calls (L), backwards (B), zero_grad (Z),
 optimizer steps (S), clipping (C) and GradScaler calls; the gradient at every step and
