@@ -10,16 +10,20 @@ which no learner needs to wait for. ``worker.pool`` keeps a few warm ones and ru
 Two kinds, chosen by ``TREINO_SANDBOX`` (``setup()``):
 
 - ``bwrap``: bubblewrap, itself started with a scrubbed environment (its PID 1 keeps the
-  launcher's), as uid 65534 in new user, PID, network (only ``lo``), IPC, UTS and cgroup
-  namespaces; a read-only view of the interpreter, the venv and system libraries only (never
-  the repository, ./var or lessons/); size-capped tmpfs for the work dir, /tmp and /dev/shm;
-  fresh /proc, minimal /dev (plus the assigned GPU's nodes); dies with its parent.
+  launcher's), never as host root: a root worker gives each sandbox a uid of its own from
+  ``SANDBOX_UIDS`` (``Identity``), mapped onto itself. New user, PID, network (only ``lo``), IPC,
+  UTS and cgroup namespaces; the seccomp filter of ``worker.seccomp``; a read-only view of the
+  interpreter, the venv and system libraries only (never the repository, ./var or lessons/);
+  size-capped tmpfs for the work dir, /tmp and /dev/shm; fresh /proc with the host's knobs
+  read-only or hidden, a minimal /dev (plus the assigned GPU's nodes); a new session keyring;
+  dies with its parent. docs/security.md says what each layer stops.
 - ``process``: a child process with the same environment, rlimits and session, and nothing
   else: it sees the filesystem and the network the worker sees. For laptops without bwrap.
 
 Both get rlimits (CPU, file size, open files, no core) and, where the host lets us create
-cgroups, a memory and pids cgroup that is also swept at the end; without one, memory is bounded
-by RLIMIT_AS on the CPU (torch's CUDA context maps far more address space than it uses).
+cgroups, a memory, pids and CPU cgroup that is also swept at the end; without one, the worker
+sums the memory of the job's tree itself while it waits (and on a GPU, always adds the device
+memory NVML reports, which no cgroup counts).
 
 The worker never opens a path the sandbox could have touched: the request goes in over a
 socket, the trace and the output come back in memory files it created itself.
