@@ -37,6 +37,11 @@ def aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+# how long a SQLite writer waits for the lock: the web, the worker and a burst of requests share
+# one file; waiting beats answering "database is locked" (a 500) on a busy laptop
+SQLITE_BUSY_SECONDS = 30
+
+
 def make_engine(url: str, **options: Any) -> Engine:
     """The engine for ``url`` (``options`` go to create_engine)."""
     parsed = make_url(url)
@@ -46,13 +51,14 @@ def make_engine(url: str, **options: Any) -> Engine:
         return engine
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5}, **options)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_SECONDS},
+                           **options)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_conn, _record):  # web and worker are separate processes
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=5000")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
