@@ -1,4 +1,3 @@
-
 def train(model, loader, loss_fn, optimizer, accum_steps):
     optimizer.zero_grad()
     for i, (x, y) in enumerate(loader):
