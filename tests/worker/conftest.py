@@ -17,7 +17,7 @@ from worker.grading import grade  # noqa: E402
 
 # exercise slugs are unique across the course: golden/<slug>/ and exercise(slug) use them
 EXERCISES = ("accumulate", "remainder", "scaler-clipping", "token-loss",  # lesson 2
-             "amp-loop", "find-the-bottleneck", "input-pipeline", "fit-the-budget")
+             "amp-loop", "find-the-bottleneck", "input-pipeline", "fit-the-budget", "measure-it")
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_FILES = sorted(GOLDEN.glob("*/*.py"))
 

@@ -1,0 +1,77 @@
+"""The "measure" kind (lesson 4, "measure it on your card"): the verdict is a table of what
+the learner's loop cost on the grader's device, and the same checks hold on a CPU and a GPU.
+
+``traces/measure-h200/<submission>.json``: the harness's data for the exercise's own
+solution and mistakes, run on an NVIDIA H200 (torch 2.11, CUDA 13); the CPU side is graded
+here, in the sandbox, by the slow tests.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.worker.test_golden import assert_answer
+from worker.checks import measure
+from worker.checks.messages import render
+
+TRACES = Path(__file__).parent / "traces" / "measure-h200"
+ROWS = ["measure_fp32", "measure_low", "measure_accum", "measure_checkpoint", "measure_all"]
+
+
+@pytest.fixture(scope="module")
+def params(exercise):
+    return exercise("measure-it").check_params
+
+
+def lines(evaluation, lang="en"):
+    return {c.name: render(c.message, lang, c.values) for c in evaluation.checks}
+
+
+@pytest.mark.parametrize("name", ["solution", "precision-ignored", "checkpoint-ignored"])
+def test_a_gpu_run_is_judged_like_a_cpu_run(params, name):
+    data = json.loads((TRACES / f"{name}.json").read_text())
+    evaluation = measure.evaluate(params, data, "cuda")
+    assert evaluation.passed == (name == "solution")
+    assert (evaluation.diagnosis.id if evaluation.diagnosis else "solution") == name
+
+
+def test_a_gpu_verdict_names_the_card_and_its_memory_counter(params):
+    data = json.loads((TRACES / "solution.json").read_text())
+    evaluation = measure.evaluate(params, data, "cuda")
+    text = lines(evaluation)
+    assert text["measure_device"].startswith("Measured on NVIDIA H200.")
+    assert "max_memory_allocated()" in text["measure_device"] and "bfloat16" in text["measure_device"]
+    assert [c.name for c in evaluation.checks][1:6] == ROWS
+    for row in ROWS:
+        assert " ms per step · " in text[row] and " samples/s · peak " in text[row]
+    assert evaluation.metrics["peak_measure"] == "max_memory_allocated"
+    assert evaluation.metrics["checkpoint_peak_bytes"] < 0.9 * evaluation.metrics["fp32_peak_bytes"]
+
+
+@pytest.mark.slow
+def test_a_cpu_verdict_says_so_and_shows_the_cpus_numbers(graded):
+    verdict = graded["bank", "measure-it", "solution"]
+    assert_answer(verdict, "solution")
+    device, *rows = verdict["checks"][:6]
+    assert device["message"].startswith("This worker has no GPU: every number below is the CPU's.")
+    assert [r["name"] for r in rows] == ["float32", "Low precision", "Gradient accumulation",
+                                         "Checkpointing", "All three"]
+    assert all(" ms per step · " in r["message"] for r in rows)
+    metrics = verdict["metrics"]
+    assert metrics["measured_on"] == "cpu" and metrics["peak_measure"] == "live_tensor_bytes"
+    assert metrics["low_precision"] == "bfloat16"
+    # what the lesson claims, in the CPU's own bytes
+    assert metrics["checkpoint_peak_bytes"] < 0.9 * metrics["fp32_peak_bytes"]
+    assert metrics["accum_peak_bytes"] < metrics["fp32_peak_bytes"]
+    assert metrics["low_peak_bytes"] < metrics["fp32_peak_bytes"]
+
+
+def test_a_configuration_that_stopped_leaves_the_later_rows_unrun(params):
+    data = json.loads((TRACES / "solution.json").read_text())
+    data["configs"] = {"fp32": data["configs"]["fp32"]}
+    data.pop("reference_run")
+    evaluation = measure.evaluate(params, data, "cuda")
+    assert not evaluation.passed
+    assert [c.name for c in evaluation.checks if not c.passed] == ROWS[1:]
+    assert "não rodou" in lines(evaluation, "pt-BR")["measure_low"]

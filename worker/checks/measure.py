@@ -1,0 +1,126 @@
+"""Checks of the "measure" kind (lesson 4, "measure it on your card").
+
+The harness ran the learner's ``train`` in five configurations on the worker's device and
+measured each (time per optimizer step, samples per second, peak memory); this module shows
+them, one check line per configuration, and judges what the numbers must show whatever the
+device: every configuration ran its steps; autocast was on exactly where asked; the
+accumulation configuration matches the large batch (the "accumulation" kind's reference
+and tolerance, on its own float64 scenario); checkpointing lowered the peak.
+"""
+
+from worker.checks import Check, Diagnosis, Evaluation, accumulation
+from worker.checks.messages import Phrase, Sci
+
+CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
+LOW = {"low", "all"}
+
+
+def prepare(params: dict, device: str) -> None:
+    accumulation.reference(params["reference"])
+
+
+def _row(name, config, data):
+    """One configuration as a check line: what it ran, its time, speed and peak."""
+    values = {
+        "precision": data["low_precision"] if name in LOW else "float32",
+        "accum": data["accum_steps"] if name in ("accum", "all") else 1,
+        "checkpoint": Phrase("measure.yes" if name in ("checkpoint", "all") else "measure.no"),
+    }
+    if config is None:
+        return Check(f"measure_{name}", False, "check.measure_run.missing", values)
+    if config["steps"] != data["expected_steps"]:
+        return Check(f"measure_{name}", False, "check.measure_run.steps",
+                     {**values, "steps": config["steps"], "expected": data["expected_steps"]})
+    seconds = max(config["seconds"], 1e-9)
+    return Check(f"measure_{name}", True, "check.measure_run.passed", {
+        **values, "ms": Sci(seconds * 1000 / config["steps"]),
+        "rate": round(config["samples"] / seconds), "peak": int(config["peak"] or 0)})
+
+
+def _precision(data):
+    configs, low = data["configs"], data["low_precision"]
+    wrong = [n for n in CONFIGS if n in configs
+             and configs[n]["dtypes"] != [low if n in LOW else "float32"]]
+    if not wrong:
+        return Check("measure_precision", True, "check.measure_precision.passed", {"low": low})
+    name = wrong[0]
+    return Check("measure_precision", False, "check.measure_precision.failed", {
+        "config": Phrase(f"check.measure_{name}.name"),
+        "dtypes": ", ".join(configs[name]["dtypes"]) or "—",
+        "expected": low if name in LOW else "float32"})
+
+
+def _accumulation(params, data, device):
+    ref_params = params["reference"]
+    ref = accumulation.reference(ref_params)
+    run = data.get("reference_run")
+    if run is None:
+        return Check("measure_accumulation", False, "check.measure_accumulation.missing", {})
+    steps = [accumulation._vector(s) for s in run["steps"]]
+    if len(steps) != len(ref.trajectory):
+        return Check("measure_accumulation", False, "check.steps.failed",
+                     {"steps": len(steps), "reference_steps": len(ref.trajectory)})
+    errors = [accumulation._norm(s - r) / accumulation._norm(r - ref.initial)
+              for s, r in zip(steps, ref.trajectory, strict=True)]
+    tol = accumulation.tolerance(ref_params, device)
+    bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
+    if bad is not None:
+        return Check("measure_accumulation", False, "check.measure_accumulation.failed",
+                     {"step": bad + 1, "error": Sci(errors[bad]), "tolerance": Sci(tol)})
+    return Check("measure_accumulation", True, "check.measure_accumulation.passed",
+                 {"error": Sci(max(errors)), "steps": len(steps)})
+
+
+def _checkpoint(params, data):
+    configs = data["configs"]
+    base, ckpt = configs["fp32"]["peak"] or 0, configs["checkpoint"]["peak"] or 0
+    drop = float(params["peak_drop"])
+    values = {"peak": ckpt, "base": base, "ratio": ckpt / base if base else 0.0, "limit": drop}
+    passed = bool(base) and ckpt <= drop * base
+    return Check("measure_checkpoint_peak", passed,
+                 "check.measure_checkpoint_peak.passed" if passed
+                 else "check.measure_checkpoint_peak.failed", values)
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    configs = data["configs"]
+    cuda = data["meter"] == "cuda"
+    where = Check("measure_device", True, "check.measure_device.cuda" if cuda
+                  else "check.measure_device.cpu",
+                  {"name": data["device_name"], "low": data["low_precision"]})
+    rows = [_row(name, configs.get(name), data) for name in CONFIGS]
+    checks = [where, *rows]
+    if all(row.passed for row in rows):
+        checks += [_precision(data), _accumulation(params, data, device), _checkpoint(params, data)]
+    metrics = {"measured_on": data["device_name"], "low_precision": data["low_precision"],
+               "peak_measure": "max_memory_allocated" if cuda else "live_tensor_bytes"}
+    for name, config in configs.items():
+        if config.get("steps"):
+            metrics[f"{name}_ms_per_step"] = round(config["seconds"] * 1000 / config["steps"], 3)
+            metrics[f"{name}_samples_per_s"] = round(config["samples"] / max(config["seconds"], 1e-9))
+            metrics[f"{name}_peak_bytes"] = config["peak"]
+    diagnosis = None
+    if not all(c.passed for c in checks):
+        diagnosis = diagnose(checks, data)
+    return Evaluation(checks, diagnosis, metrics)
+
+
+def diagnose(checks, data):
+    """The known mistake the numbers show, or None."""
+    by_name = {c.name: c for c in checks}
+    configs = data["configs"]
+    precision = by_name.get("measure_precision")
+    if precision is not None and not precision.passed:
+        lows = [configs[n]["dtypes"] for n in LOW]
+        if all(d == ["float32"] for d in lows):
+            return Diagnosis("precision-ignored", {"low": data["low_precision"]})
+        return None
+    ckpt = by_name.get("measure_checkpoint_peak")
+    if ckpt is not None and not ckpt.passed and not (
+            configs["checkpoint"]["recomputed"] or configs["all"]["recomputed"]):
+        return Diagnosis("checkpoint-ignored", ckpt.values)
+    return None
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    return None

@@ -1,0 +1,178 @@
+"""Harness of the "measure" kind (lesson 4): the learner's loop, run on this worker's device
+in several configurations, timed and metered.
+
+``train(model, loader, loss_fn, optimizer, *, precision, accum_steps, checkpoint)`` runs
+over the whole loader once per configuration, each on a fresh copy of a seeded float32
+``BlockNet``: float32 vs low-precision autocast (bfloat16 where the device computes it
+natively — the CPU, CUDA compute capability 8.0 and up — else float16), with and without
+gradient accumulation (the same samples per optimizer step, in ``accum_steps`` micro-batches),
+with and without activation checkpointing. Each configuration first runs one batch
+unmeasured (one-time costs stay out). Recorded per configuration: optimizer steps,
+wall time (CUDA synchronised before and after), samples, the peak memory of the run
+(CUDA: ``torch.cuda.max_memory_allocated`` above what was allocated before the call; CPU:
+the peak bytes of live tensors, ``memory.LiveTensorMeter``, in a second, unclocked run), the
+dtypes the blocks' ``Linear`` layers computed in, and whether a block ran again during
+backward (a recomputation). Then one correctness run: the accumulation configuration on the
+"accumulation" kind's float64 scenario, with the parameters after every optimizer step, for
+the large-batch reference the checks hold.
+"""
+
+import copy
+import functools
+import gc
+import math
+import time
+
+import memory
+import scenarios
+import torch
+from torch import nn
+
+CONFIGS = [  # name, low precision?, accumulate?, checkpoint?
+    ("fp32", False, False, False),
+    ("low", True, False, False),
+    ("accum", False, True, False),
+    ("checkpoint", False, False, True),
+    ("all", True, True, True),
+]
+
+
+class Blocks(nn.Module):
+    """A model as ``blocks`` then ``head`` (what the learner's loop walks through), made of an
+    existing ``Linear - Tanh - Linear`` model's own modules: same parameters, same order."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Sequential(mlp[0], mlp[1])])
+        self.head = mlp[2]
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def flat(tensors):
+    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
+    return [v if math.isfinite(v) else None for v in values.tolist()]
+
+
+def low_precision(device):
+    if device.startswith("cuda") and torch.cuda.get_device_capability()[0] < 8:
+        return torch.float16
+    return torch.bfloat16
+
+
+def _sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class Probe:
+    """Hooks on a model copy: the dtypes its Linear layers computed in, recomputed blocks."""
+
+    def __init__(self, model):
+        self.dtypes, self.recomputed = set(), False
+        for block in model.blocks:
+            block.register_forward_pre_hook(self._block)
+            for layer in block.modules():
+                if isinstance(layer, nn.Linear):
+                    layer.register_forward_hook(self._linear)
+
+    def _block(self, module, args):
+        if torch._C._current_autograd_node() is not None:
+            self.recomputed = True
+
+    def _linear(self, module, args, out):
+        self.dtypes.add(str(out.dtype).replace("torch.", ""))
+
+
+def _micro_batches(batches, accum):
+    return [(x[i:i + len(x) // accum], y[i:i + len(x) // accum])
+            for x, y in batches for i in range(0, len(x), len(x) // accum)]
+
+
+class Counted:
+    """An SGD optimizer whose steps are counted (and, if asked, the parameters recorded)."""
+
+    def __init__(self, model, lr, record=False):
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        self.steps, self.trajectory = 0, []
+        step = self.optimizer.step
+
+        def counted(*args, **kwargs):
+            out = step(*args, **kwargs)
+            self.steps += 1
+            if record:
+                self.trajectory.append(flat(model.parameters()))
+            return out
+
+        self.optimizer.step = counted
+
+
+def run(job, api):
+    params = job["params"]
+    device = job.get("device", "cpu")
+    cuda = device.startswith("cuda")
+    base, batches, loss_fn = scenarios.block_net(params, torch.float32)
+    base = base.to(device)
+    batches = [(x.to(device), y.to(device)) for x, y in batches]
+    low, k, lr = low_precision(device), int(params["accum_steps"]), float(params["lr"])
+    fn = api.load_entry()
+    # the configuration goes by keyword: the four positional arguments are what is checked
+    api.check_signature(functools.partial(fn, precision=low, accum_steps=1, checkpoint=False),
+                        ["model", "loader", "loss_fn", "optimizer"])
+
+    def one(low_on, accum_on, checkpoint, metered, steps=None):
+        model = copy.deepcopy(base)
+        probe, counted = Probe(model), Counted(model, lr)
+        loader = _micro_batches(batches[:steps], k if accum_on else 1)
+        kwargs = {"precision": low if low_on else torch.float32,
+                  "accum_steps": k if accum_on else 1, "checkpoint": checkpoint}
+        args = [model, scenarios.Loader(loader), loss_fn, counted.optimizer]
+        if metered:
+            with memory.LiveTensorMeter(model.parameters()) as meter:
+                error = api.call(functools.partial(fn, **kwargs), args)
+            return meter.peak, error
+        gc.collect()  # earlier copies (the wrapped step makes a cycle) are freed now, not mid-run
+        if cuda:
+            _sync(device)
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+        started = time.perf_counter()
+        error = api.call(functools.partial(fn, **kwargs), args)
+        _sync(device)
+        seconds = time.perf_counter() - started
+        peak = torch.cuda.max_memory_allocated() - before if cuda else None
+        return {"steps": counted.steps, "seconds": seconds, "samples": sum(len(y) for _, y in batches),
+                "peak": peak, "dtypes": sorted(probe.dtypes), "recomputed": probe.recomputed,
+                "micro_batch": len(loader[0][1])}, error
+
+    configs, error = {}, None
+    for name, low_on, accum_on, checkpoint in CONFIGS:
+        # warm-up on one batch: one-time costs (kernel choice, the backward thread's cuBLAS
+        # workspace, autocast's first casts) stay out of the time and the peak
+        _, error = one(low_on, accum_on, checkpoint, False, steps=1)
+        if error is not None:
+            break
+        result, error = one(low_on, accum_on, checkpoint, False)
+        if error is None and not cuda:
+            result["peak"], error = one(low_on, accum_on, checkpoint, True)
+        configs[name] = result
+        if error is not None:
+            break
+    data = {"device": device, "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+            "low_precision": str(low).replace("torch.", ""), "accum_steps": k,
+            "meter": "cuda" if cuda else "live", "configs": configs, "expected_steps": len(batches)}
+    if error is not None:
+        return data, error
+    ref = params["reference"]
+    scenario = scenarios.build(ref, torch.float64)
+    model = Blocks(scenario.model).to(device)
+    counted = Counted(model, float(ref["lr"]), record=True)
+    loader = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
+    kwargs = {"precision": torch.float32, "accum_steps": int(ref["accum_steps"]), "checkpoint": False}
+    error = api.call(functools.partial(fn, **kwargs),
+                     [model, scenarios.Loader(loader), scenario.loss_fn, counted.optimizer])
+    data["reference_run"] = {"steps": counted.trajectory, "final_params": flat(model.parameters())}
+    return data, error
