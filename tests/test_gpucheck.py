@@ -50,8 +50,8 @@ def test_without_cuda_it_says_so_in_one_line_exits_0_and_writes_nothing(tmp_path
 
 
 def test_make_gpu_check_runs_that_entry_point():
-    done = subprocess.run(["make", "-n", "gpu-check"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "-m bench.gpu" in done.stdout.splitlines()[-1]
 

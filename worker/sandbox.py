@@ -625,15 +625,26 @@ def _tree(pid: int) -> list[int]:
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def _proportional_bytes(pid: int) -> int:
+    """A process's proportional set size: its own pages, plus its share of the pages it shares
+    (DataLoader workers forked from a torch process share hundreds of MB: counting them whole,
+    as RSS does, would kill a correct job); RSS where smaps_rollup is missing."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+    return 0
+
+
 def tree_memory(pid: int, host: bool = True, gpu: bool = False) -> int:
-    """Bytes held by ``pid``'s whole tree: resident host memory (``host``) plus, on a GPU,
-    the device memory NVML charges to its processes."""
+    """Bytes held by ``pid``'s whole tree: host memory (``host``, proportional set sizes) plus,
+    on a GPU, the device memory NVML charges to its processes."""
     pids = _tree(pid)
     total = 0
     if host:
-        for each in pids:
-            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{each}/statm") as f:
-                total += int(f.read().split()[1]) * PAGE
+        total += sum(_proportional_bytes(each) for each in pids)
     if gpu:
         total += nvml.used_by(set(pids))
     return total
@@ -807,7 +818,10 @@ class Sandbox:
                    "trace_limit": TRACE_LIMIT}
             request = {"job": job, "code": code.decode("utf-8"),
                        "limits": {"cpu_seconds": limits.cpu_seconds,
-                                  "address_space_mb": address_space}}
+                                  "address_space_mb": address_space,
+                                  # torch's allocator refuses past it at once; the watch here
+                                  # (NVML) is the backstop for a job that lifts it
+                                  "gpu_memory_mb": limits.memory_mb if self.device == "cuda" else None}}
             started = time.monotonic()
             try:
                 self._sock.settimeout(10)
@@ -838,7 +852,10 @@ class Sandbox:
                 return Result("crashed", None, wall_ms, output, returncode, INVALID_TRACE)
             return Result("ok", trace, wall_ms, output, returncode)
         finally:
-            _reap(self)
+            if self.device == "cuda":  # the next job on this GPU must find its memory free
+                self.close()
+            else:
+                _reap(self)
 
     def _wait_for_end(self, timeout: float, memory_bytes: int, cancel: "Cancel | None") -> str:
         """Until the harness says it is done or the sandbox ends, woken by the kernel (a pidfd

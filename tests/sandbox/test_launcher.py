@@ -3,6 +3,7 @@
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +237,32 @@ def test_waiting_for_the_reaping_while_sandboxes_are_handed_to_it():
     stop.set()
     waiter.join()
     assert not errors
+
+
+def test_the_memory_watch_counts_shared_pages_once():
+    """Where no cgroup holds a job, the worker sums its tree's memory: forked DataLoader workers
+    share their parent's pages, and counting them once each (RSS) would kill a correct job."""
+    import mmap
+    import signal
+
+    held = mmap.mmap(-1, 128 * 1024 * 1024)
+    held.write(b"x" * len(held))  # 128 MiB resident, then shared by three forks
+    before = sandbox.tree_memory(os.getpid())
+    children = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            signal.pause()
+            os._exit(0)
+        children.append(pid)
+    try:
+        grown = sandbox.tree_memory(os.getpid()) - before
+        child_rss = sum(int(Path(f"/proc/{p}/statm").read_text().split()[1]) * sandbox.PAGE
+                        for p in children)
+        assert child_rss > 3 * 128 * 1024 * 1024  # what counting RSS would have added
+        assert grown < 64 * 1024 * 1024, grown
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        held.close()

@@ -69,6 +69,12 @@ def apply_limits(limits):
     if limits.get("address_space_mb"):  # only where no memory cgroup holds the sandbox
         size = int(limits["address_space_mb"]) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    if limits.get("gpu_memory_mb"):  # on CUDA: no cgroup counts device memory
+        import torch
+
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(
+            min(1.0, int(limits["gpu_memory_mb"]) * 1024 * 1024 / total))
 
 
 def send_trace(out_dir, trace_fd, limit):
