@@ -3,6 +3,7 @@ reverse; heavy imports (uvicorn, torch) happen inside the subcommand that needs 
 
 import argparse
 import contextlib
+import ctypes
 import json
 import signal
 import subprocess
@@ -195,6 +196,12 @@ def _glossary_problems(settings: Settings) -> int:
     return len(problems)
 
 
+def _terminate_with_parent() -> None:
+    """In the worker's child, before exec: SIGTERM when the thread that started it ends (the
+    web killed outright leaves no worker behind; SIGTERM lets it put its job back)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
@@ -207,7 +214,9 @@ def supervised_worker():
 
     def supervise() -> None:
         while not stop.is_set():
-            proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker"])
+            # the worker (and so its sandboxes) ends with this thread, however the web ends
+            proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker"],
+                                    preexec_fn=_terminate_with_parent)
             child[:] = [proc]
             while proc.poll() is None and not stop.wait(0.5):
                 pass
