@@ -145,6 +145,7 @@ def figures(verdict: dict[str, Any]) -> Figures:
                              _("Bytes saved for backward at the busiest moment."), summary))
     elif peak is not None:
         facts.append((_("Peak activation memory"), size(peak)))
+    charts += _configurations(metrics)
     if (ms := _num(metrics, "sandbox_ms")) is not None:
         facts.append((_("Running your code"), seconds(ms)))
     if (ms := _num(metrics, "check_ms")) is not None:
@@ -152,3 +153,36 @@ def figures(verdict: dict[str, Any]) -> Figures:
     if device := metrics.get("device"):
         facts.append((_("Device"), str(device).upper()))
     return Figures(charts, facts)
+
+
+def _configurations(metrics: dict) -> list[Figure]:
+    """"Measure it on your card": time per step and peak memory of each configuration the
+    loop ran in, where the verdict has them (bars from zero: the ratios are the lesson)."""
+    low = str(metrics.get("low_precision") or "bfloat16")
+    names = [("fp32", "float32"), ("low", low), ("accum", _("accumulation")),
+             ("checkpoint", _("checkpointing")), ("all", _("all three"))]
+    times = [(label, _num(metrics, f"{key}_ms_per_step")) for key, label in names]
+    peaks = [(label, _num(metrics, f"{key}_peak_bytes")) for key, label in names]
+    if not any(value is not None for _label, value in times):
+        return []
+    charts = []
+    timed = [(label, value) for label, value in times if value is not None]
+    fastest = min(timed, key=lambda row: row[1])
+    charts.append(Figure("configurations-time", _("Time per step, by configuration"), _from_zero([
+        (label, value, f"{number(value)} ms", "yours" if label == fastest[0] else "reference")
+        for label, value in timed]),
+        _("Wall-clock time per optimizer step, synchronised on a GPU; shorter is faster."),
+        _("The fastest was %(label)s, at %(ms)s ms per step.") % {
+            "label": fastest[0], "ms": number(fastest[1])}))
+    measured = [(label, value) for label, value in peaks if value is not None]
+    if measured:
+        smallest = min(measured, key=lambda row: row[1])
+        on_gpu = metrics.get("peak_measure") == "max_memory_allocated"
+        charts.append(Figure("configurations-memory", _("Peak memory, by configuration"), _from_zero([
+            (label, value, size(value), "yours" if label == smallest[0] else "reference")
+            for label, value in measured]),
+            _("torch.cuda.max_memory_allocated during the steps.") if on_gpu else
+            _("Bytes of live tensors at the busiest moment (this worker has no GPU)."),
+            _("The smallest peak was %(label)s, with %(peak)s.") % {
+                "label": smallest[0], "peak": size(smallest[1])}))
+    return charts

@@ -159,3 +159,21 @@ def test_the_submission_page_wraps_and_highlights_the_code(client, app):
     page = finished(app, client, NOT_SCALED)
     code = page.select_one(".submitted-code pre")
     assert "code-wrap" in code["class"] and "highlight" in code["class"]
+
+
+def test_measure_it_draws_time_and_memory_by_configuration():
+    """"Measure it on your card": the table in the checks, and the same numbers as two charts."""
+    metrics = {"low_precision": "bfloat16", "peak_measure": "live_tensor_bytes",
+               "fp32_ms_per_step": 2.05, "low_ms_per_step": 4.21, "accum_ms_per_step": 2.71,
+               "checkpoint_ms_per_step": 3.45, "all_ms_per_step": 14.37,
+               "fp32_peak_bytes": 57560, "low_peak_bytes": 36568, "accum_peak_bytes": 27672,
+               "checkpoint_peak_bytes": 32984, "all_peak_bytes": 22430}
+    time, memory = [c for c in figures({"metrics": metrics}).charts if c.id.startswith("configurations")]
+    assert [bar.label for bar in time.bars] == ["float32", "bfloat16", "accumulation", "checkpointing",
+                                               "all three"]
+    assert time.bars[0].share == 100 * 2.05 / 14.37 and time.bars[4].share == 100
+    assert time.summary == "The fastest was float32, at 2.05 ms per step."
+    assert memory.summary == "The smallest peak was all three, with 21.9 KB."
+    assert "no GPU" in memory.note
+    assert not [c for c in figures({"metrics": {"optimizer_steps": 3}}).charts
+                if c.id.startswith("configurations")]
