@@ -90,7 +90,7 @@ def test_a_learner_reads_checks_fails_is_told_why_fixes_and_passes(new_page):
     page.locator("#hint-1").wait_for()
     assert page.locator("#hint-2").count() == 0
     # the newly opened hint takes the focus once htmx has settled it
-    page.wait_for_function("document.activeElement && document.activeElement.id === 'hint-1'")
+    expect(page.locator("#hint-1")).to_be_focused()
 
     # fix it and pass
     page.set_viewport_size({"width": 1280, "height": 900})

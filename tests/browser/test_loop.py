@@ -12,6 +12,7 @@ from tests.browser.test_learner_flow import (
     GRADE_MS,
     LESSON,
     NOT_SCALED,
+    SOLUTION,
     replace_code,
 )
 
@@ -46,6 +47,8 @@ def serious_axe(page) -> list:
 
 @pytest.mark.parametrize(("lang", "scheme"), [("en", "light"), ("pt-BR", "dark")])
 def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_page, lang, scheme):
+    """Slow (a grade): each language once, each scheme once, at 390 and 360 px; the failed
+    verdict read in that language too (its diagnosis, plurals, the learner's attempt number)."""
     page = new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
                     color_scheme=scheme, locale=lang)
     page.goto(f"{EXERCISE}?lang={lang}")
@@ -55,6 +58,20 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     page.locator("button[name=mode][value=submit]").click()
     verdict = page.locator(".verdict-card.verdict-failed")
     verdict.wait_for(timeout=GRADE_MS)
+    title = {"en": "The loss is not divided by accum_steps",
+             "pt-BR": "A perda não é dividida por accum_steps"}
+    assert verdict.locator(".diagnosis h4").inner_text() == title[lang]
+    ratio = {"en": "4.00×", "pt-BR": "4,00×"}[lang]  # the same figure in the text and the chart
+    assert ratio in verdict.locator(".diagnosis").inner_text()
+    assert ratio in verdict.locator(".figure-update .figure-summary").inner_text()
+    assert verdict.locator(".figure-steps").count() == 0, "equal step counts are said, not drawn"
+    checks = verdict.locator(".check").count()
+    passed = verdict.locator(".check-passed").count()
+    summary = {"en": f"{passed} of {checks} checks passed",
+               "pt-BR": f"{passed} de {checks} verificações passaram"}
+    assert checks > 1 and summary[lang] in verdict.locator(".verdict-sub").inner_text()
+    attempt = {"en": "Attempt 1", "pt-BR": "Tentativa 1"}[lang]
+    assert attempt in verdict.locator(".verdict-sub a").inner_text(), "numbered for this learner"
     if page.locator("details.output summary").count():
         page.locator("details.output summary").click()
     shot(page, f"phone-verdict-{lang}-{scheme}")
@@ -79,34 +96,106 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     assert serious_axe(page) == []
 
 
-def test_cancel_stops_the_wait_and_the_next_send_goes_at_once(new_page):
-    page = new_page(viewport={"width": 1280, "height": 900})
-    page.goto(EXERCISE)
+@pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 1280, "dark"), ("pt-BR", 390, "light")])
+def test_code_in_a_verdict_is_shown_as_code_not_backticks(new_page, lang, width, scheme):
+    """A grade (quick: the file is turned down before the checks): one representative per axis."""
+    page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
+    page.goto(f"{EXERCISE}?lang={lang}")
+    page.locator(".cm-editor").wait_for()
+    replace_code(page, "import torch\n\n\ndef training_loop():\n    pass\n")
+    page.locator("button[name=mode][value=submit]").click()
+    verdict = page.locator(".verdict-card", has=page.locator(".check-failed"))
+    verdict.wait_for(timeout=GRADE_MS)
+    message = verdict.locator(".check-failed p").first
+    assert message.locator("code").all_inner_texts() == ["train"]
+    assert "`" not in verdict.inner_text()
+    assert overflow(page) <= 0, too_wide(page)
+
+
+def test_in_portuguese_on_a_dark_phone_a_pass_leads_on(new_page):
+    """Slow (a grade): the passed verdict's way on, in the language, size and scheme the English
+    desktop flow (test_learner_flow) does not use."""
+    page = new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
+                    color_scheme="dark", locale="pt-BR")
+    page.goto(f"{EXERCISE}?lang=pt-BR")
+    page.locator(".cm-editor").wait_for()
+    replace_code(page, SOLUTION)
+    page.locator("button[name=mode][value=submit]").click()
+    passed = page.locator(".verdict-card.verdict-passed")
+    passed.wait_for(timeout=GRADE_MS)
+    assert passed.locator(".verdict-title").inner_text() == "Passou"
+    checks = passed.locator(".check-passed").count()
+    assert checks > 1 and passed.locator(".check").count() == checks
+    sub = passed.locator(".verdict-sub").inner_text()
+    assert f"{checks} de {checks} verificações passaram" in sub and "Tentativa 1" in sub
+    next_step = passed.locator(".next-step a[rel=next]")
+    assert next_step.inner_text().startswith("Próximo exercício: ")
+    assert "Exercício 1 de" in passed.locator(".next-step").inner_text()
+    solution = passed.locator("details.solution[open] .compare pre")
+    assert solution.count() == 2 and solution.nth(1).inner_text().strip() == SOLUTION.strip()
+    assert overflow(page) <= 0, too_wide(page)
+    shot(page, "verdict-passed-phone-dark-pt-BR")
+    # the course page counts the exercise, in the singular, and offers to continue
+    page.goto("/?lang=pt-BR")
+    card = page.locator(".course-card", has_text="1 concluído")
+    assert card.count() == 1 and "1 concluídos" not in card.inner_text()
+    assert page.get_by_role("link", name="Continuar de onde parou").is_visible()
+    # the lesson ticks it with a drawn mark, and the next step leads on
+    page.goto(f"{LESSON}?lang=pt-BR")
+    done = page.locator(".practice-list li").first
+    assert done.get_attribute("class") == "is-passed" and done.locator(".practice-mark svg").count() == 1
+    page.goto(f"{EXERCISE}?lang=pt-BR")
+    page.locator(".verdict-card.verdict-passed .next-step a[rel=next]").click()
+    page.wait_for_url(lambda url: "/exercises/accumulate" not in url)
+    assert "Exercício 2 de" in page.locator(".exercise-position").text_content()
+
+
+CANCEL = {"en": ("Run without grading", "Cancel", "Cancelled"),
+          "pt-BR": ("Rodar sem avaliar", "Cancelar", "Cancelado")}
+
+
+@pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 1280, "light"), ("pt-BR", 390, "dark")])
+def test_cancel_stops_the_wait_and_the_next_send_goes_at_once(new_page, lang, width, scheme):
+    """Slow (an endless run, then a run): one representative per axis."""
+    run, cancel_word, cancelled = CANCEL[lang]
+    page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
+    page.goto(f"{EXERCISE}?lang={lang}")
     page.locator(".cm-editor").wait_for()
     endless = (FOLDER / "starter.py").read_text().replace(
         "def train(model, loader, loss_fn, optimizer, accum_steps):",
         "def train(model, loader, loss_fn, optimizer, accum_steps):\n    while True:\n        pass", 1)
     replace_code(page, endless)
-    page.get_by_role("button", name="Run without grading").click()
-    cancel = page.get_by_role("button", name="Cancel")
+    page.get_by_role("button", name=run).click()
+    cancel = page.get_by_role("button", name=cancel_word, exact=True)
     cancel.wait_for(timeout=GRADE_MS)
     assert not page.locator(".verdict-mark").count()
     cancel.click()
     stopped = page.locator(".verdict-card.verdict-cancelled")
     stopped.wait_for()
-    assert stopped.locator(".verdict-title").inner_text() == "Cancelled"
+    assert stopped.locator(".verdict-title").inner_text() == cancelled
     assert stopped.locator(".verdict-mark svg").count() == 1
     # at once, not after the 60 s the endless loop would have had
     replace_code(page, (FOLDER / "solution.py").read_text())
-    page.get_by_role("button", name="Run without grading").click()
+    page.get_by_role("button", name=run).click()
     page.locator(".verdict-card.verdict-ran").wait_for(timeout=GRADE_MS)
     assert page.locator("#history tbody tr").count() == 2
-    assert "Cancelled" in page.locator("#history tbody tr").nth(1).inner_text()
+    assert cancelled in page.locator("#history tbody tr").nth(1).inner_text()
+    assert overflow(page) <= 0
 
 
-def test_a_card_is_read_after_a_moment_on_screen_and_go_further_is_folded(new_page):
-    page = new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
-    page.goto(LESSON)
+def on_screen(page, selector: str) -> int:
+    return page.evaluate("""(sel) => [...document.querySelectorAll(sel)].filter((el) => {
+      const r = el.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight && r.height > 0
+    }).length""", selector)
+
+
+@pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 390, "light"), ("pt-BR", 1280, "dark")])
+def test_a_card_is_read_after_a_moment_on_screen_and_go_further_is_folded(new_page, lang, width, scheme):
+    """Slow (it waits out the reading moment): one representative per axis."""
+    size = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True} if width == 390 \
+        else {"viewport": {"width": width, "height": 900}}
+    page = new_page(color_scheme=scheme, **size)
+    page.goto(f"{LESSON}?lang={lang}")
 
     def cards_read() -> int:
         body = page.request.get("/api/progress").json()
@@ -122,7 +211,7 @@ def test_a_card_is_read_after_a_moment_on_screen_and_go_further_is_folded(new_pa
         page.wait_for_timeout(100)
     page.locator("#quiz").scroll_into_view_if_needed()
     page.wait_for_timeout(2500)
-    assert cards_read() <= first + 1
+    assert cards_read() <= first + on_screen(page, "ol.cards > li.card")
     # the quick check comes before "Go further", which is folded
     fold = page.locator("details#further")
     assert fold.get_attribute("open") is None
@@ -136,14 +225,20 @@ def test_a_card_is_read_after_a_moment_on_screen_and_go_further_is_folded(new_pa
     assert box is None or box["height"] == 0
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("width", [390, 1280])
 @pytest.mark.parametrize("lang", ["en", "pt-BR"])
-def test_a_right_answer_says_so_once(new_page, lang):
+def test_a_right_answer_says_so_once(new_page, lang, width, scheme):
+    """Cheap: every language, size and scheme."""
     from app.config import get_settings
     from app.lessons.content import load_course
 
     question = load_course(get_settings().lessons_dir).lesson("gradient-accumulation").questions[0]
-    page = new_page(color_scheme="dark")
+    page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page.goto(f"{LESSON}?lang={lang}")
+    # unanswered, the question shows no empty box
+    box = page.locator(f"#feedback-{question.id}").bounding_box()
+    assert box is None or box["height"] == 0
     form = page.locator(f"#quiz-{question.id}")
     form.locator(f"input[value='{question.correct_option.id}']").check()
     form.get_by_role("button").click()
@@ -154,28 +249,38 @@ def test_a_right_answer_says_so_once(new_page, lang):
     assert text.count("Right.") <= 1 and text.count(word) <= 1
 
 
-@pytest.mark.parametrize(("width", "scheme"), [(390, "dark"), (1280, "light")])
-def test_forgotten_password_without_mail_and_leaving_with_ones_data(new_page, width, scheme):
-    page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
-    email = f"leaver-{width}@example.com"
-    page.goto("/sign-up")
+ACCOUNT = {
+    "en": ("Password", "Create account", "Download your data (JSON)", "Your password, to confirm",
+           "Delete my account", "Your account is deleted", "Forgot your password?"),
+    "pt-BR": ("Senha", "Criar conta", "Baixar os seus dados (JSON)", "A sua senha, para confirmar",
+              "Excluir a minha conta", "A sua conta foi excluída", "Esqueceu a senha?"),
+}
+
+
+@pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 390, "dark"), ("pt-BR", 1280, "light")])
+def test_forgotten_password_without_mail_and_leaving_with_ones_data(new_page, lang, width, scheme):
+    """A few page loads each: one representative per axis."""
+    password, create, download_it, confirm, delete, deleted, forgot = ACCOUNT[lang]
+    page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme, locale=lang)
+    email = f"leaver-{lang}-{width}@example.com"
+    page.goto(f"/sign-up?lang={lang}")
     page.get_by_label("E-mail").fill(email)
-    page.get_by_label("Password").fill("four unrelated words here")
-    page.get_by_role("button", name="Create account").click()
+    page.get_by_label(password, exact=True).fill("four unrelated words here")
+    page.get_by_role("button", name=create).click()
     page.goto("/sign-in")
-    assert page.get_by_role("link", name="Forgot your password?").count() == 0  # signed in: redirected
+    assert page.get_by_role("link", name=forgot).count() == 0  # signed in: redirected
     page.goto("/account")
     with page.expect_download() as download:
-        page.get_by_role("link", name="Download your data (JSON)").click()
+        page.get_by_role("link", name=download_it).click()
     assert download.value.suggested_filename == "treino-account.json"
     assert serious_axe(page) == []
     page.locator("details.delete-account summary").click()
-    page.get_by_label("Your password, to confirm").fill("four unrelated words here")
-    page.get_by_role("button", name="Delete my account").click()
-    assert page.locator("h1").inner_text() == "Your account is deleted"
+    page.get_by_label(confirm).fill("four unrelated words here")
+    page.get_by_role("button", name=delete).click()
+    assert page.locator("h1").inner_text() == deleted
     page.goto("/sign-in")
-    page.get_by_role("link", name="Forgot your password?").click()
-    assert "treino accounts reset-password" in page.locator(".notice").inner_text()
+    page.get_by_role("link", name=forgot).click()
+    assert page.locator(".notice code").inner_text() == "treino accounts reset-password", "not backticks"
     assert overflow(page) <= 0
     assert serious_axe(page) == []
 
