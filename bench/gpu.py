@@ -20,7 +20,6 @@ import re
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
@@ -604,8 +603,9 @@ def bind_one_gpu() -> None:
 
 
 def import_torch():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    from worker.harness import quiet
+
+    with quiet.ignored():
         import torch
     return torch
 

@@ -13,13 +13,13 @@ import statistics
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+from worker.harness import quiet  # noqa: E402
+
+with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import get_settings  # noqa: E402

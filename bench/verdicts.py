@@ -7,11 +7,11 @@ import os
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-with warnings.catch_warnings():  # torch says so at import when numpy is absent; nothing needs it
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+from worker.harness import quiet  # noqa: E402
+
+with quiet.ignored():
     import torch
 
 from bench import settle  # noqa: E402

@@ -4,13 +4,13 @@ that need one are marked `cuda` and skipped on the CPU, saying why."""
 import os
 import subprocess
 import sys
-import warnings
 from types import SimpleNamespace
 
 import pytest
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+from worker.harness import quiet  # noqa: E402
+
+with quiet.ignored():
     import torch
 
 from app.config import ROOT, get_settings  # noqa: E402

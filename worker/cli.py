@@ -10,16 +10,15 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 
 from app import logs
 from app.config import LANGS, Settings, get_settings
 from app.lessons.content import ContentError, load_course
+from worker.harness import quiet
 
 
 def main(argv: list[str] | None = None) -> int:
-    # torch says so whenever it first touches numpy's bridge; nothing here uses numpy
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    quiet.silence()  # torch's notice that NumPy is absent
     parser = argparse.ArgumentParser(prog="treino", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -6,7 +6,6 @@ import shutil
 import socket
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,8 +39,9 @@ def live_server(tmp_path_factory) -> Iterator[str]:
     """The app on a free loopback port, with a real worker grading in a thread."""
     import uvicorn
 
-    with warnings.catch_warnings():  # torch warns at import when numpy is absent; nothing needs it
-        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    from worker.harness import quiet
+
+    with quiet.ignored():
         import torch  # noqa: F401
     from worker import pool
     from worker.runner import Worker

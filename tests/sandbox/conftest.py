@@ -10,13 +10,13 @@ import os
 import re
 import socket
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+from worker.harness import quiet  # noqa: E402
+
+with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import ROOT, get_settings  # noqa: E402

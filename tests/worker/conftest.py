@@ -1,13 +1,13 @@
 import dataclasses
 import os
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-with warnings.catch_warnings():  # torch warns at import when numpy is absent; nothing needs it
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+from worker.harness import quiet  # noqa: E402
+
+with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import get_settings  # noqa: E402

@@ -12,13 +12,10 @@ and the parameters before every batch match the reference's.
 
 import json
 import math
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-with warnings.catch_warnings():  # torch says so at import when numpy is absent; nothing needs it
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    import torch
+import torch
 
 from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.checks.messages import Phrase, Sci  # noqa: E402

@@ -10,13 +10,10 @@ gradients are released (``None``) when the step returns.
 
 import json
 import math
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-with warnings.catch_warnings():  # torch says so at import when numpy is absent; nothing needs it
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    import torch
+import torch
 
 from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.checks.messages import Sci  # noqa: E402

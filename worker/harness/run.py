@@ -17,11 +17,11 @@ import os
 import resource
 import stat
 import sys
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # harness modules import each other by name; -I leaves the script dir out
 
+import quiet  # noqa: E402
 import runtime  # noqa: E402
 
 HARNESS_MODULES = sorted(name[:-3] for name in os.listdir(HERE)
@@ -29,24 +29,23 @@ HARNESS_MODULES = sorted(name[:-3] for name in os.listdir(HERE)
 
 
 def warm_up(device):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        import torch
-        import torch._dynamo  # noqa: F401  (the optimizer's first step imports it)
+    quiet.silence()  # this process is the sandbox: for good
+    import torch
+    import torch._dynamo  # noqa: F401  (the optimizer's first step imports it)
 
-        for name in HARNESS_MODULES:  # the job's kind is imported by name: here, it costs nothing
-            importlib.import_module(name)
+    for name in HARNESS_MODULES:  # the job's kind is imported by name: here, it costs nothing
+        importlib.import_module(name)
 
-        model = torch.nn.Linear(4, 2).to(device)  # no random numbers: the job's seeds stay intact
-        with torch.no_grad():
-            model.weight.fill_(0.5)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        model(torch.ones(3, 4, device=device)).sum().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
+    model = torch.nn.Linear(4, 2).to(device)  # no random numbers: the job's seeds stay intact
+    with torch.no_grad():
+        model.weight.fill_(0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(3, 4, device=device)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def receive(sock_fd):

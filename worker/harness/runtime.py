@@ -14,8 +14,8 @@ import sys
 import time
 import traceback
 import types
-import warnings
 
+import quiet
 import trace_schema
 
 TRACE_VERSION = trace_schema.VERSION
@@ -217,8 +217,7 @@ def main(argv):
     trace = {"version": TRACE_VERSION, "kind": job["kind"], "outcome": "ok", "error": None}
     timings = {}
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+        with quiet.ignored():
             import torch  # noqa: F401  (timed: it is most of a cold start)
 
             # torch.optim imports it on the first step anyway; count it as start-up cost

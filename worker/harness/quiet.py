@@ -1,0 +1,26 @@
+"""The one warning this project silences: torch says "Failed to initialize NumPy" at import
+where NumPy is not installed, and nothing here needs NumPy.
+
+Each process entry point silences it once (``treino`` in ``worker/cli.py``, the sandbox in
+``run.py``, the benchmarks, pytest through pyproject's ``filterwarnings``); ``ignored()`` is for
+code that imports torch inside a process it does not own (the harness's runtime in a benchmark).
+Standard library only: the harness imports it by name inside the sandbox.
+"""
+
+import contextlib
+import warnings
+
+NUMPY_NOTICE = "Failed to initialize NumPy"
+
+
+def silence() -> None:
+    """For the rest of this process."""
+    warnings.filterwarnings("ignore", message=NUMPY_NOTICE)
+
+
+@contextlib.contextmanager
+def ignored():
+    """For the block only."""
+    with warnings.catch_warnings():
+        silence()
+        yield
