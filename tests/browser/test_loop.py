@@ -13,6 +13,7 @@ from tests.browser.test_learner_flow import (
     LESSON,
     NOT_SCALED,
     SOLUTION,
+    answer,
     replace_code,
 )
 
@@ -30,9 +31,14 @@ def too_wide(page) -> list[str]:
     """The innermost elements that reach past the screen's right edge, to name in a failure."""
     return page.evaluate("""() => {
       const width = document.documentElement.clientWidth
+      const clipped = (el) => {  // inside a box that scrolls or clips it: no page overflow
+        for (let p = el.parentElement; p; p = p.parentElement)
+          if (getComputedStyle(p).overflowX !== "visible") return true
+        return false
+      }
+      const past = (el) => el.getBoundingClientRect().right > width + 0.5 && !clipped(el)
       const out = [...document.querySelectorAll("body *")].filter((el) =>
-        el.getBoundingClientRect().right > width + 0.5 &&
-        ![...el.children].some((c) => c.getBoundingClientRect().right > width + 0.5))
+        past(el) && ![...el.children].some(past))
       return out.slice(0, 5).map((el) => el.tagName.toLowerCase() + "." + [...el.classList].join(".")
         + " " + Math.round(el.getBoundingClientRect().right))
     }""")
@@ -80,7 +86,9 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     page.locator(".figures").scroll_into_view_if_needed()
     shot(page, f"phone-figures-screen-{lang}-{scheme}", full_page=False)
     submission = verdict.locator(".verdict-sub a").get_attribute("href")
-    pages = ["/", LESSON, EXERCISE, submission, "/sign-in", "/sign-up", "/forgot-password"]
+    lessons = [f"/lessons/{slug}" for slug in ("mixed-precision", "gradient-accumulation", "bottleneck",
+                                               "gpu-memory")]
+    pages = ["/", *lessons, EXERCISE, submission, "/sign-in", "/sign-up", "/forgot-password"]
     for width in (390, 360):
         page.set_viewport_size({"width": width, "height": 800})
         for url in pages:
@@ -284,3 +292,56 @@ def test_forgotten_password_without_mail_and_leaving_with_ones_data(new_page, la
     assert overflow(page) <= 0
     assert serious_axe(page) == []
 
+
+
+EARLY_SOLUTION = {"en": ("Attempt", "Show the reference solution", "You tried several times"),
+                  "pt-BR": ("Tentativa", "Mostrar a solução de referência", "Você tentou várias vezes")}
+
+
+@pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 1280, "dark"), ("pt-BR", 390, "light")])
+def test_after_three_failed_tries_the_solution_is_offered_folded_behind_a_warning(new_page, lang, width,
+                                                                                scheme):
+    """Quick (a syntax error is answered without a sandbox): one representative per axis."""
+    attempt, show, warning = EARLY_SOLUTION[lang]
+    page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
+    page.goto(f"{EXERCISE}?lang={lang}")
+    page.locator(".cm-editor").wait_for()
+    replace_code(page, "def train(:\n")
+    for n in (1, 2, 3):
+        page.locator("button[name=mode][value=submit]").click()
+        verdict = page.locator(".verdict-card", has=page.locator(".verdict-sub", has_text=f"{attempt} {n}"))
+        verdict.wait_for(timeout=GRADE_MS)
+        early = verdict.locator("details.solution-early")
+        assert early.count() == (1 if n == 3 else 0), f"offered after {n} tries"
+    assert early.get_attribute("open") is None, "offered, not shown"
+    assert not early.locator(".notice.warn").is_visible()
+    early.locator("summary", has_text=show).click()
+    assert warning in early.locator(".notice.warn").inner_text()
+    assert early.locator(".compare pre").nth(1).inner_text().strip() == SOLUTION.strip()
+    assert overflow(page) <= 0, too_wide(page)
+
+
+@pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 390, "dark"), ("pt-BR", 1280, "light")])
+def test_a_lesson_read_and_checked_with_its_exercise_undone_is_two_thirds_done(new_page, lang, width, scheme):
+    """Reading the core cards, the quick check and each exercise weigh the same: lesson 1 read and
+    its quick check passed, its one exercise not yet, is 2 of 3 steps (67 %), not ~92 %."""
+    from app.config import get_settings
+    from app.lessons.content import load_course
+
+    lesson = load_course(get_settings().lessons_dir).lesson("mixed-precision")
+    assert len(lesson.exercises) == 1
+    page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
+    page.goto(f"/lessons/mixed-precision?lang={lang}")
+    cards = page.locator("li.card[hx-trigger^='card-read']")
+    with page.expect_response(lambda r: r.request.method == "POST") as _first:
+        cards.first.dispatch_event("card-read")  # what lesson.js sends after a moment on screen
+    for i in range(1, cards.count()):
+        with page.expect_response(lambda r: r.request.method == "POST"):
+            cards.nth(i).dispatch_event("card-read")
+    for question in lesson.questions:
+        answer(page, question, next(o for o in question.options if o.correct).id, "is-right")
+    page.reload()
+    bar = page.locator("#lesson-progress progress")
+    assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("2", "3")
+    assert page.locator("#lesson-progress .progress-label").inner_text().count("0") >= 1
+    assert overflow(page) <= 0, too_wide(page)
