@@ -595,11 +595,6 @@ class Cancel:
         with contextlib.suppress(OSError):
             os.write(self._write, b"x")
 
-    def is_set(self) -> bool:
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._read, selectors.EVENT_READ)
-            return bool(sel.select(0))
-
     def fileno(self) -> int:
         return self._read
 

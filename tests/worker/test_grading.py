@@ -122,3 +122,21 @@ def test_live_tensor_meter_charges_new_storage_not_aliases():
         y = x * 2
         z = y.view(-1).detach()
     assert meter.peak == 8192, (y, z)
+
+
+def test_a_verdict_is_sealed_as_strict_bounded_json():
+    """What the worker stores: a learner's NaN loss becomes null (PostgreSQL refuses NaN in JSON)
+    and a huge output or message is cut to fit."""
+    import json
+
+    from worker.grading import VERDICT_BYTES, seal
+
+    verdict = {"version": 1, "exercise": "x/y", "status": "failed", "diagnosis": None,
+               "checks": [{"name": "run", "status": "failed", "message": "m" * 400_000}],
+               "metrics": {"losses": [1.0, float("nan"), float("inf")], "update_ratio": float("-inf")},
+               "output": "o" * 400_000}
+    sealed = seal(verdict, output_kb=64)
+    text = json.dumps(sealed, allow_nan=False)  # raises on NaN or infinity
+    assert len(text) <= VERDICT_BYTES
+    assert sealed["metrics"] == {"losses": [1.0, None, None], "update_ratio": None}
+    assert sealed["status"] == "failed" and sealed["checks"][0]["message"].startswith("mm")
