@@ -184,7 +184,7 @@ def _glossary_problems(settings: Settings) -> int:
     """Every Portuguese text a learner reads uses the glossary's words (lessons/glossary.yaml)."""
     from app.i18n import po_path
     from app.lessons import glossary
-    from worker.checks.messages import CATALOGUE
+    from app.submissions.messages import CATALOGUE
 
     words = glossary.load(settings.lessons_dir / glossary.GLOSSARY_FILE)
     problems = words.problems(settings.lessons_dir, CATALOGUE, po_path("pt-BR"))

@@ -17,7 +17,7 @@ from typing import Any
 
 from worker import pool, sandbox
 from worker.checks import Check, Diagnosis, Evaluation, kind_module
-from worker.checks.messages import language, number, render, text
+from app.submissions.messages import language, number, render, text
 
 log = logging.getLogger("treino.grading")
 

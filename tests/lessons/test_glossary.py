@@ -10,7 +10,7 @@ import pytest
 from app.i18n import po_path
 from app.lessons import glossary
 from tests.conftest import LESSONS
-from worker.checks.messages import CATALOGUE
+from app.submissions.messages import CATALOGUE
 
 WORDS = glossary.load(LESSONS / glossary.GLOSSARY_FILE)
 

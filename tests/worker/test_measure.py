@@ -13,7 +13,7 @@ import pytest
 
 from tests.worker.test_golden import assert_answer
 from worker.checks import measure
-from worker.checks.messages import render
+from app.submissions.messages import render
 
 TRACES = Path(__file__).parent / "traces" / "measure-h200"
 ROWS = ["measure_fp32", "measure_low", "measure_accum", "measure_checkpoint", "measure_all"]

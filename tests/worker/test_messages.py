@@ -2,7 +2,7 @@ import string
 from pathlib import Path
 
 from tests.worker.conftest import GOLDEN
-from worker.checks.messages import LANGUAGES, Sci, catalogue, number, render
+from app.submissions.messages import LANGUAGES, Sci, catalogue, number, render
 from worker.grading import STATUSES
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"

@@ -8,7 +8,7 @@ A kind is ``worker/harness/<kind>.py`` (records, in the sandbox) plus
     prepare(params: dict, device: str) -> None  # optional: the reference, before any job
 
 Texts are not written here: checks name message keys of ``messages.yaml`` and the
-values to quote, and ``worker.checks.messages`` renders them in the learner's language.
+values to quote, and ``app.submissions.messages`` renders them in the learner's language.
 """
 
 import importlib

@@ -9,7 +9,7 @@ and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 """
 
 from worker.checks import Check, Diagnosis, Evaluation, accumulation
-from worker.checks.messages import Phrase, Sci
+from app.submissions.messages import Phrase, Sci
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
