@@ -10,6 +10,8 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import sessionmaker
 
 from app import errors
+from app import models as _every_table  # noqa: F401  (adoption, export and deletion walk them all)
+from app.accounts import auth
 from app.accounts import routes as accounts
 from app.config import ROOT, Settings, get_settings
 from app.db import make_engine
@@ -60,7 +62,8 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     errors.install(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(RequestContext)  # every response, errors too, has a language
+    # every response, errors too, has a language
+    app.add_middleware(RequestContext, authenticate=auth.authenticate_request, ended=auth.session_ended)
     app.add_middleware(SecurityHeaders)  # outermost: on every response
     return app
 

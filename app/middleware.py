@@ -7,8 +7,9 @@ import hashlib
 import hmac
 import secrets
 from base64 import urlsafe_b64encode
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,18 +17,9 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import i18n, logs
-from app.accounts.service import Auth, authenticate
 from app.errors import error_response
-from app.i18n import gettext as _
 from app.security import csrf_token, security_headers
-from app.web import (
-    LANG_COOKIE,
-    choose_lang,
-    clear_session_cookie,
-    redirect,
-    session_cookie,
-    sign_in_url,
-)
+from app.web import LANG_COOKIE, choose_lang
 
 VISITOR_COOKIE = "treino_visitor"
 YEAR = 365 * 24 * 3600
@@ -61,13 +53,33 @@ def rotate_visitor(request: Request) -> None:
     request.state.new_visitor = True
 
 
-class RequestContext:
-    """Sets request.state.auth (the account signed in, if any), .visitor_id, .lang and
-    .csrf_token, and the cookies behind them. A session or token that is no longer valid never
-    reaches a route: pages go to the sign-in page (and come back after), the API answers 401."""
+class Credentials(Protocol):
+    """What RequestContext needs of what a request's credentials came to (app/accounts makes it;
+    routes read the rest from request.state.auth)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    @property
+    def expired(self) -> bool:
+        """A session or token was sent that is no longer valid."""
+
+    @property
+    def lang(self) -> str | None:
+        """The signed-in account's language."""
+
+    @property
+    def csrf_identity(self) -> str | None:
+        """What the CSRF token is bound to while signed in; None: the visitor."""
+
+
+class RequestContext:
+    """Sets request.state.auth (what `authenticate` made of the credentials), .visitor_id, .lang
+    and .csrf_token, and the cookies behind them. A session or token that is no longer valid
+    never reaches a route: `ended` answers instead (main.py passes both, from app/accounts)."""
+
+    def __init__(self, app: ASGIApp, *, authenticate: Callable[[Request], Awaitable[Credentials]],
+                 ended: Callable[[Request], Response]) -> None:
         self.app = app
+        self.authenticate = authenticate
+        self.ended = ended
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,18 +87,17 @@ class RequestContext:
             return
         request = Request(scope)
         secure = scope.get("scheme") == "https"
-        auth = await self._authenticate(request, secure)
-        if auth.expired and not _routed(scope):
-            auth = Auth()  # no such operation: the router's 404 or 405 says more than a 401
-        lang, remember = choose_lang(request, auth.user.lang if auth.user else None)
+        auth = await self.authenticate(request)
+        # no such operation: the router's 404 or 405 says more than a 401
+        ended = auth.expired and _routed(scope)
+        lang, remember = choose_lang(request, auth.lang)
         secret = request.app.state.settings.secret_key.get_secret_value()
         # issued by this server only: a value it did not sign is replaced, never adopted
         visitor = request.cookies.get(visitor_cookie(secure), "")
         new_visitor = not valid_visitor_id(secret, visitor)
         if new_visitor:
             visitor = new_visitor_id(secret)
-        identity = (f"session:{request.cookies[session_cookie(secure)]}" if auth.via == "cookie"
-                    else f"visitor:{visitor}")
+        identity = auth.csrf_identity or f"visitor:{visitor}"
         scope.setdefault("state", {})
         request_id = logs.new_request_id(request.headers.get("x-request-id"))
         scope["state"].update(lang=lang, visitor_id=visitor, new_visitor=new_visitor, auth=auth,
@@ -103,8 +114,6 @@ class RequestContext:
                 if state["new_visitor"] and state["visitor_id"]:
                     cookie.set_cookie(visitor_cookie(secure), state["visitor_id"], max_age=YEAR,
                                       httponly=True, samesite="lax", secure=secure)
-                if auth.expired and auth.via == "cookie":
-                    clear_session_cookie(request, cookie)
                 for key, value in cookie.raw_headers:
                     if key == b"set-cookie":
                         headers.append("set-cookie", value.decode("latin-1"))
@@ -112,35 +121,10 @@ class RequestContext:
                 headers.append("X-Request-ID", request_id)
             await send(message)
 
-        if auth.expired:
-            await self._ended(request)(scope, receive, send_with_cookies)
+        if ended:
+            await self.ended(request)(scope, receive, send_with_cookies)
             return
         await self.app(scope, receive, send_with_cookies)
-
-    @staticmethod
-    async def _authenticate(request: Request, secure: bool) -> Auth:
-        """The session cookie anywhere, a bearer token under /api/; static files need neither."""
-        if request.url.path.startswith("/static/"):
-            return Auth()
-        scheme, _sep, token = request.headers.get("authorization", "").partition(" ")
-        if request.url.path.startswith("/api/") and scheme.lower() == "bearer":
-            via, credential = "bearer", token.strip()
-        elif cookie := request.cookies.get(session_cookie(secure)):
-            via, credential = "cookie", cookie
-        else:
-            return Auth()
-        asked = i18n.supported(request.query_params.get("lang"))
-        return await run_in_threadpool(authenticate, request.app.state.sessionmaker, credential, via,
-                                       asked)
-
-    @staticmethod
-    def _ended(request: Request) -> Response:
-        if not request.url.path.startswith("/api/"):
-            return redirect(request, sign_in_url(request, expired=True))
-        response = error_response(request, 401, _("Your session has ended or the token was revoked. "
-                                                  "Sign in again."), code="token_invalid")
-        response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
-        return response
 
 
 def _routed(scope: Scope) -> bool:

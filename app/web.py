@@ -3,7 +3,7 @@
 import hashlib
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from jinja2 import (
     Environment,
@@ -22,7 +22,6 @@ from app.config import LANGS, ROOT
 from app.i18n import gettext as _
 
 LANG_COOKIE = "treino_lang"
-SESSION_COOKIE = "treino_session"
 
 _env = Environment(loader=FileSystemLoader(ROOT / "templates"), autoescape=select_autoescape(),
                    extensions=["jinja2.ext.i18n"], undefined=StrictUndefined)
@@ -118,11 +117,6 @@ def choose_lang(request: Request, account_lang: str | None = None) -> tuple[str,
     return remembered or i18n.negotiate(request.headers.get("accept-language")) or LANGS[0], False
 
 
-def session_cookie(secure: bool) -> str:
-    """The session cookie's name: `__Host-` over HTTPS, so no subdomain or plain-HTTP page can set it."""
-    return f"__Host-{SESSION_COOKIE}" if secure else SESSION_COOKIE
-
-
 def is_https(request: Request) -> bool:
     return request.url.scheme == "https"  # uvicorn runs with proxy_headers: the proxy's scheme
 
@@ -131,17 +125,6 @@ def client_ip(request: Request) -> str:
     """The client's address. Behind a proxy that uvicorn trusts (TREINO_FORWARDED_ALLOW_IPS), the
     address the proxy forwarded (X-Forwarded-For), not the proxy's own."""
     return request.client.host if request.client else "unknown"
-
-
-def set_session_cookie(request: Request, response: Response, token: str, max_age: int) -> None:
-    secure = is_https(request)
-    response.set_cookie(session_cookie(secure), token, max_age=max_age, httponly=True,
-                        samesite="lax", secure=secure)
-
-
-def clear_session_cookie(request: Request, response: Response) -> None:
-    secure = is_https(request)
-    response.delete_cookie(session_cookie(secure), httponly=True, samesite="lax", secure=secure)
 
 
 def safe_next(value: str | None) -> str:
@@ -161,11 +144,6 @@ def here(request: Request) -> str:
     if page.netloc != request.url.netloc:
         return "/"
     return safe_next(page.path + (f"?{page.query}" if page.query else ""))
-
-
-def sign_in_url(request: Request, *, expired: bool = False) -> str:
-    query = {"next": here(request), **({"expired": "1"} if expired else {})}
-    return f"{request.app.url_path_for('sign_in_page')}?{urlencode(query)}"
 
 
 def redirect(request: Request, url: str) -> Response:

@@ -133,13 +133,13 @@ def _reset_password(settings: Settings, args: argparse.Namespace) -> int:
     (TREINO_PUBLIC_URL says where the tutor is reached)."""
     from sqlalchemy.orm import sessionmaker
 
-    from app.accounts import lifecycle
+    from app.accounts import lifecycle, service
     from app.db import make_engine
 
     engine = make_engine(settings.database_url)
     try:
         with sessionmaker(engine).begin() as session:
-            user = lifecycle.find_user(session, args.email)
+            user = service.find_user(session, args.email)
             if user is None:
                 print(f"treino: no account with the e-mail address {args.email!r}", file=sys.stderr)
                 return 1

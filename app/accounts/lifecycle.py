@@ -15,15 +15,12 @@ from typing import Any
 from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
-from app.accounts.models import AuthSession, Owned, User
-from app.accounts.service import (
-    AccountError,
-    _hasher,
-    check_new_password,
-    check_password,
-    normalize_email,
-)
-from app.db import Base, aware, utcnow
+from app.accounts.models import User
+from app.accounts.ownership import owned_tables
+from app.accounts.passwords import AccountError, check_new_password, hash_password
+from app.accounts.service import confirm_password
+from app.accounts.sessions import end_sessions
+from app.db import aware, utcnow
 from app.i18n import gettext as _
 
 RESET_LIFETIME = timedelta(hours=1)
@@ -65,22 +62,10 @@ def user_for_token(session: Session, token: str, secret: str) -> User:
 def reset_password(session: Session, token: str, new: str, secret: str) -> User:
     """Set the new password of the token's account and sign out every device and API token."""
     user = user_for_token(session, token, secret)
-    try:
-        check_new_password(new, user.email)
-    except AccountError as e:
-        raise AccountError(str(e), "password") from None
-    user.password_hash = _hasher.hash(new)
-    session.execute(delete(AuthSession).where(AuthSession.user_id == user.id))
+    check_new_password(new, user.email)
+    user.password_hash = hash_password(new)
+    end_sessions(session, user)
     return user
-
-
-def find_user(session: Session, email: str) -> User | None:
-    return session.scalar(select(User).where(User.email == normalize_email(email)))
-
-
-def _owned_tables():
-    tables = {m.local_table for m in Base.registry.mappers if issubclass(m.class_, Owned)}
-    return sorted(tables, key=lambda t: t.name)
 
 
 def _plain(value: Any) -> Any:
@@ -93,7 +78,7 @@ def export(session: Session, user: User) -> dict[str, Any]:
         "account": {"email": user.email, "lang": user.lang, "created_at": _plain(user.created_at)},
         "exported_at": _plain(utcnow()),
     }
-    for table in _owned_tables():
+    for table in owned_tables():
         rows = session.execute(select(table).where(table.c.user_id == user.id).order_by(table.c.id))
         data[table.name] = [{key: _plain(value) for key, value in row.items()
                              if key not in ("user_id", "visitor_id")} for row in rows.mappings()]
@@ -103,13 +88,11 @@ def export(session: Session, user: User) -> dict[str, Any]:
 def delete_account(session: Session, user: User, password: str, *, ip: str, visitor_id: str) -> None:
     """Delete the account (its password proves the owner) and every row it or this browser's
     anonymous visitor owns: progress, answers, drafts, submissions, sessions."""
-    try:
-        check_password(session, user.email, password, ip=ip)
-    except AccountError:
-        raise AccountError(_("The password is not right."), "password") from None
-    for table in _owned_tables():
+    confirm_password(session, user, password, ip=ip, message=_("The password is not right."),
+                     field="password")
+    for table in owned_tables():
         session.execute(delete(table).where(or_(
             table.c.user_id == user.id,
             (table.c.visitor_id == visitor_id) & table.c.user_id.is_(None))))
-    session.execute(delete(AuthSession).where(AuthSession.user_id == user.id))
+    end_sessions(session, user)
     session.execute(delete(User).where(User.id == user.id))

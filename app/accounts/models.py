@@ -12,8 +12,8 @@ class Owned:
     """Mixin for every table of a learner's own rows (quiz attempts, progress, submissions…).
 
     `visitor_id` is the browser's anonymous id (always set); `user_id` is the account, set when
-    the row was made signed in or adopted at sign-up/sign-in (accounts.service.adopt). Read these
-    rows only through accounts.service.owned_by. A unique constraint that includes the owner
+    the row was made signed in or adopted at sign-up/sign-in (accounts.ownership.adopt). Read these
+    rows only through accounts.ownership.owned_by. A unique constraint that includes the owner
     columns would make adoption fail on a clash, so owned tables do not have one.
     """
 

@@ -6,31 +6,20 @@ from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
-from app.accounts import lifecycle, mail, service
+from app.accounts import lifecycle, mail, service, sessions, throttling
+from app.accounts.auth import LearnerDep, UserDep, forget_browser, set_session_cookie
 from app.accounts.models import User
+from app.accounts.passwords import PASSWORD_MIN, AccountError
 from app.accounts.schemas import AccountOut, Credentials, NewAccount, TokenOut
-from app.accounts.service import (
-    SESSION_LIFETIME,
-    AccountError,
-    EmailTaken,
-    LearnerDep,
-    Throttled,
-    UserDep,
-)
+from app.accounts.service import EmailTaken
+from app.accounts.sessions import SESSION_LIFETIME
+from app.accounts.throttling import Throttled
 from app.db import SessionDep, utcnow
 from app.errors import ApiError, documented, too_many
 from app.i18n import gettext as _
-from app.middleware import rotate_visitor, visitor_cookie
+from app.middleware import rotate_visitor
 from app.security import TEXT_PATTERN
-from app.web import (
-    clear_session_cookie,
-    client_ip,
-    is_https,
-    redirect,
-    render,
-    safe_next,
-    set_session_cookie,
-)
+from app.web import client_ip, redirect, render, safe_next
 
 router = APIRouter()
 FormText = Annotated[str, Form(pattern=TEXT_PATTERN)]
@@ -43,7 +32,7 @@ def _form_page(request: Request, template: str, status_code: int = 200, *,
     if error is not None:
         errors[getattr(error, "field", None) or "form"] = str(error)
     response = render(request, template, {"email": "", "errors": errors,
-                                          "password_min": service.PASSWORD_MIN, **context},
+                                          "password_min": PASSWORD_MIN, **context},
                       status_code=status_code)
     if isinstance(error, Throttled):
         response.headers["Retry-After"] = str(error.retry_after)
@@ -53,11 +42,11 @@ def _form_page(request: Request, template: str, status_code: int = 200, *,
 def _signed_in(request: Request, session: Session, user: User, next_url: str) -> Response:
     """A fresh session on every sign-in (the old one, if any, ends), then back to `next_url`."""
     if request.state.auth.via == "cookie":
-        service.end_session(session, request.state.auth.session_id)
-    token = service.start_session(session, user, kind="browser", visitor_id=request.state.visitor_id)
+        sessions.end_session(session, request.state.auth.session_id)
+    token = sessions.start_session(session, user, kind="browser", visitor_id=request.state.visitor_id)
     rotate_visitor(request)  # what the old visitor id did is the account's now
     response = RedirectResponse(next_url, status_code=303)
-    set_session_cookie(request, response, token, int(SESSION_LIFETIME.total_seconds()))
+    set_session_cookie(request, response, token)
     return response
 
 
@@ -106,13 +95,9 @@ def sign_in(request: Request, session: SessionDep, email: FormText = "", passwor
 @router.post("/sign-out", include_in_schema=False)
 def sign_out(request: Request, session: SessionDep):
     if request.state.auth.via == "cookie":
-        service.end_session(session, request.state.auth.session_id)
+        sessions.end_session(session, request.state.auth.session_id)
     response = RedirectResponse(request.app.url_path_for("course_page"), status_code=303)
-    clear_session_cookie(request, response)
-    # whoever uses this browser next starts afresh: a new visitor, and no drafts kept by the page
-    secure = is_https(request)
-    response.delete_cookie(visitor_cookie(secure), httponly=True, samesite="lax", secure=secure)
-    response.headers["Clear-Site-Data"] = '"storage"'
+    forget_browser(request, response)
     return response
 
 
@@ -159,12 +144,12 @@ def forgot_password(request: Request, session: SessionDep, email: FormText = "")
     if sender is None:
         return _form_page(request, "forgot_password.html", 503, can_mail=False, sent=False)
     try:
-        service.spend(session, f"reset-ip:{client_ip(request)}", lifecycle.RESETS_PER_IP,
-                      lifecycle.RESET_WINDOW)
-        user = lifecycle.find_user(session, email)
+        throttling.spend(session, f"reset-ip:{client_ip(request)}", lifecycle.RESETS_PER_IP,
+                         lifecycle.RESET_WINDOW)
+        user = service.find_user(session, email)
         if user is not None:
-            service.spend(session, f"reset-email:{user.id}", lifecycle.RESETS_PER_EMAIL,
-                          lifecycle.RESET_WINDOW)
+            throttling.spend(session, f"reset-email:{user.id}", lifecycle.RESETS_PER_EMAIL,
+                             lifecycle.RESET_WINDOW)
     except Throttled as e:
         return _form_page(request, "forgot_password.html", 429, error=e, can_mail=True, sent=False,
                           email=email)
@@ -215,12 +200,9 @@ def delete_account(request: Request, session: SessionDep, user: UserDep, passwor
         return _form_page(request, "account.html", 422, error=e, notice=None, delete_error=True)
     except Throttled as e:
         return _form_page(request, "account.html", 429, error=e, notice=None, delete_error=True)
-    request.state.auth = service.Auth()  # the page that follows is a visitor's
+    request.state.auth = sessions.Auth()  # the page that follows is a visitor's
     response = render(request, "account_deleted.html")
-    clear_session_cookie(request, response)
-    secure = is_https(request)
-    response.delete_cookie(visitor_cookie(secure), httponly=True, samesite="lax", secure=secure)
-    response.headers["Clear-Site-Data"] = '"storage"'
+    forget_browser(request, response)
     return response
 
 
@@ -253,11 +235,12 @@ def create_token(request: Request, body: Credentials, session: SessionDep) -> To
     try:
         user = service.check_password(session, body.email, body.password, ip=client_ip(request))
     except AccountError as e:
+        session.commit()  # the failure counts although the answer is an error
         raise ApiError(401, str(e), code="wrong_credentials",
                        headers={"WWW-Authenticate": "Bearer"}) from None
     except Throttled as e:
         raise too_many(str(e), e.retry_after) from None
-    token = service.start_session(session, user, kind="api", visitor_id=request.state.visitor_id)
+    token = sessions.start_session(session, user, kind="api", visitor_id=request.state.visitor_id)
     rotate_visitor(request)
     return TokenOut(token=token, expires_at=utcnow() + SESSION_LIFETIME)
 
@@ -269,7 +252,7 @@ def revoke_token(request: Request, session: SessionDep, user: UserDep) -> Respon
     if request.state.auth.via != "bearer":
         raise ApiError(401, _("Send the token to revoke as Authorization: Bearer <token>."),
                        code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
-    service.end_session(session, request.state.auth.session_id)
+    sessions.end_session(session, request.state.auth.session_id)
     return Response(status_code=204)
 
 

@@ -2,7 +2,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from app.accounts.service import EMAIL_MAX, PASSWORD_MAX, PASSWORD_MIN
+from app.accounts.passwords import EMAIL_MAX, PASSWORD_MAX, PASSWORD_MIN
 from app.security import TEXT_PATTERN
 
 

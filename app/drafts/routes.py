@@ -6,7 +6,7 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from app.accounts.service import LearnerDep
+from app.accounts.auth import LearnerDep
 from app.db import SessionDep, aware
 from app.drafts import service
 from app.i18n import gettext as _

@@ -1,7 +1,7 @@
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from app.accounts.service import Learner, owned_by
+from app.accounts.ownership import Learner, owned_by
 from app.db import utcnow
 from app.drafts.models import Draft
 

@@ -1,7 +1,8 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from app.accounts.service import Learner, LearnerDep
+from app.accounts.auth import LearnerDep
+from app.accounts.ownership import Learner
 from app.db import SessionDep
 from app.lessons.schemas import CourseOut, ExerciseOut, LessonOut
 from app.lessons.service import CourseDep, LessonDep

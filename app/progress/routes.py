@@ -1,7 +1,7 @@
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse
 
-from app.accounts.service import LearnerDep
+from app.accounts.auth import LearnerDep
 from app.db import SessionDep
 from app.lessons.service import CourseDep, LessonDep
 from app.progress.schemas import CardOut, LessonProgressOut, ProgressOut, ResumeOut

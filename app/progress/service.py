@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from app.accounts.service import Learner, owned_by, owner_clause, owner_params
+from app.accounts.ownership import Learner, owned_by, owner_clause, owner_params
 from app.db import aware, utcnow
 from app.lessons.content import Course, Exercise, Lesson
 from app.progress.models import CardReached

@@ -3,7 +3,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.accounts.service import LearnerDep
+from app.accounts.auth import LearnerDep
 from app.db import SessionDep
 from app.i18n import gettext as _
 from app.lessons.routes import lesson_context

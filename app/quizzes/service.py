@@ -1,6 +1,6 @@
 from sqlalchemy.orm import Session
 
-from app.accounts.service import Learner
+from app.accounts.ownership import Learner
 from app.lessons.content import Lesson, Option, Question
 from app.quizzes.models import QuizAttempt
 

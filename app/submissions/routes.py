@@ -5,7 +5,9 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
-from app.accounts.service import Learner, LearnerDep, Throttled, spend
+from app.accounts.auth import LearnerDep
+from app.accounts.ownership import Learner
+from app.accounts.throttling import Throttled, spend
 from app.db import SessionDep, aware
 from app.drafts import service as drafts
 from app.errors import ApiError, documented, too_many

@@ -7,7 +7,7 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.accounts.service import Learner, owned_by
+from app.accounts.ownership import Learner, owned_by
 from app.db import aware, utcnow
 from app.drafts import service as drafts
 from app.lessons.content import Exercise

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import uvicorn
 
-from app.accounts import service
+from app.accounts import sessions
 from app.accounts.models import User
 from app.config import Settings
 from app.main import create_app
@@ -36,7 +36,7 @@ class Tutor:
                 user = User(email=email, password_hash="!", lang="en")
                 session.add(user)
                 session.flush()
-            return service.start_session(session, user, kind="api", visitor_id=f"v-{email}")
+            return sessions.start_session(session, user, kind="api", visitor_id=f"v-{email}")
 
 
 def _free_port() -> int:

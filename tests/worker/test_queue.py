@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event, select
 from sqlalchemy.orm import sessionmaker
 
-from app.accounts.service import Learner
+from app.accounts.ownership import Learner
 from app.config import ROOT, Settings
 from app.db import make_engine
 from app.lessons.content import load_course

@@ -1,0 +1,110 @@
+"""The HTTP side of accounts: who is asking (the dependencies routes declare), the session
+cookie, and the hooks main.py gives the request middleware to authenticate a request and to
+answer one whose session has ended. The services beside this module know nothing of HTTP."""
+
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from app import i18n
+from app.accounts.models import User
+from app.accounts.ownership import Learner
+from app.accounts.sessions import SESSION_LIFETIME, Auth, Via, authenticate
+from app.errors import Redirect, error_response
+from app.i18n import gettext as _
+from app.middleware import visitor_cookie
+from app.web import here, is_https, redirect
+
+SESSION_COOKIE = "treino_session"
+
+
+async def get_learner(request: Request) -> Learner:
+    return Learner(request.state.visitor_id, request.state.auth.user)
+
+
+async def require_user(request: Request) -> User:
+    """The signed-in user; pages without one go to the sign-in page and come back after."""
+    if user := request.state.auth.user:
+        return user
+    if request.url.path.startswith("/api/"):
+        raise HTTPException(401, _("Sign in first: send the header Authorization: Bearer <token>."),
+                            headers={"WWW-Authenticate": "Bearer"})
+    raise Redirect(sign_in_url(request))
+
+
+LearnerDep = Annotated[Learner, Depends(get_learner)]
+UserDep = Annotated[User, Depends(require_user)]
+
+
+def sign_in_url(request: Request, *, expired: bool = False) -> str:
+    """The sign-in page, coming back to this page after."""
+    query = {"next": here(request), **({"expired": "1"} if expired else {})}
+    return f"{request.app.url_path_for('sign_in_page')}?{urlencode(query)}"
+
+
+# ---------------------------------------------------------------- the session cookie
+
+def session_cookie(secure: bool) -> str:
+    """The session cookie's name: `__Host-` over HTTPS, so no subdomain or plain-HTTP page can set it."""
+    return f"__Host-{SESSION_COOKIE}" if secure else SESSION_COOKIE
+
+
+def set_session_cookie(request: Request, response: Response, token: str) -> None:
+    secure = is_https(request)
+    response.set_cookie(session_cookie(secure), token, max_age=int(SESSION_LIFETIME.total_seconds()),
+                        httponly=True, samesite="lax", secure=secure)
+
+
+def clear_session_cookie(request: Request, response: Response) -> None:
+    secure = is_https(request)
+    response.delete_cookie(session_cookie(secure), httponly=True, samesite="lax", secure=secure)
+
+
+def forget_browser(request: Request, response: Response) -> None:
+    """Whoever uses this browser next starts afresh (sign-out, a deleted account): no session, a
+    new visitor, and no drafts kept by the page."""
+    clear_session_cookie(request, response)
+    secure = is_https(request)
+    response.delete_cookie(visitor_cookie(secure), httponly=True, samesite="lax", secure=secure)
+    response.headers["Clear-Site-Data"] = '"storage"'
+
+
+# ---------------------------------------------------------------- the middleware's hooks
+
+async def authenticate_request(request: Request) -> Auth:
+    """The session cookie anywhere, a bearer token under /api/; static files need neither. Its
+    own transaction: it runs before any route's."""
+    if request.url.path.startswith("/static/"):
+        return Auth()
+    via: Via
+    scheme, _sep, token = request.headers.get("authorization", "").partition(" ")
+    if request.url.path.startswith("/api/") and scheme.lower() == "bearer":
+        via, credential = "bearer", token.strip()
+    elif cookie := request.cookies.get(session_cookie(is_https(request))):
+        via, credential = "cookie", cookie
+    else:
+        return Auth()
+    asked = i18n.supported(request.query_params.get("lang"))
+
+    def check() -> Auth:
+        with request.app.state.sessionmaker.begin() as session:
+            return authenticate(session, credential, via, asked)
+
+    return await run_in_threadpool(check)
+
+
+def session_ended(request: Request) -> Response:
+    """The answer to a request whose session or token is no longer valid: pages go to the
+    sign-in page (and come back after), the API answers 401."""
+    if not request.url.path.startswith("/api/"):
+        response = redirect(request, sign_in_url(request, expired=True))
+    else:
+        response = error_response(request, 401, _("Your session has ended or the token was revoked. "
+                                                  "Sign in again."), code="token_invalid")
+        response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    if request.state.auth.via == "cookie":
+        clear_session_cookie(request, response)
+    return response

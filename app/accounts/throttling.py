@@ -1,0 +1,63 @@
+"""Throttling: at most `limit` uses of a key (`signin-ip:1.2.3.4`, `submit-ip:…`) per window.
+
+The uses are ThrottleHit rows, so limits hold across web processes. A use is counted in the
+caller's transaction: a caller that answers with an error and still wants it counted commits
+first (see the sign-in routes).
+"""
+
+from datetime import timedelta
+from math import ceil
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from app.accounts.models import ThrottleHit
+from app.db import aware, utcnow
+from app.i18n import ngettext
+
+
+class Throttled(Exception):
+    """Too many attempts: the message says when to retry; `retry_after` is in seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        minutes = max(1, ceil(retry_after / 60))
+        super().__init__(ngettext("Too many attempts. Try again in %(num)d minute.",
+                                  "Too many attempts. Try again in %(num)d minutes.", minutes)
+                         % {"num": minutes})
+        self.retry_after = retry_after
+
+
+def spend(session: Session, key: str, limit: int, window: timedelta) -> None:
+    """Count one use of `key`; Throttled once it was used `limit` times within `window`."""
+    check(session, key, limit, window)
+    hit(session, key, window)
+
+
+def check(session: Session, key: str, limit: int, window: timedelta) -> None:
+    """Throttled, with the seconds to wait, when `key` was used `limit` times within `window`."""
+    if wait := retry_after(session, key, limit, window):
+        raise Throttled(wait)
+
+
+def retry_after(session: Session, key: str, limit: int, window: timedelta) -> int | None:
+    """Seconds until `key` may be used again, or None when it is under its limit."""
+    now = utcnow()
+    times = session.scalars(select(ThrottleHit.created_at)
+                            .where(ThrottleHit.key == key, ThrottleHit.created_at > now - window)
+                            .order_by(ThrottleHit.created_at)).all()
+    if len(times) < limit:
+        return None
+    return max(1, ceil((aware(times[-limit]) + window - now).total_seconds()))
+
+
+def hit(session: Session, key: str, window: timedelta) -> None:
+    """Count one use of `key` (and forget the uses older than `window`)."""
+    now = utcnow()
+    session.execute(delete(ThrottleHit).where(ThrottleHit.key == key,
+                                              ThrottleHit.created_at <= now - window))
+    session.add(ThrottleHit(key=key, created_at=now))
+
+
+def forget(session: Session, key: str) -> None:
+    """Every counted use of `key` (a sign-in that succeeded clears its address's failures)."""
+    session.execute(delete(ThrottleHit).where(ThrottleHit.key == key))
