@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 
+from app.http import is_api
 from app.i18n import gettext as _
 from app.security import SAFE_METHODS, security_headers
 from app.web import redirect, render
@@ -127,7 +128,7 @@ def _invalid_message(error: dict) -> str:
 
 def wants_json(request: Request) -> bool:
     path = request.url.path
-    return path.startswith("/api/") or path in MACHINE_PATHS
+    return is_api(path) or path in MACHINE_PATHS
 
 
 def error_response(request: Request, status: int, detail: str | None = None, *, code: str | None = None,

@@ -16,6 +16,7 @@ from app.accounts import routes as accounts
 from app.config import ROOT, Settings, get_settings
 from app.db import make_engine
 from app.drafts import routes as drafts
+from app.http import is_api
 from app.lessons import routes as lessons
 from app.lessons.content import Course, load_course
 from app.middleware import BodyLimit, RequestContext, SecurityHeaders
@@ -84,7 +85,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                 wanted.append(422)
             if "requestBody" in operation:
                 wanted.append(400)
-            if path.startswith("/api/"):
+            if is_api(path):
                 wanted.append(401)
                 if method.upper() not in SAFE_METHODS:
                     wanted.append(403)

@@ -14,6 +14,7 @@ from base64 import urlsafe_b64encode
 
 from fastapi import HTTPException, Request
 
+from app.http import is_api
 from app.i18n import gettext as _
 
 # Text from a request: no NUL (PostgreSQL cannot store one). A pattern also makes pydantic refuse
@@ -75,14 +76,14 @@ async def verify_csrf(request: Request) -> None:
         return
     if not same_origin(request):
         raise HTTPException(403, _("This request came from another site and was refused."))
-    if request.url.path.startswith("/api/") and auth.via != "cookie":
+    if is_api(request.url.path) and auth.via != "cookie":
         return
     sent = request.headers.get(CSRF_HEADER)
     if sent is None and request.headers.get("content-type", "").startswith(FORM_TYPES):
         value = (await request.form()).get(CSRF_FIELD)
         sent = value if isinstance(value, str) else None
     if not sent or not hmac.compare_digest(sent.encode(), request.state.csrf_token.encode()):
-        if request.url.path.startswith("/api/"):
+        if is_api(request.url.path):
             raise HTTPException(403, _("Signed in by cookie, this request needs the X-CSRF-Token "
                                        "header; API clients use a bearer token instead."))
         raise HTTPException(403, _("This form has expired. Reload the page and try again."))

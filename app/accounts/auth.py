@@ -14,6 +14,7 @@ from app.accounts.models import User
 from app.accounts.ownership import Learner
 from app.accounts.sessions import SESSION_LIFETIME, Auth, Via, authenticate
 from app.errors import Redirect, error_response
+from app.http import is_api
 from app.i18n import gettext as _
 from app.middleware import visitor_cookie
 from app.web import here, is_https, redirect
@@ -29,7 +30,7 @@ async def require_user(request: Request) -> User:
     """The signed-in user; pages without one go to the sign-in page and come back after."""
     if user := request.state.auth.user:
         return user
-    if request.url.path.startswith("/api/"):
+    if is_api(request.url.path):
         raise HTTPException(401, _("Sign in first: send the header Authorization: Bearer <token>."),
                             headers={"WWW-Authenticate": "Bearer"})
     raise Redirect(sign_in_url(request))
@@ -81,7 +82,7 @@ async def authenticate_request(request: Request) -> Auth:
         return Auth()
     via: Via
     scheme, _sep, token = request.headers.get("authorization", "").partition(" ")
-    if request.url.path.startswith("/api/") and scheme.lower() == "bearer":
+    if is_api(request.url.path) and scheme.lower() == "bearer":
         via, credential = "bearer", token.strip()
     elif cookie := request.cookies.get(session_cookie(is_https(request))):
         via, credential = "cookie", cookie
@@ -99,7 +100,7 @@ async def authenticate_request(request: Request) -> Auth:
 def session_ended(request: Request) -> Response:
     """The answer to a request whose session or token is no longer valid: pages go to the
     sign-in page (and come back after), the API answers 401."""
-    if not request.url.path.startswith("/api/"):
+    if not is_api(request.url.path):
         response = redirect(request, sign_in_url(request, expired=True))
     else:
         response = error_response(request, 401, _("Your session has ended or the token was revoked. "
