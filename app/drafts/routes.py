@@ -10,8 +10,8 @@ from app.accounts.auth import LearnerDep
 from app.db import SessionDep, aware
 from app.drafts import service
 from app.i18n import gettext as _
+from app.lessons.dependencies import ExerciseDep
 from app.security import TEXT_PATTERN
-from app.submissions.service import ExerciseDep
 from app.web import redirect
 
 router = APIRouter()

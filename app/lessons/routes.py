@@ -4,8 +4,8 @@ from fastapi.responses import HTMLResponse
 from app.accounts.auth import LearnerDep
 from app.accounts.ownership import Learner
 from app.db import SessionDep
+from app.lessons.dependencies import CourseDep, LessonDep
 from app.lessons.schemas import CourseOut, ExerciseOut, LessonOut
-from app.lessons.service import CourseDep, LessonDep
 from app.progress.service import course_progress
 from app.web import render
 

@@ -12,7 +12,7 @@ from app.db import SessionDep, aware
 from app.drafts import service as drafts
 from app.errors import ApiError, documented, too_many
 from app.i18n import gettext as _
-from app.lessons.service import CourseDep, LessonDep
+from app.lessons.dependencies import CourseDep, ExerciseDep, LessonDep
 from app.ops.service import grading_notice
 from app.security import TEXT_PATTERN
 from app.submissions import present, service
@@ -20,7 +20,6 @@ from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.schemas import SubmissionCreated, SubmissionId, SubmissionIn, SubmissionOut
-from app.submissions.service import ExerciseDep
 from app.web import client_ip, here, is_htmx, render, templates
 
 router = APIRouter()

@@ -1,8 +1,6 @@
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
 
-from fastapi import Depends, HTTPException
 from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -11,20 +9,9 @@ from app.accounts.ownership import Learner, owned_by
 from app.db import aware, utcnow
 from app.drafts import service as drafts
 from app.lessons.content import Exercise
-from app.lessons.service import LessonDep
 from app.submissions.models import Mode, Status, Submission
 
 NOTIFY_CHANNEL = "treino_jobs"  # worker/queue.py listens on it
-
-
-async def get_exercise(lesson: LessonDep, exercise_slug: str) -> Exercise:
-    exercise = next((ex for ex in lesson.exercises if ex.slug == exercise_slug), None)
-    if exercise is None:
-        raise HTTPException(404)
-    return exercise
-
-
-ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
 
 
 class AlreadyActive(Exception):
