@@ -52,10 +52,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from worker import nvml, seccomp
 from worker.harness import trace_schema
+
+if TYPE_CHECKING:
+    from worker import forkserver
 
 log = logging.getLogger("treino.sandbox")
 
@@ -101,6 +104,7 @@ class Result:
     output: str  # what reached the process's own stdout/stderr (capped)
     returncode: int | None
     reason: str = ""  # for "crashed": a short machine-readable cause
+    start_ms: int = 0  # a forked job's: from asking its template for it to its sandbox being ready
 
 
 @dataclass(frozen=True)
@@ -135,13 +139,14 @@ def bwrap_problem() -> str | None:
     return None
 
 
-def run_isolated(command: list[str], timeout: float) -> subprocess.CompletedProcess:
+def run_isolated(command: list[str], timeout: float, forks: bool = False) -> subprocess.CompletedProcess:
     """``command`` under bwrap on the CPU, as a sandbox would run it (uid, view, filter, scrubbed
-    environment), without the harness: the start-up probe and ``bench/sandbox.py``."""
+    environment), without the harness: the start-up probes and ``bench/sandbox.py``. ``forks``:
+    as a fork-server template runs (see ``_bwrap_args``)."""
     identity = Identity()
-    filter_fd = seccomp.fd()
+    filter_fd = seccomp.fd(seccomp.TEMPLATE_ALLOWS if forks else ())
     try:
-        return subprocess.run([*_bwrap_args("cpu", None, identity.uid, filter_fd), *command],
+        return subprocess.run([*_bwrap_args("cpu", None, identity.uid, filter_fd, forks), *command],
                               env=_environment("/job"), capture_output=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, pass_fds=(filter_fd,),
                               preexec_fn=lambda: (identity.enter(), new_session_keyring()))
@@ -275,15 +280,21 @@ def _gpu_args(gpu: int, dev: str = "/dev", ldconfig: str | None = None) -> list[
     return [*args, "--ro-bind-try", "/sys", "/sys"]  # NVML and the driver read topology there
 
 
-def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int) -> list[str]:
+def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int,
+                forks: bool = False) -> list[str]:
     """bwrap's command line. ``uid`` is the job's host uid and its uid inside too: mapped onto
     itself, with no intermediate namespace (bwrap nests one for ``--dev``, whose own root would
-    then show in the job's uid_map), so ``/proc/self/uid_map`` names the real outer uid."""
+    then show in the job's uid_map), so ``/proc/self/uid_map`` names the real outer uid.
+
+    ``forks``: for a fork-server template (``worker.forkserver``), whose jobs make namespaces
+    of their own: no ``--disable-userns``, and a plain /proc (the kernel refuses a new /proc
+    where the one in view has locked over-mounts; each job masks its own fresh one the same
+    way, ``PROC_READ_ONLY`` and ``PROC_HIDDEN``)."""
     args = [
         BWRAP, "--unshare-user", "--uid", str(uid), "--gid", str(uid),
         "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-        "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
-        "--hostname", "sandbox", "--seccomp", str(seccomp_fd),
+        "--unshare-cgroup-try", *([] if forks else ["--disable-userns"]), "--die-with-parent",
+        "--new-session", "--hostname", "sandbox", "--seccomp", str(seccomp_fd),
     ]
     # the writable tmpfs first: a read-only path may live under /tmp (a checkout there)
     args += ["--proc", "/proc",
@@ -292,10 +303,10 @@ def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int) -> list
              "--size", str(TMPFS_BYTES), "--tmpfs", "/job",
              # the trace's own room: a full work dir must not cost the learner their verdict
              "--size", str(2 * TRACE_LIMIT), "--tmpfs", "/job/out"]
-    for name in PROC_READ_ONLY:  # the sandbox's own /proc entries, bound read-only onto themselves
+    for name in () if forks else PROC_READ_ONLY:  # its own /proc's entries, read-only onto themselves
         if os.path.exists(f"/proc/{name}"):
             args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
-    for name in PROC_HIDDEN:
+    for name in () if forks else PROC_HIDDEN:
         if os.path.isfile(f"/proc/{name}"):
             args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
     for name in DEVICES:
@@ -520,6 +531,11 @@ class Cgroup:
     def procs_files(self) -> list[str]:
         return sorted({str(d / "cgroup.procs") for d in self.dirs.values()})
 
+    def attach(self, pid: int) -> None:
+        """Move a running process into it; the processes it starts from now on are in it too."""
+        for path in self.procs_files():
+            Path(path).write_text(str(pid))
+
     def limit(self, memory_bytes: int, pids: int) -> None:
         memory = self.dirs["memory"]
         pid_dir = self.dirs["pids"]
@@ -679,12 +695,109 @@ def _cause(returncode: int | None) -> str:
     return "no-trace"
 
 
+def request(kind: str, job: dict, code: bytes, limits: Limits, device: str, cgroup: bool,
+            **extra: object) -> bytes:
+    """The request a job's harness receives (``run.receive``): the job, the code, its limits."""
+    address_space = None if cgroup or device == "cuda" else limits.memory_mb
+    job = {**job, "kind": kind, "output_limit": limits.output_kb * 1024, "trace_limit": TRACE_LIMIT}
+    return json.dumps({"job": job, "code": code.decode("utf-8"), **extra,
+                       "limits": {"cpu_seconds": limits.cpu_seconds,
+                                  "address_space_mb": address_space,
+                                  # torch's allocator refuses past it at once; the watch here
+                                  # (NVML) is the backstop for a job that lifts it
+                                  "gpu_memory_mb": limits.memory_mb if device == "cuda" else None}
+                       }).encode("utf-8")
+
+
+def send_request(sock: socket.socket, data: bytes) -> None:
+    """Send it all and close: the job gets no channel back to the worker after it."""
+    try:
+        sock.settimeout(10)
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # it died while warm; reported by the caller as a crash
+    sock.close()
+
+
+def wait_for_end(pid: int, done: int, timeout: float, memory_bytes: int, cancel: "Cancel | None",
+                 watch: bool, gpu: bool) -> str:
+    """Until the harness says it is done (on the ``done`` pipe) or process ``pid`` ends, woken by
+    the kernel (a pidfd and the pipe: Popen.wait polls, up to 50 ms late): ``"done"``; or
+    ``"timeout"`` once ``timeout`` passed, ``"cancelled"`` when ``cancel`` is set, ``"memory"``
+    when ``watch``-ing (no cgroup bounds the tree) or on a ``gpu`` (whose memory no cgroup
+    counts) and the tree outgrew ``memory_bytes``. The pipe at its end (no "D", every writer
+    gone) means the job exited on its own: then the process's own end is awaited, so that its
+    exit status tells why."""
+    deadline = time.monotonic() + timeout
+    watching = watch or gpu
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # already reaped
+        return "done"
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(pidfd, selectors.EVENT_READ, "exited")
+            sel.register(done, selectors.EVENT_READ, "done")
+            if cancel is not None:
+                sel.register(cancel, selectors.EVENT_READ, "cancelled")
+            while (left := deadline - time.monotonic()) > 0:
+                events = sel.select(min(left, WATCH_SECONDS) if watching else left)
+                for key, _ in events:
+                    if key.data == "cancelled":
+                        return "cancelled"
+                if any(key.data == "exited" for key, _ in events):
+                    return "done"
+                if events:
+                    if os.read(done, 1):
+                        return "done"
+                    sel.unregister(done)
+                if watching and tree_memory(pid, watch, gpu) > memory_bytes:
+                    return "memory"
+            return "timeout"
+    finally:
+        os.close(pidfd)
+
+
+def outcome(end: str, wall_ms: int, output_fd: int, skip: int, trace_fd: int, limits: Limits,
+            returncode: int | None, cgroup: "Cgroup | None", label: str) -> Result:
+    """The job's result from how it ended and what it left in its memory files (the output from
+    byte ``skip``); the trace is parsed as the untrusted input it is."""
+    output = _decode_capped(os.pread(output_fd, limits.output_kb * 1024 + 1, skip),
+                            limits.output_kb * 1024)
+    if end == "timeout":
+        return Result("timeout", None, wall_ms, output, returncode)
+    if end in ("memory", "cancelled"):
+        return Result("crashed", None, wall_ms, output, returncode, end)
+    raw = _read_memfd(trace_fd, TRACE_LIMIT)
+    if not raw:
+        cause = "memory" if cgroup and cgroup.oom_killed() else _cause(returncode)
+        return Result("crashed", None, wall_ms, output, returncode, cause)
+    try:
+        trace = trace_schema.parse(raw, TRACE_LIMIT)
+    except trace_schema.Invalid as exc:  # untrusted input: never handed to a check
+        log.warning("sandbox %s: trace refused: %s", label, exc)
+        return Result("crashed", None, wall_ms, output, returncode, INVALID_TRACE)
+    return Result("ok", trace, wall_ms, output, returncode)
+
+
+def template_config(isolate: bool) -> str:
+    """What a template's jobs make of their sandbox (``worker/harness/template.py``), as JSON."""
+    return json.dumps({"isolate": isolate, "tmpfs_bytes": TMPFS_BYTES, "out_bytes": 2 * TRACE_LIMIT,
+                       "proc_read_only": PROC_READ_ONLY, "proc_hidden": PROC_HIDDEN},
+                      separators=(",", ":"))
+
+
 class Sandbox:
-    """One single-use sandbox: started warming up, given one job, then gone."""
+    """One single-use sandbox: started warming up, given one job, then gone.
+
+    ``template``: started the same way (uid, cgroup, rlimits, bwrap or a plain process), but
+    running the harness's ``template.py``, which forks a sandbox per job (``worker.forkserver``)
+    instead of running one itself."""
 
     def __init__(self, isolation: str = "process", device: str = "cpu",
-                 gpu: int | None = None) -> None:
-        self.isolation, self.device = isolation, device
+                 gpu: int | None = None, template: bool = False) -> None:
+        self.isolation, self.device, self.template = isolation, device, template
         self.id = secrets.token_hex(6)
         self.started = time.monotonic()
         self._root: Path | None = None
@@ -695,7 +808,9 @@ class Sandbox:
             self.cgroup.limit(4 * 1024 ** 3, PIDS)  # for the warm-up; the job's come at hand-off
         self._output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
         self._trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
-        self._sock, child_sock = socket.socketpair()
+        # a template's control socket carries one message (and a job's descriptors) per job
+        self._sock, child_sock = socket.socketpair(
+            socket.AF_UNIX, socket.SOCK_SEQPACKET if template else socket.SOCK_STREAM)
         self._done, child_done = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
         try:
             self.proc = self._spawn(child_sock.fileno(), child_done, gpu)
@@ -708,13 +823,11 @@ class Sandbox:
             os.close(child_done)
 
     def _spawn(self, child_sock: int, child_done: int, gpu: int | None) -> subprocess.Popen:
-        fds = [child_sock, self._trace, child_done]
-        filter_fd = -1
+        own: list[int] = []  # descriptors opened for the child only: closed once it has them
         if self.isolation == "bwrap":
             work, harness = "/job", "/harness"
-            filter_fd = seccomp.fd()
-            fds.append(filter_fd)
-            prefix = _bwrap_args(self.device, gpu, self.identity.uid, filter_fd)
+            own.append(seccomp.fd(seccomp.TEMPLATE_ALLOWS if self.template else ()))
+            prefix = _bwrap_args(self.device, gpu, self.identity.uid, own[0], forks=self.template)
             cwd = "/"
         else:
             self._root = Path(tempfile.mkdtemp(prefix="treino-job-"))
@@ -723,8 +836,16 @@ class Sandbox:
             (self._root / "job").mkdir()
             work, harness, prefix = str(self._root / "job"), str(self._root / "harness"), []
             cwd = work
-        argv = [*prefix, sys.executable, "-I", "-B", f"{harness}/run.py", work,
-                str(child_sock), str(self._trace), str(child_done), self.device, self.id]
+        if self.template:
+            job_filter = seccomp.fd() if self.isolation == "bwrap" else -1
+            own += [job_filter] if job_filter >= 0 else []
+            program = [f"{harness}/template.py", str(child_sock), str(job_filter),
+                       template_config(self.isolation == "bwrap")]
+            fds = [child_sock]
+        else:
+            program = [f"{harness}/run.py", work, str(child_sock), str(self._trace), str(child_done)]
+            fds = [child_sock, self._trace, child_done]
+        argv = [*prefix, sys.executable, "-I", "-B", *program, self.device, self.id]
         env = _environment(work)
         if self.isolation == "process" and "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
@@ -732,11 +853,11 @@ class Sandbox:
             return subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=self._output, stderr=self._output, start_new_session=True,
-                pass_fds=fds, close_fds=True, preexec_fn=self._child_setup(),
+                pass_fds=fds + own, close_fds=True, preexec_fn=self._child_setup(),
             )
         finally:
-            if filter_fd >= 0:
-                os.close(filter_fd)
+            for fd in own:
+                os.close(fd)
 
     def _child_setup(self):
         """Runs in the child between fork and exec: join the cgroup, set the rlimits, then
@@ -790,104 +911,48 @@ class Sandbox:
     def alive(self) -> bool:
         return not self._used and self.proc.poll() is None
 
+    def tail(self, limit: int = 500) -> str:
+        """The end of what it printed itself (its warm-up; a template's own errors), for logs."""
+        size = os.fstat(self._output).st_size
+        data = os.pread(self._output, limit, max(0, size - limit))
+        return data.decode("utf-8", "replace").strip()
+
+    def fork(self, fds: list[int]) -> None:
+        """A template's: fork a job that gets these descriptors (its socket, output, trace, done
+        and status pipes; ``worker.forkserver``). OSError when the template is gone."""
+        socket.send_fds(self._sock, [b"J"], fds)
+
     # ------------------------------------------------------------ the job
 
     def run(self, kind: str, job: dict, code: bytes, limits: Limits,
             cancel: "Cancel | None" = None) -> Result:
         """Hand one job over and wait for its end (or ``cancel``); the sandbox is gone afterwards."""
-        if self._used:
-            raise RuntimeError("a sandbox runs one job only")
+        if self._used or self.template:
+            raise RuntimeError("a sandbox runs one job only (a template forks them)")
         try:
             if not self.ready(WARM_UP_SECONDS):
                 self._kill()
-                output = _decode_capped(os.pread(self._output, 4096, 0), 4096)
-                log.error("sandbox %s did not warm up: %s", self.id, output.strip()[-500:])
+                log.error("sandbox %s did not warm up: %s", self.id, self.tail())
                 return Result("crashed", None, 0, "", self.proc.returncode, "sandbox-start")
             self._used = True
             self._sock.recv(1)
             skip = os.fstat(self._output).st_size  # the warm-up's output is ours, not the learner's
             if self.cgroup is not None:
                 self.cgroup.limit(limits.memory_mb * 1024 * 1024, PIDS)
-            address_space = None if self.cgroup or self.device == "cuda" else limits.memory_mb
-            job = {**job, "kind": kind, "output_limit": limits.output_kb * 1024,
-                   "trace_limit": TRACE_LIMIT}
-            request = {"job": job, "code": code.decode("utf-8"),
-                       "limits": {"cpu_seconds": limits.cpu_seconds,
-                                  "address_space_mb": address_space,
-                                  # torch's allocator refuses past it at once; the watch here
-                                  # (NVML) is the backstop for a job that lifts it
-                                  "gpu_memory_mb": limits.memory_mb if self.device == "cuda" else None}}
+            data = request(kind, job, code, limits, self.device, self.cgroup is not None)
             started = time.monotonic()
-            try:
-                self._sock.settimeout(10)
-                self._sock.sendall(json.dumps(request).encode("utf-8"))
-                self._sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass  # it died while warm; reported below as a crash
-            self._sock.close()
-            end = self._wait_for_end(max(0.0, limits.wall_seconds - (time.monotonic() - started)),
-                                     limits.memory_mb * 1024 * 1024, cancel)
+            send_request(self._sock, data)
+            end = wait_for_end(self.proc.pid, self._done,
+                               max(0.0, limits.wall_seconds - (time.monotonic() - started)),
+                               limits.memory_mb * 1024 * 1024, cancel, self.cgroup is None,
+                               self.device == "cuda")
             wall_ms = round((time.monotonic() - started) * 1000)
             self._kill()  # nothing in it runs again: the trace and the output stay as they are now
             returncode = self.proc.wait() if end != "done" else self.proc.poll()
-            output = _decode_capped(os.pread(self._output, limits.output_kb * 1024 + 1, skip),
-                                    limits.output_kb * 1024)
-            if end == "timeout":
-                return Result("timeout", None, wall_ms, output, returncode)
-            if end in ("memory", "cancelled"):
-                return Result("crashed", None, wall_ms, output, returncode, end)
-            raw = _read_memfd(self._trace, TRACE_LIMIT)
-            if not raw:
-                cause = "memory" if self.cgroup and self.cgroup.oom_killed() else _cause(returncode)
-                return Result("crashed", None, wall_ms, output, returncode, cause)
-            try:
-                trace = trace_schema.parse(raw, TRACE_LIMIT)
-            except trace_schema.Invalid as exc:  # untrusted input: never handed to a check
-                log.warning("sandbox %s: trace refused: %s", self.id, exc)
-                return Result("crashed", None, wall_ms, output, returncode, INVALID_TRACE)
-            return Result("ok", trace, wall_ms, output, returncode)
+            return outcome(end, wall_ms, self._output, skip, self._trace, limits, returncode,
+                           self.cgroup, self.id)
         finally:
-            if self.device == "cuda":  # the next job on this GPU must find its memory free
-                self.close()
-            else:
-                _reap(self)
-
-    def _wait_for_end(self, timeout: float, memory_bytes: int, cancel: "Cancel | None") -> str:
-        """Until the harness says it is done or the sandbox ends, woken by the kernel (a pidfd
-        and the done pipe: Popen.wait polls, up to 50 ms late): ``"done"``; or ``"timeout"``
-        once ``timeout`` passed, ``"cancelled"`` when ``cancel`` is set, ``"memory"`` when the
-        tree outgrew ``memory_bytes`` where no cgroup bounds it (and on a GPU, whose memory no
-        cgroup counts). The pipe at its end (no "D", every writer gone) means the child exited
-        on its own: then the sandbox's own end is awaited, so that its exit status tells why."""
-        deadline = time.monotonic() + timeout
-        watch = self.cgroup is None or self.device == "cuda"
-        try:
-            pidfd = os.pidfd_open(self.proc.pid)
-        except OSError:  # already reaped
-            return "done"
-        try:
-            with selectors.DefaultSelector() as sel:
-                sel.register(pidfd, selectors.EVENT_READ, "exited")
-                sel.register(self._done, selectors.EVENT_READ, "done")
-                if cancel is not None:
-                    sel.register(cancel, selectors.EVENT_READ, "cancelled")
-                while (left := deadline - time.monotonic()) > 0:
-                    events = sel.select(min(left, WATCH_SECONDS) if watch else left)
-                    for key, _ in events:
-                        if key.data == "cancelled":
-                            return "cancelled"
-                    if any(key.data == "exited" for key, _ in events):
-                        return "done"
-                    if events:
-                        if os.read(self._done, 1):
-                            return "done"
-                        sel.unregister(self._done)
-                    if watch and tree_memory(self.proc.pid, self.cgroup is None,
-                                             self.device == "cuda") > memory_bytes:
-                        return "memory"
-                return "timeout"
-        finally:
-            os.close(pidfd)
+            release(self)
 
     def _kill(self) -> None:
         """The whole tree: bwrap's PID 1 takes its namespace down with it; the cgroup sweep
@@ -928,7 +993,16 @@ _reaping: set[threading.Thread] = set()
 _reaping_lock = threading.Lock()
 
 
-def _reap(box: Sandbox) -> None:
+def release(box: "Sandbox | forkserver.ForkedJob") -> None:
+    """After its job: close a used sandbox (or forked job) at once on CUDA, where the next job
+    must find the GPU's memory free, else in the background."""
+    if box.device == "cuda":
+        box.close()
+    else:
+        _reap(box)
+
+
+def _reap(box: "Sandbox | forkserver.ForkedJob") -> None:
     """Close a used sandbox (wait for its killed tree, remove its cgroup) in the background."""
     def close() -> None:
         try:

@@ -61,9 +61,16 @@ class Unavailable(RuntimeError):
     """libseccomp (or its Python bindings) is missing: bwrap sandboxes cannot be filtered."""
 
 
+# What a fork-server template (worker.forkserver) may still call, and only its own code does:
+# each job forked from it makes its namespaces, mounts its own /job, /tmp and /proc and joins a
+# new session keyring, then loads the whole filter on top (filters stack: the stricter wins).
+TEMPLATE_ALLOWS = ("unshare", "mount", "keyctl")
+
+
 @functools.cache
-def program() -> bytes:
-    """The filter as a BPF program, built once per process."""
+def program(allow: tuple[str, ...] = ()) -> bytes:
+    """The filter as a BPF program, built once per process; ``allow`` takes calls off the deny
+    list (only ever ``TEMPLATE_ALLOWS``)."""
     try:
         import pyseccomp as seccomp
     except (ImportError, OSError) as exc:  # the bindings, or libseccomp.so.2 under them
@@ -74,6 +81,8 @@ def program() -> bytes:
     eperm = seccomp.ERRNO(errno.EPERM)
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     for name in DENIED:
+        if name in allow:
+            continue
         try:
             f.add_rule(eperm, name)
         except (RuntimeError, ValueError, OSError):  # not a syscall of this architecture
@@ -94,9 +103,9 @@ def program() -> bytes:
         os.close(memfd)
 
 
-def fd() -> int:
+def fd(allow: tuple[str, ...] = ()) -> int:
     """A fresh memory file holding the program, positioned at its start, for one bwrap."""
-    data = program()
+    data = program(allow)
     memfd = os.memfd_create("treino-seccomp", 0)  # inherited by bwrap, which reads and closes it
     os.write(memfd, data)
     os.lseek(memfd, 0, os.SEEK_SET)

@@ -25,7 +25,7 @@ import quiet  # noqa: E402
 import runtime  # noqa: E402
 
 HARNESS_MODULES = sorted(name[:-3] for name in os.listdir(HERE)
-                         if name.endswith(".py") and name not in ("__init__.py", "run.py"))
+                         if name.endswith(".py") and name not in ("__init__.py", "run.py", "template.py"))
 
 
 def warm_up(device):
@@ -92,13 +92,10 @@ def send_trace(out_dir, trace_fd, limit):
     os.pwrite(trace_fd, data, 0)
 
 
-def main(argv):
-    work_dir, control_fd, trace_fd, done_fd = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
-    device = argv[4]
-    warm_up(device)
-    os.write(control_fd, b"R")
-    request = receive(control_fd)
-    os.close(control_fd)  # the learner's code gets no channel back to the worker
+def run_job(work_dir, request, trace_fd, done_fd):
+    """The job part, in a warm sandbox or in a fork of a template (template.py): the job's
+    limits, its files in WORK_DIR, the run, the trace copied into TRACE_FD, then "D" on
+    DONE_FD. Ends the process once the learner's code has run."""
     apply_limits(request["limits"])
     job = request["job"]
     os.makedirs(os.path.join(work_dir, "out"), exist_ok=True)
@@ -113,6 +110,16 @@ def main(argv):
         os.write(done_fd, b"D")  # the worker kills the sandbox now: exiting torch takes a while
     finally:
         os._exit(0)  # no interpreter or torch teardown, nor threads the learner left running
+
+
+def main(argv):
+    work_dir, control_fd, trace_fd, done_fd = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
+    device = argv[4]
+    warm_up(device)
+    os.write(control_fd, b"R")
+    request = receive(control_fd)
+    os.close(control_fd)  # the learner's code gets no channel back to the worker
+    run_job(work_dir, request, trace_fd, done_fd)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,312 @@
+"""Sandboxes forked from a template: a verdict at fork speed (Chromium's zygote and sandbox2's
+fork-server are the models).
+
+A ``ForkServer`` keeps one template per worker: a sandbox started like every other (its own uid
+when the worker is root, rlimits, a cgroup, bubblewrap with the seccomp filter), running
+``worker/harness/template.py``, which has imported torch and the harness once, never touches
+CUDA and stays single-threaded. Each job is a fork of it that enters a sandbox of its own before
+any of the learner's code runs: new user, mount, PID, network and IPC namespaces, its own tmpfs
+for /job, /tmp and /dev/shm, a fresh masked /proc, a new session keyring, no capabilities, the
+whole seccomp filter, its own cgroup and limits (the template's docstring has the steps). So a
+job costs a few forks and mounts instead of an interpreter that imports torch (seconds), and
+jobs stay as isolated from each other, from the template and from the host as single-use
+sandboxes are. The template runs at most one uid for all its jobs: they are kept apart by
+their namespaces, not by uids.
+
+The job's pid reaches the worker through the credentials of the job's own socket (the kernel
+translates it into the worker's PID namespace): the worker moves the job into its cgroup and
+only then sends the request. The wall clock, a cancel or the memory watch kill the job's PID
+namespace (its init) and sweep its cgroup.
+
+A template that dies or misbehaves (no job within ``FORK_SECONDS``, or a job whose credentials
+are not its own) is killed and replaced, and the job it failed runs in a cold single-use
+sandbox instead: no job is lost. ``ForkServer`` has the job interface of ``worker.pool.Pool``
+(``run``, ``warm``, ``close``); ``TREINO_SANDBOX_START`` chooses between them.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from worker import sandbox
+from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox
+
+log = logging.getLogger("treino.forkserver")
+
+FORK_SECONDS = 10.0  # fork request -> the job's "P": a template slower than this is replaced
+STATUS_SECONDS = 1.0  # the job ended on its own -> its init reports how
+UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
+
+
+class TemplateTrouble(RuntimeError):
+    """The template did not fork the job as asked: it is replaced, the job runs cold."""
+
+
+@functools.cache
+def problem(isolation: str) -> str | None:
+    """Why jobs cannot be forked from a template here, or None; probed once per process with
+    the template's own launcher and the namespaces and mounts of one job."""
+    if isolation != "bwrap":
+        return None  # the process-only sandbox makes no namespaces
+    command = [sys.executable, "-I", "-B", "/harness/template.py", "--probe",
+               sandbox.template_config(True)]
+    try:
+        done = sandbox.run_isolated(command, timeout=30, forks=True)
+    except (OSError, subprocess.SubprocessError, sandbox.SandboxUnavailable) as exc:
+        return f"the template's bwrap did not start: {exc}"
+    if done.returncode != 0:
+        reason = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"]
+        return f"a job's namespaces cannot be made: {reason[-1]}"
+    return None
+
+
+def _descends(pid: int, ancestor: int, depth: int = 8) -> bool:
+    """Whether ``ancestor`` is ``pid``'s parent, grandparent, … (at most ``depth`` up)."""
+    for _ in range(depth):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
+
+
+class ForkedJob:
+    """One job forked from a template: the files it writes into (created here), its cgroup, and
+    its init's pid once it has said so."""
+
+    def __init__(self, template: Sandbox) -> None:
+        self.template, self.device = template, template.device
+        self.id = f"{template.id}-{secrets.token_hex(3)}"
+        self.cgroup: Cgroup | None = None
+        self.pid, self.pidfd = 0, -1
+        self._root = Path(tempfile.mkdtemp(prefix="treino-job-")) if template.isolation == "process" else None
+        self.output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
+        self.trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
+        self.done, done = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
+        self.status, status = os.pipe2(os.O_CLOEXEC)  # the job's init: how the job ended
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the sender's pid, ours
+        try:
+            template.fork([theirs.fileno(), self.output, self.trace, done, status])
+        except OSError as exc:
+            self.close()
+            raise TemplateTrouble(f"template {template.id} is gone ({exc})") from exc
+        finally:
+            theirs.close()
+            os.close(done)
+            os.close(status)
+
+    def _started(self, timeout: float) -> int:
+        """The job's init's pid in this process's namespace, from the credentials the kernel
+        attached to its "P"; TemplateTrouble if none comes, or not from this template's uid and
+        tree."""
+        ready, _, _ = select.select([self.sock], [], [], timeout)
+        if not ready:
+            raise TemplateTrouble(f"template {self.template.id}: no job within {timeout:.0f} s")
+        data, ancillary, _, _ = self.sock.recvmsg(1, socket.CMSG_SPACE(UCRED.size))
+        creds = [UCRED.unpack(payload[:UCRED.size]) for level, kind, payload in ancillary
+                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS]
+        if data != b"P" or not creds:
+            raise TemplateTrouble(f"template {self.template.id}: no job ({data!r})")
+        pid, uid, _ = creds[0]
+        identity = self.template.identity
+        expected = identity.uid if identity is not None else os.getuid()
+        if uid != expected or not _descends(pid, self.template.proc.pid):
+            raise TemplateTrouble(f"template {self.template.id}: a job of uid {uid}, pid {pid} "
+                                  "that is not its own")
+        return pid
+
+    def run(self, kind: str, job: dict, code: bytes, limits: Limits,
+            cancel: Cancel | None = None) -> Result:
+        """Wait for the fork, put it in its cgroup, hand the job over, wait for its end."""
+        asked = time.monotonic()
+        self.pid = self._started(FORK_SECONDS)
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+            self.cgroup = Cgroup.create(f"treino-{self.id}")
+            if self.cgroup is not None:
+                self.cgroup.limit(limits.memory_mb * 1024 * 1024, PIDS)
+                self.cgroup.attach(self.pid)
+        except OSError as exc:  # never run a job outside its cgroup
+            self.kill()
+            raise TemplateTrouble(f"job {self.id} could not be confined: {exc}") from exc
+        device = self.device
+        extra = {"work_dir": str(self._root)} if self._root is not None else {}
+        data = sandbox.request(kind, job, code, limits, device, self.cgroup is not None, **extra)
+        started = time.monotonic()
+        sandbox.send_request(self.sock, data)
+        end = sandbox.wait_for_end(self.pid, self.done, limits.wall_seconds,
+                                   limits.memory_mb * 1024 * 1024, cancel, self.cgroup is None,
+                                   device == "cuda")
+        wall_ms = round((time.monotonic() - started) * 1000)
+        self.kill()
+        result = sandbox.outcome(end, wall_ms, self.output, 0, self.trace, limits,
+                                 self._returncode(0 if end == "done" else STATUS_SECONDS),
+                                 self.cgroup, self.id)
+        return dataclasses.replace(result, start_ms=round((started - asked) * 1000))
+
+    def _returncode(self, timeout: float) -> int | None:
+        """How the job ended, as its init saw it (None if the init was killed first)."""
+        ready, _, _ = select.select([self.status], [], [], timeout)
+        data = os.read(self.status, 4) if ready else b""
+        if len(data) != 4:
+            return None
+        return os.waitstatus_to_exitcode(struct.unpack("i", data)[0])
+
+    def kill(self) -> None:
+        """The job's init (its PID namespace dies with it), and whatever is left in its cgroup;
+        without namespaces, its session's process group too, while its init is still there."""
+        if self.pidfd >= 0:
+            alive = not select.select([self.pidfd], [], [], 0)[0]
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            if alive and self._root is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            for pid in self.cgroup.pids():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Kill it (if still running) and free everything it held."""
+        self.kill()
+        if self.cgroup is not None:
+            self.cgroup.destroy()
+            self.cgroup = None
+        for fd in (self.output, self.trace, self.done, self.status, self.pidfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.output = self.trace = self.done = self.status = self.pidfd = -1
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+
+class ForkServer:
+    """One template, kept running by a thread of its own (bubblewrap's --die-with-parent follows
+    the thread that started it), and a fork of it per job."""
+
+    def __init__(self, isolation: str, device: str, gpu: int | None = None,
+                 start: Callable[[], Sandbox] | None = None) -> None:
+        """Start the template; returns once it is started (not yet warm)."""
+        self.isolation, self.device, self.gpu = isolation, device, gpu
+        self.size = 1
+        self._start = start or functools.partial(Sandbox, isolation, device, gpu, template=True)
+        self._template: Sandbox | None = None
+        self._changed = threading.Condition()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._keeper = threading.Thread(target=self._keep, name="treino-template", daemon=True)
+        self._keeper.start()
+        with self._changed:
+            while self._template is None and self._error is None:
+                self._changed.wait()
+            if self._template is None:
+                self._closed = True
+                self._changed.notify_all()
+                raise self._error
+
+    def _keep(self) -> None:
+        """The template's thread: start one whenever there is none alive."""
+        while True:
+            with self._changed:
+                while not self._closed and self._template is not None and self._template.alive():
+                    self._changed.wait(timeout=1)
+                if self._closed:
+                    return
+                old, self._template = self._template, None
+            if old is not None:
+                log.warning("template %s ended: starting another", old.id)
+                old.close()
+            try:
+                template = self._start()
+            except Exception as exc:  # e.g. out of processes: said, and tried again
+                log.error("cannot start a template: %s", exc)
+                with self._changed:
+                    self._error = self._error or exc
+                    self._changed.notify_all()
+                    self._changed.wait(timeout=5)
+                continue
+            with self._changed:
+                if self._closed:
+                    template.close()
+                    return
+                self._template, self._error = template, None
+                self._changed.notify_all()
+
+    def _current(self) -> Sandbox:
+        with self._changed:
+            while self._template is None and not self._closed:
+                self._changed.wait()
+            if self._template is None:
+                raise RuntimeError("the fork server is closed")
+            return self._template
+
+    def _replace(self, template: Sandbox) -> None:
+        """Kill a template that failed a job; the thread starts another."""
+        with self._changed:
+            if self._template is template:
+                self._template = None
+                self._changed.notify_all()
+        template.close()
+
+    def run(self, kind: str, job: dict, code: bytes, limits: Limits,
+            cancel: Cancel | None = None) -> Result:
+        """Run one job in a fork of the template; in a cold single-use sandbox if the template
+        fails it (the template is then replaced)."""
+        template = self._current()
+        try:
+            if not template.ready(sandbox.WARM_UP_SECONDS):
+                raise TemplateTrouble(f"template {template.id} did not warm up")
+            forked = ForkedJob(template)
+        except TemplateTrouble as exc:
+            return self._cold(template, exc, kind, job, code, limits, cancel)
+        try:
+            return forked.run(kind, job, code, limits, cancel)
+        except TemplateTrouble as exc:
+            return self._cold(template, exc, kind, job, code, limits, cancel)
+        finally:
+            sandbox.release(forked)
+
+    def _cold(self, template: Sandbox, why: Exception, kind: str, job: dict, code: bytes,
+              limits: Limits, cancel: Cancel | None) -> Result:
+        log.error("%s; the job runs in a single-use sandbox (template said: %s)", why,
+                  template.tail() or "nothing")
+        self._replace(template)
+        return Sandbox(self.isolation, self.device, self.gpu).run(kind, job, code, limits, cancel)
+
+    def warm(self) -> int:
+        """1 when the template is ready to fork a job now, else 0."""
+        with self._changed:
+            template = self._template
+        return int(template is not None and template.ready())
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            template, self._template = self._template, None
+            self._changed.notify_all()
+        if template is not None:
+            template.close()
+        self._keeper.join(timeout=30)

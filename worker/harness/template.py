@@ -1,0 +1,289 @@
+"""A fork-server template, the sandboxed side of ``worker.forkserver``:
+``python -I -B template.py CONTROL_FD FILTER_FD CONFIG DEVICE SANDBOX_ID``.
+
+It warms up once (imports torch and every kind's harness, one tiny CPU step; never CUDA), stays
+single-threaded, says ``R`` on CONTROL_FD (a SOCK_SEQPACKET socket) and then, for each ``J``
+message, whose five descriptors are one job's (its socket to the worker, its output, trace, done
+pipe and status pipe), forks. The template holds nothing a job could use: no learner's code or
+data ever reaches it (a job's request goes straight to the job over the job's own socket), its
+environment is the sandbox's scrubbed one, and each fork closes every descriptor but its job's.
+
+Each job, in three processes (the first two ours only):
+
+1. the fork (A) keeps only its job's descriptors; in a sandbox (CONFIG ``isolate``) it enters a
+   new user namespace mapping the same uid, then new mount, PID, network (only ``lo``), IPC and
+   UTS namespaces; forks B and exits.
+2. B is the init of the job's PID namespace (when it ends, the kernel kills every process left
+   in it): it mounts the job's own tmpfs (/job, /job/out, /tmp, /dev/shm) and a fresh /proc,
+   masked as bubblewrap masks a single-use sandbox's, allows no more user namespaces, starts a
+   new session and a new session keyring, and writes ``P`` on the job socket: the worker reads
+   B's pid in its own namespace from the socket's credentials, moves B into the job's cgroup and
+   only then sends the request (the "go"). B forks C, reaps whatever the job leaves it, and
+   writes C's wait status on the status pipe once C ends.
+3. C, the job: a cgroup namespace of its own, every capability dropped, no new privileges, the
+   whole seccomp filter (FILTER_FD's program) stacked on the template's, then ``run.run_job``.
+   On CUDA it initialises CUDA here, after the fork.
+
+Without ``isolate`` (the process-only sandbox) the same three processes run with none of the
+namespaces, mounts or filter, in a work directory the worker made for the job.
+"""
+
+import ctypes
+import fcntl
+import gc
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import run  # noqa: E402  (the single-use sandbox's entry: warm-up and the job part)
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP = 4, 24, 22
+PR_SET_CHILD_SUBREAPER, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING = 250, 1  # x86_64
+CAPABILITY_VERSION_3 = 0x20080522
+JOB_FDS = 5  # job socket, output, trace, done, status
+
+
+def check(ret, what):
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def mount(source, target, fstype, flags, data=None):
+    check(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(),
+                     flags, data and data.encode()), f"mount {target}")
+
+
+# ---------------------------------------------------------------- A: namespaces
+
+
+def settle_fds(fds):
+    """Output on 1 and 2, the job's other four descriptors on 3-6, nothing else open."""
+    sock, output, trace, done, status = fds
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (sock, trace, done, status)]
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    for target, fd in enumerate(moved, start=3):
+        os.dup2(fd, target)
+    os.closerange(7, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    return 3, 4, 5, 6
+
+
+def enter_namespaces():
+    """A user namespace mapping this uid (and gid) onto itself, then the rest; the PID namespace
+    is the next child's."""
+    uid, gid = os.getuid(), os.getgid()
+    check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+          "unshare")
+
+
+# ---------------------------------------------------------------- B: the job's init
+
+
+def own_mounts(config):
+    """The job's own writable places and /proc, as bwrap gives a single-use sandbox."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for where, size in (("/job", config["tmpfs_bytes"]), ("/job/out", config["out_bytes"]),
+                        ("/tmp", config["tmpfs_bytes"]), ("/dev/shm", config["tmpfs_bytes"])):
+        os.makedirs(where, exist_ok=True)  # /job/out: inside the new /job
+        mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0755")
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # no user namespace below this one (the seccomp filter refuses them as well)
+    with open("/proc/sys/user/max_user_namespaces", "w") as f:
+        f.write("0")
+    for name in config["proc_read_only"]:
+        path = f"/proc/{name}"
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in config["proc_hidden"]:
+        path = f"/proc/{name}"
+        if os.path.isfile(path):
+            mount("/dev/null", path, None, MS_BIND)
+            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def reap_until(child):
+    """As init: reap every process that ends until ``child`` does; its wait status."""
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            return status
+
+
+# ---------------------------------------------------------------- C: the job
+
+
+def drop_privileges(program):
+    """No capability of any kind, no new privileges, then the whole filter."""
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
+            break  # past the last capability this kernel has
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = struct.pack("Ii", CAPABILITY_VERSION_3, 0)
+    data = ctypes.create_string_buffer(24)  # two zeroed {effective, permitted, inheritable}
+    check(libc.capset(ctypes.c_char_p(header), data), "capset")
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    filters = ctypes.create_string_buffer(program, len(program))
+    fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(filters))
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.c_char_p(fprog), 0, 0), "seccomp")
+
+
+def job(request, config, program, trace, done, device, job_id):
+    isolate = config["isolate"]
+    if isolate:
+        check(libc.unshare(CLONE_NEWCGROUP), "unshare(cgroup)")  # it is in its own cgroup now
+        drop_privileges(program)
+        work = "/job"
+    else:
+        work = request["work_dir"]
+        os.environ.update(HOME=work, TMPDIR=os.path.join(work, "tmp"))
+        tempfile.tempdir = None
+    os.chdir(work)
+    sys.argv = [os.path.join(HERE, "run.py"), work, "-1", str(trace), str(done), device, job_id]
+    if device == "cuda":
+        run.warm_up("cuda")  # the template never touched CUDA: the job creates its context
+    run.run_job(work, request, trace, done)
+
+
+# ---------------------------------------------------------------- one fork
+
+
+def fork_job(fds, config, program, device, job_id):
+    """A (this process, a fork of the template): never returns."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock, trace, done, status = settle_fds(fds)
+        if config["isolate"]:
+            enter_namespaces()
+        if os.fork() == 0:
+            init(sock, trace, done, status, config, program, device, job_id)
+    except BaseException:  # noqa: BLE001 (ours: the worker sees no "P" and replaces the template)
+        traceback.print_exc()
+    finally:
+        os._exit(0)
+
+
+def init(sock, trace, done, status, config, program, device, job_id):
+    """B: never returns."""
+    try:
+        if config["isolate"]:
+            own_mounts(config)
+        else:
+            check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+        os.setsid()
+        libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
+        os.write(sock, b"P")  # the worker reads our pid from the socket's credentials
+        request = run.receive(sock)  # the go: we are in the job's cgroup
+        os.close(sock)
+        child = os.fork()
+        if child == 0:
+            os.close(status)
+            try:
+                job(request, config, program, trace, done, device, job_id)
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+            finally:
+                os._exit(1)
+        os.close(trace)
+        os.close(done)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the job cannot open our memory through /proc
+        os.write(status, struct.pack("i", reap_until(child)))
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+    finally:
+        os._exit(0)
+
+
+# ---------------------------------------------------------------- the template
+
+
+def serve(control, config, program, device):
+    """Fork one job per ``J`` message until the worker closes its end."""
+    jobs = 0
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 16, JOB_FDS)
+        if not message:
+            return
+        if message != b"J" or len(fds) != JOB_FDS:
+            for fd in fds:
+                os.close(fd)
+            continue
+        jobs += 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            control.detach()  # its descriptor is closed with the rest; never by this object
+            fork_job(fds, config, program, device, f"{sys.argv[-1]}-{jobs}")
+        for fd in fds:
+            os.close(fd)
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def probe(config):
+    """``template.py --probe CONFIG``: whether a job's sandbox can be made here (its namespaces
+    and mounts, nothing run in it); the exit status says (``worker.forkserver.problem``)."""
+    enter_namespaces()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            own_mounts(config)
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+
+def main(argv):
+    if argv[0] == "--probe":
+        return probe(json.loads(argv[1]))
+    control = socket.socket(fileno=int(argv[0]))
+    filter_fd, config, device = int(argv[1]), json.loads(argv[2]), argv[3]
+    program = b""
+    if filter_fd >= 0:
+        with os.fdopen(filter_fd, "rb") as f:
+            program = f.read()
+    run.warm_up("cpu")
+    import torch
+
+    torch.set_num_threads(1)
+    if threads() != 1:  # a fork copies one thread only: a lock held by another would stay held
+        raise SystemExit(f"template: {threads()} threads after warm-up, forks need one")
+    check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")  # each job's init, once A is gone
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # and reaped by the kernel when it ends
+    gc.freeze()  # the warm-up's objects stay shared with every fork (no refcount-driven copies)
+    control.send(b"R")
+    serve(control, config, program, device)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
