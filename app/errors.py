@@ -14,10 +14,10 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 
-from app.http import is_api
+from app.http import is_api, redirect
 from app.i18n import gettext as _
 from app.security import SAFE_METHODS, security_headers
-from app.web import redirect, render
+from app.web import render
 
 log = logging.getLogger(__name__)
 

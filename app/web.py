@@ -3,7 +3,6 @@
 import hashlib
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
 
 from jinja2 import (
     Environment,
@@ -12,13 +11,14 @@ from jinja2 import (
     pass_context,
     select_autoescape,
 )
-from jinja2_fragments.fastapi import Jinja2Blocks
 from markupsafe import Markup
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
+from starlette.templating import Jinja2Templates
 
 from app import i18n
 from app.config import LANGS, ROOT
+from app.http import here
 from app.i18n import gettext as _
 
 LANG_COOKIE = "treino_lang"
@@ -26,7 +26,7 @@ LANG_COOKIE = "treino_lang"
 _env = Environment(loader=FileSystemLoader(ROOT / "templates"), autoescape=select_autoescape(),
                    extensions=["jinja2.ext.i18n"], undefined=StrictUndefined)
 _env.install_gettext_callables(i18n.gettext, i18n.ngettext, newstyle=True)  # type: ignore[attr-defined]
-templates = Jinja2Blocks(env=_env)
+templates = Jinja2Templates(env=_env)
 
 
 @pass_context
@@ -87,24 +87,16 @@ templates.env.globals.update(
 )
 
 
-def is_htmx(request: Request) -> bool:
-    return (request.headers.get("HX-Request") == "true"
-            and request.headers.get("HX-History-Restore-Request") != "true")
-
-
 def render(request: Request, name: str, context: dict[str, Any] | None = None, *,
-           block: str | None = None, status_code: int = 200) -> Response:
-    """A whole page, or one named block of it when htmx asks for a fragment."""
+           status_code: int = 200) -> Response:
+    """Template `name` (a page, or an `_name.html` fragment for htmx) with what every template
+    reads: the language, the user, the CSRF token and the page the learner is on."""
     auth = getattr(request.state, "auth", None)
     ctx = {"lang": request.state.lang, "user": auth.user if auth else None,
            "csrf_token": getattr(request.state, "csrf_token", ""), "here": here(request),
            **(context or {})}
-    if block and is_htmx(request):
-        response = templates.TemplateResponse(request, name, ctx, block_name=block,
-                                              status_code=status_code)
-    else:
-        response = templates.TemplateResponse(request, name, ctx, status_code=status_code)
-    response.headers.append("Vary", "HX-Request")
+    response = templates.TemplateResponse(request, name, ctx, status_code=status_code)
+    response.headers.append("Vary", "HX-Request")  # routes answer htmx with a fragment
     return response
 
 
@@ -115,39 +107,3 @@ def choose_lang(request: Request, account_lang: str | None = None) -> tuple[str,
         return asked, asked != request.cookies.get(LANG_COOKIE)
     remembered = i18n.supported(account_lang) or i18n.supported(request.cookies.get(LANG_COOKIE))
     return remembered or i18n.negotiate(request.headers.get("accept-language")) or LANGS[0], False
-
-
-def is_https(request: Request) -> bool:
-    return request.url.scheme == "https"  # uvicorn runs with proxy_headers: the proxy's scheme
-
-
-def client_ip(request: Request) -> str:
-    """The client's address. Behind a proxy that uvicorn trusts (TREINO_FORWARDED_ALLOW_IPS), the
-    address the proxy forwarded (X-Forwarded-For), not the proxy's own."""
-    return request.client.host if request.client else "unknown"
-
-
-def safe_next(value: str | None) -> str:
-    """`value` when it is a path on this site, else "/": a `?next=` never leads elsewhere."""
-    if (not value or len(value) > 2000 or not value.startswith("/") or value.startswith("//")
-            or any(c == "\\" or ord(c) < 32 or ord(c) == 127 for c in value)):
-        return "/"
-    parts = urlsplit(value)
-    return "/" if parts.scheme or parts.netloc else value
-
-
-def here(request: Request) -> str:
-    """The page the learner is on (for htmx and form posts, the page that sent the request)."""
-    if request.method in ("GET", "HEAD") and not is_htmx(request):
-        return request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    page = urlsplit(request.headers.get("HX-Current-URL") or request.headers.get("referer") or "")
-    if page.netloc != request.url.netloc:
-        return "/"
-    return safe_next(page.path + (f"?{page.query}" if page.query else ""))
-
-
-def redirect(request: Request, url: str) -> Response:
-    """See-other for plain requests; htmx gets HX-Redirect, so the whole page moves."""
-    if is_htmx(request):
-        return Response(status_code=204, headers={"HX-Redirect": url})
-    return RedirectResponse(url, status_code=303)

@@ -2,6 +2,7 @@
 place, and imports point one way."""
 
 import ast
+from graphlib import TopologicalSorter
 from pathlib import Path
 
 from app.config import ROOT
@@ -23,3 +24,46 @@ def test_whether_a_request_is_the_apis_is_decided_only_by_is_api():
                 and any(isinstance(arg, ast.Constant) and str(arg.value).startswith("/api")
                         for arg in node.args)]
     assert deciding == []
+
+
+DOMAINS = frozenset(path.parent.name for path in APP.glob("*/__init__.py"))
+# every table in one place (Alembic, tests), and the wiring of routers and middleware
+MAY_IMPORT_DOMAINS = frozenset({"models.py", "main.py"})
+
+
+def _imported(tree: ast.AST, *, in_functions: bool = True) -> set[str]:
+    """Every module `tree` imports (`from app import x` as app.x), also inside its functions
+    unless told not to."""
+    names: set[str] = set()
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not in_functions:
+            continue
+        names |= _imported(node, in_functions=in_functions)
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_no_base_module_of_app_imports_a_domain():
+    assert {"accounts", "lessons", "submissions"} <= DOMAINS
+    upward = {path.name: sorted(name for name in _imported(tree)
+                                if name.split(".")[:2] in [["app", domain] for domain in DOMAINS])
+              for path, tree in _trees().items()
+              if path.parent == APP and path.name not in MAY_IMPORT_DOMAINS}
+    assert {name: found for name, found in upward.items() if found} == {}
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_the_modules_of_app_import_one_another_without_a_cycle():
+    """Imports at the top of each module (those inside a function run later, and may point
+    anywhere): graphlib's CycleError names the cycle."""
+    trees = {_module(path): tree for path, tree in _trees().items()}
+    graph = {name: {imported for imported in _imported(tree, in_functions=False)
+                    if imported in trees and imported != name}
+             for name, tree in trees.items()}
+    assert list(TopologicalSorter(graph).static_order())

@@ -14,10 +14,9 @@ from app.accounts.models import User
 from app.accounts.ownership import Learner
 from app.accounts.sessions import SESSION_LIFETIME, Auth, Via, authenticate
 from app.errors import Redirect, error_response
-from app.http import is_api
+from app.http import here, is_api, is_https, redirect
 from app.i18n import gettext as _
 from app.middleware import visitor_cookie
-from app.web import here, is_https, redirect
 
 SESSION_COOKIE = "treino_session"
 

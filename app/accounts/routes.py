@@ -16,10 +16,11 @@ from app.accounts.sessions import SESSION_LIFETIME
 from app.accounts.throttling import Throttled
 from app.db import SessionDep, utcnow
 from app.errors import ApiError, documented, too_many
+from app.http import client_ip, redirect, safe_next
 from app.i18n import gettext as _
 from app.middleware import rotate_visitor
 from app.security import TEXT_PATTERN
-from app.web import client_ip, redirect, render, safe_next
+from app.web import render
 
 router = APIRouter()
 FormText = Annotated[str, Form(pattern=TEXT_PATTERN)]

@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field
 from app.accounts.auth import LearnerDep
 from app.db import SessionDep, aware
 from app.drafts import service
+from app.http import redirect
 from app.i18n import gettext as _
 from app.lessons.dependencies import ExerciseDep
 from app.security import TEXT_PATTERN
-from app.web import redirect
 
 router = APIRouter()
 

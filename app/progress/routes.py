@@ -3,10 +3,11 @@ from fastapi.responses import HTMLResponse
 
 from app.accounts.auth import LearnerDep
 from app.db import SessionDep
+from app.http import is_htmx
 from app.lessons.dependencies import CourseDep, LessonDep
 from app.progress.schemas import CardOut, LessonProgressOut, ProgressOut, ResumeOut
 from app.progress.service import course_progress, reach_card
-from app.web import is_htmx, render
+from app.web import render
 
 router = APIRouter()
 

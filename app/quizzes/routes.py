@@ -5,12 +5,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app.accounts.auth import LearnerDep
 from app.db import SessionDep
+from app.http import is_htmx
 from app.i18n import gettext as _
 from app.lessons.dependencies import CourseDep, LessonDep
 from app.lessons.routes import lesson_context
 from app.progress.service import course_progress
 from app.quizzes.service import record_attempt
-from app.web import is_htmx, render
+from app.web import render
 
 router = APIRouter()
 

@@ -11,6 +11,7 @@ from app.accounts.throttling import Throttled, spend
 from app.db import SessionDep, aware
 from app.drafts import service as drafts
 from app.errors import ApiError, documented, too_many
+from app.http import client_ip, here, is_htmx
 from app.i18n import gettext as _
 from app.lessons.dependencies import CourseDep, ExerciseDep, LessonDep
 from app.ops.service import grading_notice
@@ -20,7 +21,7 @@ from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.schemas import SubmissionCreated, SubmissionId, SubmissionIn, SubmissionOut
-from app.web import client_ip, here, is_htmx, render, templates
+from app.web import render, templates
 
 router = APIRouter()
 present.install(templates.env)
