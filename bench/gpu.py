@@ -171,13 +171,13 @@ def probe_facts(verdict: dict):
     raise ProbeError(f"the probe printed nothing ({verdict['status']}: {said})")
 
 
-def run_probe(exercise, source: str, device: str | None = None, **limits) -> dict:
+def run_probe(grader, exercise, source: str, **limits) -> dict:
     """``source`` graded as a submission to ``exercise``: the real sandbox, as a job sees it."""
-    from worker.grading import grade
+    from app.submissions.verdict import render
 
     if limits:
         exercise = dataclasses.replace(exercise, limits=dataclasses.replace(exercise.limits, **limits))
-    return grade(exercise, source.encode(), device=device)
+    return render(grader.grade(exercise, source.encode()), "en")
 
 
 # ---------------------------------------------------------------- judging what a job saw
@@ -332,7 +332,8 @@ class GpuCheck:
         self.start_up = start_up
         self.settings = get_settings()
         self.course = load_course(self.settings.lessons_dir)
-        self.setup = sandbox.setup()
+        self.setup = sandbox.setup(self.settings.sandbox, self.settings.device)
+        self.grader = None  # the CUDA grader with its warm pool, while in_pool runs
         self.gpu = self.setup.gpu if self.setup.gpu is not None else sandbox.assigned_gpu()
         self.probe_exercise = self.course.exercise(PROBE_EXERCISE)
         self.properties = torch.cuda.get_device_properties(0)
@@ -401,9 +402,12 @@ class GpuCheck:
 
     def in_pool(self) -> list[Result]:
         """Everything that runs jobs, in one warm pool bound to the GPU."""
-        from worker import pool
+        from worker import sandbox
+        from worker.grading import Grader
 
-        with pool.running(POOL_SIZE):
+        cpu = sandbox.Setup(self.setup.isolation, "cpu")
+        with Grader.running(self.settings, POOL_SIZE, setup=self.setup) as self.grader, \
+                Grader.running(self.settings, 0, setup=cpu) as self.cpu_grader:
             return run_checks([
                 (SANDBOX, "what a job sees", self.sandbox_view),
                 (SANDBOX, "memory limits", self.memory_limits),
@@ -413,13 +417,20 @@ class GpuCheck:
                 (FIGURES, "lesson 4's model, one step", self.figures),
             ])
 
+    def on_both(self, exercise, code: bytes) -> dict[str, dict]:
+        """``code`` graded on the GPU and on the CPU (the same sandbox kind, no GPU bound)."""
+        from app.submissions.verdict import render
+
+        return {"cuda": render(self.grader.grade(exercise, code), "en"),
+                "cpu": render(self.cpu_grader.grade(exercise, code), "en")}
+
     def sandbox_view(self) -> list[Result]:
         from worker import sandbox
 
         rows = [Result(SANDBOX, "learner code runs in bubblewrap", ok(self.setup.isolation == "bwrap"),
                        self.setup.isolation if self.setup.isolation == "bwrap"
                        else f"process only: {sandbox.bwrap_problem()}")]
-        self.facts = probe_facts(run_probe(self.probe_exercise, FACTS_PROBE))
+        self.facts = probe_facts(run_probe(self.grader, self.probe_exercise, FACTS_PROBE))
         launcher = str(self.properties.uuid)  # CUDA's device 0 here, under CUDA_VISIBLE_DEVICES
         minor = driver_gpus().get(self.gpu)
         if minor is not None and normal_uuid(minor) != normal_uuid(launcher):
@@ -435,11 +446,11 @@ class GpuCheck:
     def memory_limits(self) -> list[Result]:
         from worker import sandbox
 
-        verdict = run_probe(self.probe_exercise, GPU_MEMORY_BOMB, wall_seconds=120)
+        verdict = run_probe(self.grader, self.probe_exercise, GPU_MEMORY_BOMB, wall_seconds=120)
         stopped, seen = judge_memory_stop(verdict, "OutOfMemoryError")
         rows = [Result(SANDBOX, "a job allocating past the GPU's memory is stopped with a clear "
                                 "verdict", ok(stopped), seen)]
-        after = probe_facts(run_probe(self.probe_exercise, FACTS_PROBE))
+        after = probe_facts(run_probe(self.grader, self.probe_exercise, FACTS_PROBE))
         before = self.facts or after
         back = after["free_bytes"] >= before["free_bytes"] - 0.05 * before["total_bytes"]
         rows.append(Result(SANDBOX, "the next job finds the GPU's memory free again", ok(back),
@@ -447,7 +458,7 @@ class GpuCheck:
                            f"{after['total_bytes'] / 1024 ** 3:,.1f} GiB (before the bomb: "
                            f"{before['free_bytes'] / 1024 ** 3:,.1f})"))
         how = "its cgroup" if sandbox.Cgroup.available() else "the worker's memory watch (no cgroup here)"
-        verdict = run_probe(self.probe_exercise, HOST_MEMORY_BOMB)
+        verdict = run_probe(self.grader, self.probe_exercise, HOST_MEMORY_BOMB)
         stopped, seen = judge_memory_stop(verdict, "(memory)")  # the OOM kill or the watch, named
         rows.append(Result(SANDBOX, f"a job allocating past its host memory limit "
                                     f"({self.probe_exercise.limits.memory_mb} MiB) is stopped by {how} "
@@ -455,12 +466,10 @@ class GpuCheck:
         return rows
 
     def per_job(self) -> list[Result]:
-        facts = self.facts or probe_facts(run_probe(self.probe_exercise, FACTS_PROBE))
+        facts = self.facts or probe_facts(run_probe(self.grader, self.probe_exercise, FACTS_PROBE))
         first = facts["first_kernel_ms"]
         code = (Path(self.probe_exercise.path) / "solution.py").read_bytes()
-        from worker.grading import grade
-
-        verdicts = {device: grade(self.probe_exercise, code, device=device) for device in ("cuda", "cpu")}
+        verdicts = self.on_both(self.probe_exercise, code)
         return [Result(START_UP, f"CUDA start-up per job in the warm pool (the context was made in the "
                                  f"warm-up: first kernel under {FIRST_KERNEL_MS} ms)",
                        ok(first < FIRST_KERNEL_MS), f"first kernel in the job {first:,.1f} ms"),
@@ -470,8 +479,6 @@ class GpuCheck:
                                   "the sandbox" for d, v in verdicts.items()))]
 
     def exercises(self) -> list[Result]:
-        from worker.grading import check_exercise
-
         rows = []
         for exercise in self.course.exercises:
             variants = [exercise]
@@ -489,7 +496,7 @@ class GpuCheck:
                     name += f", autocast {variant.check_params['amp_dtype']}"
                 say(f"  {name}")
                 started = time.monotonic()
-                problems = check_exercise(variant)
+                problems = self.grader.check_exercise(variant)
                 mistakes = len(list((Path(variant.path) / "mistakes").glob("*.py")))
                 measured = ("; ".join(problems) if problems
                             else f"solution passes, {mistakes} of {mistakes} mistakes named")
@@ -498,12 +505,10 @@ class GpuCheck:
         return rows
 
     def solutions(self) -> list[Result]:
-        from worker.grading import grade
-
         rows = []
         for exercise in self.course.exercises:
             code = (Path(exercise.path) / "solution.py").read_bytes()
-            verdicts = {d: grade(exercise, code, device=d) for d in ("cuda", "cpu")}
+            verdicts = self.on_both(exercise, code)
             rows.append(Result(FIGURES, f"`{exercise.id}`, its solution",
                                ok(all(v["status"] == "passed" for v in verdicts.values())),
                                compare_metrics(verdicts["cuda"], verdicts["cpu"])))
@@ -514,7 +519,7 @@ class GpuCheck:
         configs = [("cpu", "float64", None), ("cuda", "float64", None), ("cuda", "float32", None),
                    ("cuda", "float32", "float16")]
         configs += [("cuda", "float32", "bfloat16")] if self.bf16 else []
-        found = probe_facts(run_probe(self.probe_exercise, figures_source(params, configs)))
+        found = probe_facts(run_probe(self.grader, self.probe_exercise, figures_source(params, configs)))
         return figures_rows(found, params, self.bf16)
 
     # ------------------------------------------------------------ the web

@@ -66,13 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     from app.lessons.content import load_course
     from bench import machine, report, settle, traffic, verdicts
     from bench.stack import Stack
-    from worker import grading, sandbox
+    from worker import sandbox
 
     settings = get_settings()
-    setup = sandbox.setup()
+    setup = sandbox.setup(settings.sandbox, settings.device)
     course = load_course(settings.lessons_dir)
     exercise = course.exercise(EXERCISE)
-    grading.prepare([exercise], setup.device)  # this process judges as a started worker does
     code = (Path(exercise.path) / "solution.py").read_bytes()
     postgres = _postgres_version()
     backends = [b for b in args.backends.split(",") if b and (b != "postgresql" or postgres)]
@@ -83,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     say(f"{exercise.id}: in-process × {args.in_process}")
     results.add_ms("in-process", verdicts.in_process(exercise, code, args.in_process))
     say(f"cold sandbox × {args.cold}")
-    results.add_ms("cold", verdicts.cold(exercise, code, args.cold))
+    results.add_ms("cold", verdicts.cold(settings, exercise, code, args.cold))
     say(f"warm pool of {settings.pool_size} × {args.warm}")
-    results.add_ms("warm", verdicts.warm(exercise, code, args.warm, settings.pool_size))
+    results.add_ms("warm", verdicts.warm(settings, exercise, code, args.warm, settings.pool_size))
 
     lesson_path = f"/lessons/{exercise.lesson}"
     for backend in backends:

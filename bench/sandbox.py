@@ -24,7 +24,8 @@ with quiet.ignored():
 
 from app.config import get_settings  # noqa: E402
 from app.lessons.content import load_course  # noqa: E402
-from worker import grading, pool, sandbox  # noqa: E402
+from worker import pool, sandbox  # noqa: E402
+from worker.grading import Grader  # noqa: E402
 
 
 def p50(samples: list[float]) -> str:
@@ -61,23 +62,18 @@ def start_cost(runs: int) -> None:
 def verdicts(mode: str, runs: int, exercise, code: bytes) -> None:
     start = lambda: sandbox.Sandbox(mode, "cpu")  # noqa: E731
     cold, warm = [], []
-    pool._active = pool.Pool(0, start=start)  # no warm sandboxes: each one starts cold
-    for _ in range(runs):
-        t = time.perf_counter()
-        assert grading.grade(exercise, code)["status"] == "passed"
-        cold.append((time.perf_counter() - t) * 1000)
-    p = pool.Pool(1, start=start)
-    pool._active = p
-    try:
+    with Grader(sandbox.Setup(mode, "cpu"), pool.Pool(0, start=start)) as grader:  # each one cold
         for _ in range(runs):
-            while not p._boxes[0].ready(0.05):
-                pass
             t = time.perf_counter()
-            assert grading.grade(exercise, code)["status"] == "passed"
+            assert grader.grade(exercise, code)["status"] == "passed"
+            cold.append((time.perf_counter() - t) * 1000)
+    with Grader(sandbox.Setup(mode, "cpu"), pool.Pool(1, start=start)) as grader:
+        for _ in range(runs):
+            while not grader.pool.warm():
+                time.sleep(0.01)
+            t = time.perf_counter()
+            assert grader.grade(exercise, code)["status"] == "passed"
             warm.append((time.perf_counter() - t) * 1000)
-    finally:
-        pool._active = None
-        p.close()
     print(f"{mode:7} cold submission -> verdict: {p50(cold)}")
     print(f"{mode:7} warm submission -> verdict: {p50(warm)}")
 

@@ -1,5 +1,5 @@
 """One exercise's check three ways: in this process (the floor), in a cold sandbox, from the
-warm pool. The last two go through ``worker.grading.grade``, exactly as the worker does."""
+warm pool. The last two go through ``Grader.grade``, exactly as the worker does."""
 
 import contextlib
 import json
@@ -16,9 +16,9 @@ with quiet.ignored():
 
 from bench import settle  # noqa: E402
 from bench.report import Samples  # noqa: E402
-from worker import pool, sandbox  # noqa: E402
+from worker import sandbox  # noqa: E402
 from worker.checks import kind_module  # noqa: E402
-from worker.grading import grade  # noqa: E402
+from worker.grading import Grader  # noqa: E402
 from worker.harness import trace_schema  # noqa: E402
 
 HARNESS = Path(sandbox.__file__).with_name("harness")
@@ -71,28 +71,30 @@ def in_process(exercise, code: bytes, runs: int) -> Samples:
     return samples
 
 
-def _graded(exercise, code: bytes, samples: Samples) -> None:
+def _graded(grader: Grader, exercise, code: bytes, samples: Samples) -> None:
     started = time.perf_counter()
-    verdict = grade(exercise, code)
+    verdict = grader.grade(exercise, code)
     samples.ms.append((time.perf_counter() - started) * 1000)
     if verdict["status"] != "passed":
         raise RuntimeError(f"{exercise.id}: the solution was {verdict['status']}: {verdict}")
     samples.metrics.append(verdict["metrics"])
 
 
-def cold(exercise, code: bytes, runs: int) -> Samples:
-    """A sandbox started for each submission (no pool running in this process)."""
+def cold(settings, exercise, code: bytes, runs: int) -> Samples:
+    """A sandbox started for each submission (a grader with no warm pool)."""
     samples = Samples()
-    for _ in range(runs):
-        _graded(exercise, code, samples)
+    with Grader.running(settings, 0) as grader:
+        grader.prepare([exercise])  # the reference, as a started worker has it
+        for _ in range(runs):
+            _graded(grader, exercise, code, samples)
     return samples
 
 
-def warm(exercise, code: bytes, runs: int, size: int) -> Samples:
+def warm(settings, exercise, code: bytes, runs: int, size: int) -> Samples:
     """From a pool of ``size``, each run once every sandbox in it is warm."""
     samples = Samples()
-    with pool.running(max(size, 1)) as running:
+    with Grader.running(settings, max(size, 1)) as grader:
         for _ in range(runs):
-            settle.wait_quiet(os.getpid(), running.size, include_root=False)
-            _graded(exercise, code, samples)
+            settle.wait_quiet(os.getpid(), grader.pool.size, include_root=False)
+            _graded(grader, exercise, code, samples)
     return samples

@@ -31,6 +31,27 @@ def course():
     return load_course(get_settings().lessons_dir)
 
 
+def _grader(device: str):
+    from worker import sandbox
+    from worker.grading import Grader
+
+    settings = get_settings()
+    setup = sandbox.setup(settings.sandbox, device)
+    return Grader.running(settings, 0, setup=setup)
+
+
+@pytest.fixture(scope="module")
+def cpu_grader():
+    with _grader("cpu") as grader:
+        yield grader
+
+
+@pytest.fixture(scope="module")
+def cuda_grader():
+    with _grader("cuda") as grader:
+        yield grader
+
+
 # ---------------------------------------------------------------- without CUDA
 
 
@@ -237,16 +258,16 @@ def test_solution_figures_name_what_differs_between_the_devices():
 
 
 @pytest.mark.slow
-def test_the_probes_run_in_the_real_sandbox(course):
+def test_the_probes_run_in_the_real_sandbox(course, cpu_grader):
     """The facts and figures probes as a job runs them here (CPU): they report, and say true
     things (float32 activations take half the bytes of float64 ones)."""
     exercise = course.exercise(gpu.PROBE_EXERCISE)
-    facts = gpu.probe_facts(gpu.run_probe(exercise, gpu.FACTS_PROBE, device="cpu"))
+    facts = gpu.probe_facts(gpu.run_probe(cpu_grader, exercise, gpu.FACTS_PROBE))
     assert {"nodes", "seccomp", "uid_map", "visible", "cuda"} <= facts.keys()
     assert facts["seccomp"].isdigit() and gpu.outer_uids(facts["uid_map"])
     params = course.exercise(gpu.FIGURES_EXERCISE).check_params
     source = gpu.figures_source(params, [("cpu", "float64", None), ("cpu", "float32", None)])
-    f64, f32 = gpu.probe_facts(gpu.run_probe(exercise, source, device="cpu"))
+    f64, f32 = gpu.probe_facts(gpu.run_probe(cpu_grader, exercise, source))
     labels = params["batch_size"] * 8  # the int64 targets cross-entropy saves: the same in both
     assert f64["saved_bytes"] == 2 * f32["saved_bytes"] - labels > 0
     assert f64["ms_per_step"] > 0 and "cuda_peak_bytes" not in f64
@@ -258,11 +279,10 @@ def test_the_probes_run_in_the_real_sandbox(course):
 @pytest.mark.slow
 @pytest.mark.cuda
 @needs_cuda
-def test_on_cuda_a_job_sees_only_its_gpu_under_the_filter(course):
-    from worker import sandbox
-
-    setup = sandbox.setup()
-    facts = gpu.probe_facts(gpu.run_probe(course.exercise(gpu.PROBE_EXERCISE), gpu.FACTS_PROBE))
+def test_on_cuda_a_job_sees_only_its_gpu_under_the_filter(course, cuda_grader):
+    setup = cuda_grader.setup
+    facts = gpu.probe_facts(gpu.run_probe(cuda_grader, course.exercise(gpu.PROBE_EXERCISE),
+                                          gpu.FACTS_PROBE))
     expected = gpu.driver_gpus().get(setup.gpu) or str(torch.cuda.get_device_properties(0).uuid)
     rows = gpu.judge_sandbox(facts, setup.gpu, expected)
     assert [r for r in rows if r.status != "passed"] == []
@@ -272,10 +292,9 @@ def test_on_cuda_a_job_sees_only_its_gpu_under_the_filter(course):
 @pytest.mark.slow
 @pytest.mark.cuda
 @needs_cuda
-def test_on_cuda_the_figures_probe_reads_max_memory_allocated(course):
+def test_on_cuda_the_figures_probe_reads_max_memory_allocated(course, cuda_grader):
     params = course.exercise(gpu.FIGURES_EXERCISE).check_params
     source = gpu.figures_source(params, [("cuda", "float32", None), ("cuda", "float32", "float16")])
-    f32, f16 = gpu.probe_facts(gpu.run_probe(course.exercise(gpu.PROBE_EXERCISE), source,
-                                             device="cuda"))
+    f32, f16 = gpu.probe_facts(gpu.run_probe(cuda_grader, course.exercise(gpu.PROBE_EXERCISE), source))
     assert f32["saved_bytes"] > f16["saved_bytes"] > 0  # autocast saves 16-bit activations
     assert f32["cuda_peak_bytes"] > 0 and f16["cuda_peak_bytes"] > 0

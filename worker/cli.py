@@ -97,24 +97,25 @@ def _worker(settings: Settings, _args: argparse.Namespace) -> int:
     from app.db import upgrade
     from worker import runner, sandbox
 
-    sandbox.setup()  # a mandatory sandbox or device that is missing: stop before any job
+    sandbox.setup(settings.sandbox, settings.device)  # one missing: stop before any job
     upgrade(settings.database_url)
     return runner.main(settings)
 
 
 def _check(settings: Settings, args: argparse.Namespace) -> int:
-    from worker import sandbox
-    from worker.grading import format_verdict, grade
+    from app.submissions.verdict import render
+    from worker.grading import Grader, format_verdict
 
-    sandbox.setup()
     exercise = load_course(settings.lessons_dir).exercise(args.exercise)
     if exercise is None:
         print(f"treino: no exercise {args.exercise!r} (see `treino lessons check`)", file=sys.stderr)
         return 2
     with args.file as f:
-        verdict = grade(exercise, f.read(), args.lang)
+        code = f.read()
+    with Grader.running(settings, pool_size=0) as grader:
+        verdict = grader.grade(exercise, code)
     if args.json:
-        print(json.dumps(verdict, ensure_ascii=False, indent=2))
+        print(json.dumps(render(verdict, args.lang), ensure_ascii=False, indent=2))
     else:
         print(format_verdict(verdict, args.lang))
     return 0 if verdict["status"] == "passed" else 1
@@ -154,8 +155,7 @@ def _reset_password(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
-    from worker import pool
-    from worker.grading import check_exercise
+    from worker.grading import Grader
 
     course = load_course(settings.lessons_dir)
     if _glossary_problems(settings):
@@ -165,10 +165,11 @@ def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
           f"{sum(len(lesson.questions) for lesson in course.lessons)} quick-check questions, "
           f"{len(exercises)} exercises: content OK")
     failures = 0
-    with pool.running():  # warm sandboxes: torch is imported while the previous file runs
+    # warm sandboxes: torch is imported while the previous file runs
+    with Grader.running(settings) as grader:
         for exercise in exercises:
             started = time.monotonic()
-            problems = check_exercise(exercise)
+            problems = grader.check_exercise(exercise)
             took = time.monotonic() - started
             print(f"  {exercise.id}: {'OK' if not problems else 'FAILED'} ({took:.1f} s)")
             for problem in problems:

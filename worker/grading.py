@@ -1,63 +1,48 @@
-"""Grade one submission: validate, run it in the sandbox, judge the trace, build the verdict.
+"""Grade one submission: validate, run it in the sandbox, judge the trace, build the record.
 
-The verdict is the versioned object of docs/architecture.md ("Contracts"); ``format_verdict``
-prints it for a terminal and ``check_exercise`` proves an exercise's own files (its
-solution passes, each ``mistakes/<id>.py`` fails and is diagnosed as ``<id>``).
+A ``Grader`` is built once per process (``Grader.running(settings)``: its sandbox setup, device
+and warm pool) and handed to whoever grades: the worker, `treino check`, `treino lessons check`,
+the benchmarks and the tests. ``Grader.grade`` returns the verdict *record* of
+app/submissions/verdict.py (message keys and values); ``verdict.render`` gives it texts in a
+language, ``format_verdict`` prints a rendered verdict for a terminal, and
+``Grader.check_exercise`` proves an exercise's own files (its solution passes, each
+``mistakes/<id>.py`` fails and is diagnosed as ``<id>``).
 """
 
 import ast
-import json
+import contextlib
+import functools
 import logging
-import math
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker import pool, sandbox
+from app.config import Settings
+from app.lessons.content import Exercise
+from app.submissions.messages import language, number, text
+from app.submissions.verdict import Record, VerdictStatus, check_record, record, render, seal
+from worker import sandbox
 from worker.checks import Check, Diagnosis, Evaluation, kind_module
-from app.submissions.messages import language, number, render, text
+from worker.pool import Pool
 
 log = logging.getLogger("treino.grading")
 
-VERDICT_VERSION = 1
-STATUSES = ("passed", "failed", "error", "timeout", "rejected")
 
-
-def _limits(exercise) -> sandbox.Limits:
+def _limits(exercise: Exercise) -> sandbox.Limits:
     lim = exercise.limits
     return sandbox.Limits(wall_seconds=lim.wall_seconds, cpu_seconds=lim.cpu_seconds,
                           memory_mb=lim.memory_mb, output_kb=lim.output_kb)
 
 
-def _check(check: Check, lang: str) -> dict:
-    out = {"name": text(f"check.{check.name}.name", lang),
-           "status": "passed" if check.passed else "failed",
-           "message": render(check.message, lang, check.values)}
-    if check.message.startswith("error.") and check.values.get("line"):
-        out["line"] = check.values["line"]  # the learner's line the error points at (the editor marks it)
-    return out
-
-
-def _diagnosis(diagnosis: Diagnosis | None, lang: str) -> dict | None:
-    if diagnosis is None:
-        return None
-    return {"id": diagnosis.id,
-            "title": text(f"diagnosis.{diagnosis.id}.title", lang),
-            "explanation": render(f"diagnosis.{diagnosis.id}.explanation", lang, diagnosis.values)}
-
-
-def _verdict(exercise, status, lang, checks=(), diagnosis=None, metrics=None, output=""):
-    return {
-        "version": VERDICT_VERSION,
-        "exercise": exercise.id,
-        "status": status,
-        "diagnosis": _diagnosis(diagnosis, lang),
-        "checks": [_check(c, lang) for c in checks],
-        "metrics": metrics or {},
-        "output": output,
-    }
+def _record(exercise: Exercise, status: VerdictStatus, checks: list[Check] | tuple[()] = (),
+            diagnosis: Diagnosis | None = None, metrics: dict[str, Any] | None = None,
+            output: str = "") -> Record:
+    return record(exercise.id, status, [check_record(c.name, c.passed, c.message, c.values) for c in checks],
+                  None if diagnosis is None else (diagnosis.id, diagnosis.values), metrics, output)
 
 
 def _cap(output: str, limit_kb: int) -> str:
@@ -118,81 +103,122 @@ def _error_check(error: dict, entry: str) -> Check:
     return Check("run", False, "error.exception", values)
 
 
-def grade(exercise, code: bytes, lang: str = "en", device: str | None = None, *,
-          run_only: bool = False, cancel: sandbox.Cancel | None = None) -> dict[str, Any]:
-    """The verdict of ``code`` for ``exercise`` (texts in ``lang``); ``device`` defaults to
-    the worker's (``TREINO_DEVICE``). ``run_only``: run it and measure, judge nothing (status
-    "passed" then means "it ran"); ``cancel`` ends the run at once. Always strict JSON, and at
-    most VERDICT_BYTES."""
-    return seal(_grade(exercise, code, language(lang), device, run_only, cancel),
-                exercise.limits.output_kb)
+@dataclass
+class Grader:
+    """Grades submissions with one sandbox setup, device and pool; built once per process."""
+
+    setup: sandbox.Setup
+    pool: Pool
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, settings: Settings, pool_size: int | None = None, *,
+                setup: sandbox.Setup | None = None) -> Iterator["Grader"]:
+        """A grader of ``settings``' sandbox and device (or of ``setup``), with a warm pool of
+        ``pool_size`` sandboxes (default ``TREINO_POOL_SIZE``; 0: a cold sandbox per job) for
+        the duration. Raises ``sandbox.SandboxUnavailable`` when a mandatory sandbox or device
+        is missing."""
+        setup = setup or sandbox.setup(settings.sandbox, settings.device)
+        size = settings.pool_size if pool_size is None else pool_size
+        pool = Pool(size, functools.partial(sandbox.Sandbox, setup.isolation, setup.device, setup.gpu))
+        with cls(setup, pool) as grader:
+            yield grader
+
+    def close(self) -> None:
+        """Stop the pool's sandboxes and wait until every used one is gone."""
+        self.pool.close()
+        sandbox.reap_all()
+
+    def __enter__(self) -> "Grader":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @property
+    def device(self) -> str:
+        return self.setup.device
+
+    def grade(self, exercise: Exercise, code: bytes, *, run_only: bool = False,
+              cancel: sandbox.Cancel | None = None) -> Record:
+        """The verdict record of ``code`` for ``exercise``. ``run_only``: run it and measure,
+        judge nothing (status "passed" then means "it ran"); ``cancel`` ends the run at once.
+        Always strict JSON, and at most ``verdict.MAX_BYTES``."""
+        return seal(self._grade(exercise, code, run_only, cancel), exercise.limits.output_kb)
+
+    def _grade(self, exercise: Exercise, code: bytes, run_only: bool,
+               cancel: sandbox.Cancel | None) -> Record:
+        refused = validate(exercise, code)
+        if refused is not None:
+            return _record(exercise, "rejected", [refused])
+        syntax = syntax_error(code)  # the commonest mistake gets its answer without a sandbox
+        if syntax is not None:
+            return _record(exercise, "error", [_error_check(syntax, exercise.entry)])
+        limits = _limits(exercise)
+        device = self.setup.device
+        job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
+        checks_module = kind_module(exercise.check_kind)
+        result = self.pool.run(exercise.check_kind, job, code, limits, cancel)
+        # "process" means the learner's code ran without isolation: pages say so plainly
+        metrics: dict[str, Any] = {"device": device, "sandbox_ms": result.wall_ms,
+                                   "isolation": self.setup.isolation}
+        output = _cap(result.output, limits.output_kb)
+        if result.status == "timeout":
+            check = Check("run", False, "error.timeout", {"seconds": limits.wall_seconds})
+            return _record(exercise, "timeout", [check], metrics=metrics, output=output)
+        if result.status == "crashed":
+            check = (Check("run", False, "error.interfered", {}) if result.reason == sandbox.INVALID_TRACE
+                     else Check("run", False, "error.crashed", {"reason": result.reason}))
+            return _record(exercise, "error", [check], metrics=metrics, output=output)
+        try:
+            return _judge(exercise, result.trace, result.output, checks_module, metrics, device,
+                          run_only)
+        except Exception:  # a trace the harness did not write (the learner forged it): no verdict
+            log.warning("%s: trace not understood", exercise.id, exc_info=True)
+            check = Check("run", False, "error.interfered", {})
+            return _record(exercise, "error", [check], metrics=metrics, output=output)
+
+    def prepare(self, exercises: list[Exercise]) -> None:
+        """Make a worker's first verdict as quick as the next: compute every exercise's reference
+        (and pay torch's lazy first-use costs, seconds) at start-up, not in a learner's wait."""
+        import torch
+
+        # the worker's own tensors are tiny: a second thread only spins, against the sandbox too
+        torch.set_num_threads(1)
+        for exercise in exercises:
+            prepare_kind = getattr(kind_module(exercise.check_kind), "prepare", None)
+            if prepare_kind is not None:
+                prepare_kind(exercise.check_params, self.setup.device)
+
+    def check_exercise(self, exercise: Exercise) -> list[str]:
+        """Problems with an exercise's own files; an empty list means it is sound."""
+        folder = Path(exercise.path)
+        mistakes = sorted((folder / "mistakes").glob("*.py"))
+        files = [folder / "solution.py", *mistakes]
+        # one sandbox per file, as for learners; several at once to use the cores (one job per GPU)
+        workers = 1 if self.setup.device == "cuda" else min(len(files), os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=workers) as threads:
+            records = list(threads.map(lambda path: self.grade(exercise, path.read_bytes()), files))
+        problems = []
+        solution = records[0]
+        if solution["status"] != "passed":
+            verdict = render(dict(solution), "en")
+            reason = "; ".join(c["message"] for c in verdict["checks"] if c["status"] == "failed")
+            problems.append(f"{exercise.id}: solution.py does not pass ({solution['status']}: {reason})")
+        if not mistakes:
+            problems.append(f"{exercise.id}: no mistakes/<diagnosis-id>.py files")
+        for path, rec in zip(mistakes, records[1:], strict=True):
+            found = (rec["diagnosis"] or {}).get("id")
+            if rec["status"] == "passed":
+                problems.append(f"{exercise.id}: mistakes/{path.name} passes")
+            elif found != path.stem:
+                problems.append(f"{exercise.id}: mistakes/{path.name} is diagnosed as {found} "
+                                f"({rec['status']})")
+        return problems
 
 
-VERDICT_BYTES = 256 * 1024
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def seal(verdict: dict[str, Any], output_kb: int) -> dict[str, Any]:
-    """The verdict as it may be stored and sent: strict JSON (a learner's NaN loss becomes
-    null, never a value PostgreSQL refuses) and bounded in size (the output and the messages
-    are cut first)."""
-    verdict = _finite(verdict)
-    if len(json.dumps(verdict, allow_nan=False)) > VERDICT_BYTES:
-        verdict["output"] = _cap(verdict.get("output", ""), min(output_kb, 16))
-        for check in verdict.get("checks", []):
-            check["message"] = _cap(check["message"], 2)
-    if len(json.dumps(verdict, allow_nan=False)) > VERDICT_BYTES:
-        verdict = {**verdict, "checks": verdict["checks"][:20], "metrics": {}}
-    return verdict
-
-
-def _grade(exercise, code: bytes, lang: str, device: str | None, run_only: bool,
-           cancel: sandbox.Cancel | None) -> dict[str, Any]:
-    refused = validate(exercise, code)
-    if refused is not None:
-        return _verdict(exercise, "rejected", lang, [refused])
-    syntax = syntax_error(code)  # the commonest mistake gets its answer without a sandbox
-    if syntax is not None:
-        return _verdict(exercise, "error", lang, [_error_check(syntax, exercise.entry)])
-    limits = _limits(exercise)
-    setup = sandbox.setup()
-    device = device or setup.device
-    job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
-    checks_module = kind_module(exercise.check_kind)
-    result = pool.run(exercise.check_kind, job, code, limits, cancel)
-    # "process" means the learner's code ran without isolation: pages say so plainly
-    metrics: dict[str, Any] = {"device": device, "sandbox_ms": result.wall_ms,
-                               "isolation": setup.isolation}
-    if result.status == "timeout":
-        check = Check("run", False, "error.timeout", {"seconds": limits.wall_seconds})
-        return _verdict(exercise, "timeout", lang, [check], metrics=metrics,
-                        output=_cap(result.output, limits.output_kb))
-    if result.status == "crashed":
-        check = (Check("run", False, "error.interfered", {}) if result.reason == sandbox.INVALID_TRACE
-                 else Check("run", False, "error.crashed", {"reason": result.reason}))
-        return _verdict(exercise, "error", lang, [check], metrics=metrics,
-                        output=_cap(result.output, limits.output_kb))
-    try:
-        return _judge(exercise, result.trace, result.output, checks_module, metrics, lang, device,
-                      run_only)
-    except Exception:  # a trace the harness did not write (the learner forged it): no verdict
-        log.warning("%s: trace not understood", exercise.id, exc_info=True)
-        check = Check("run", False, "error.interfered", {})
-        return _verdict(exercise, "error", lang, [check], metrics=metrics,
-                        output=_cap(result.output, limits.output_kb))
-
-
-def _judge(exercise, trace, process_output, checks_module, metrics, lang, device, run_only=False):
+def _judge(exercise: Exercise, trace: dict[str, Any], process_output: str, checks_module: Any,
+           metrics: dict[str, Any], device: str, run_only: bool) -> Record:
     limits = exercise.limits
     # the learner's prints, then anything written to the process's own stdout/stderr
     output = _cap(trace.get("output", "") + process_output, limits.output_kb)
@@ -202,41 +228,26 @@ def _judge(exercise, trace, process_output, checks_module, metrics, lang, device
         error = trace.get("error") or {}
         diagnosis = checks_module.diagnose_error(exercise.check_params, trace.get("data"), error)
         metrics["check_ms"] = round((time.perf_counter() - started) * 1000)
-        return _verdict(exercise, "error", lang, [_error_check(error, exercise.entry)],
-                        diagnosis, metrics, output)
+        return _record(exercise, "error", [_error_check(error, exercise.entry)], diagnosis, metrics, output)
     if run_only:  # what the loop did (steps, losses…) where the kind can tell; no pass/fail
         summarize = getattr(checks_module, "summarize", None)
         measured = summarize(exercise.check_params, trace["data"]) if summarize else {}
         metrics = {**measured, **metrics, "check_ms": round((time.perf_counter() - started) * 1000)}
-        return _verdict(exercise, "passed", lang, metrics=metrics, output=output)
+        return _record(exercise, "passed", metrics=metrics, output=output)
     evaluation: Evaluation = checks_module.evaluate(exercise.check_params, trace["data"], device)
     metrics = {**evaluation.metrics, **metrics,
                "check_ms": round((time.perf_counter() - started) * 1000)}
-    status = "passed" if evaluation.passed else "failed"
-    return _verdict(exercise, status, lang, evaluation.checks, evaluation.diagnosis, metrics,
-                    output)
-
-
-def prepare(exercises, device: str | None = None) -> None:
-    """Make a worker's first verdict as quick as the next: compute every exercise's reference
-    (and pay torch's lazy first-use costs, seconds) at start-up, not in a learner's wait."""
-    import torch
-
-    # the worker's own tensors are tiny: a second thread only spins, against the sandbox too
-    torch.set_num_threads(1)
-    device = device or sandbox.setup().device
-    for exercise in exercises:
-        prepare_kind = getattr(kind_module(exercise.check_kind), "prepare", None)
-        if prepare_kind is not None:
-            prepare_kind(exercise.check_params, device)
+    status: VerdictStatus = "passed" if evaluation.passed else "failed"
+    return _record(exercise, status, evaluation.checks, evaluation.diagnosis, metrics, output)
 
 
 MARKS = {"passed": "✓", "failed": "✗"}
 
 
-def format_verdict(verdict: dict, lang: str = "en") -> str:
-    """The verdict as readable terminal text."""
+def format_verdict(stored: dict[str, Any], lang: str = "en") -> str:
+    """A verdict record (or a rendered verdict) as readable terminal text in ``lang``."""
     lang = language(lang)
+    verdict = render(stored, lang)
     status = verdict["status"]
     lines = [f"{text(f'verdict.status.{status}', lang)} — {verdict['exercise']}"]
     diagnosis = verdict.get("diagnosis")
@@ -258,29 +269,3 @@ def format_verdict(verdict: dict, lang: str = "en") -> str:
         lines += ["", text("verdict.output", lang) + ":"]
         lines += ["  " + line for line in verdict["output"].rstrip("\n").splitlines()]
     return "\n".join(lines)
-
-
-def check_exercise(exercise) -> list[str]:
-    """Problems with an exercise's own files; an empty list means it is sound."""
-    folder = Path(exercise.path)
-    mistakes = sorted((folder / "mistakes").glob("*.py"))
-    files = [folder / "solution.py", *mistakes]
-    # one sandbox per file, as for learners; several at once to use the cores (one job per GPU)
-    workers = 1 if sandbox.setup().device == "cuda" else min(len(files), os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as threads:
-        verdicts = list(threads.map(lambda path: grade(exercise, path.read_bytes()), files))
-    problems = []
-    solution = verdicts[0]
-    if solution["status"] != "passed":
-        reason = "; ".join(c["message"] for c in solution["checks"] if c["status"] == "failed")
-        problems.append(f"{exercise.id}: solution.py does not pass ({solution['status']}: {reason})")
-    if not mistakes:
-        problems.append(f"{exercise.id}: no mistakes/<diagnosis-id>.py files")
-    for path, verdict in zip(mistakes, verdicts[1:], strict=True):
-        found = (verdict["diagnosis"] or {}).get("id")
-        if verdict["status"] == "passed":
-            problems.append(f"{exercise.id}: mistakes/{path.name} passes")
-        elif found != path.stem:
-            problems.append(f"{exercise.id}: mistakes/{path.name} is diagnosed as {found} "
-                            f"({verdict['status']})")
-    return problems

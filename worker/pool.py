@@ -9,23 +9,21 @@ the learner waits for neither, and the job does not share its cores with a torch
 used sandbox is never reused. With size 0, or when no pool is running, every job gets a cold
 sandbox: same launcher, same limits, just slower.
 
-A process holds at most one running pool (``running``): the worker for its lifetime,
-``treino lessons check`` and the test suite for theirs; ``run`` uses it when there is one.
+A pool belongs to a ``grading.Grader`` (the worker's for its lifetime, `treino check`'s and
+`treino lessons check`'s for theirs); ``run`` is how a job gets a sandbox.
 """
 
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from worker import sandbox
 
 log = logging.getLogger("treino.pool")
-_active: "Pool | None" = None
 
 
 class Pool:
-    def __init__(self, size: int, start: Callable[[], sandbox.Sandbox] = sandbox.start) -> None:
+    def __init__(self, size: int, start: Callable[[], sandbox.Sandbox]) -> None:
         """Start filling the pool; returns once its sandboxes are started (not yet warm)."""
         self.size = max(0, size)
         self._start = start
@@ -93,6 +91,17 @@ class Pool:
             self._out += 1
         return box if box is not None else self._start()
 
+    def run(self, kind: str, job: dict, code: bytes, limits: sandbox.Limits,
+            cancel: sandbox.Cancel | None = None) -> sandbox.Result:
+        """Run one job in a sandbox of this pool (a cold one if none is warm)."""
+        try:
+            result = self.take().run(kind, job, code, limits, cancel)
+            if result.reason == "sandbox-start":  # it died warming up (ours, not the learner's)
+                result = self._start().run(kind, job, code, limits, cancel)  # once more, cold
+            return result
+        finally:
+            self.refill()
+
     def refill(self) -> None:
         """A taken sandbox's job is done: have the pool's thread replace it."""
         with self._changed:
@@ -112,46 +121,3 @@ class Pool:
         for box in boxes:
             box.close()
         self._keeper.join(timeout=30)
-
-
-@contextlib.contextmanager
-def running(size: int | None = None) -> Iterator[Pool]:
-    """This process's pool for the duration (``size`` defaults to ``TREINO_POOL_SIZE``)."""
-    global _active
-    if size is None:
-        from app.config import get_settings
-
-        size = get_settings().pool_size
-    if _active is not None:
-        raise RuntimeError("a pool is already running in this process")
-    pool = Pool(size)
-    _active = pool
-    try:
-        yield pool
-    finally:
-        _active = None
-        pool.close()
-        sandbox.reap_all()
-
-
-def run(kind: str, job: dict, code: bytes, limits: sandbox.Limits,
-        cancel: sandbox.Cancel | None = None) -> sandbox.Result:
-    """Run one job in a sandbox from the running pool, or in a cold one."""
-    pool = _active
-    if pool is None:  # a one-shot (`treino check`): its sandboxes are gone when it returns
-        try:
-            return _run(sandbox.start(), kind, job, code, limits, cancel)
-        finally:
-            sandbox.reap_all()
-    try:
-        return _run(pool.take(), kind, job, code, limits, cancel)
-    finally:
-        pool.refill()
-
-
-def _run(box: sandbox.Sandbox, kind: str, job: dict, code: bytes, limits: sandbox.Limits,
-         cancel: sandbox.Cancel | None) -> sandbox.Result:
-    result = box.run(kind, job, code, limits, cancel)
-    if result.reason == "sandbox-start":  # it died warming up (ours, not the learner's): once more, cold
-        result = sandbox.start().run(kind, job, code, limits, cancel)
-    return result

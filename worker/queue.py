@@ -1,4 +1,4 @@
-"""The job queue is the submissions table: claim, lease, renew, finish, release, give up.
+"""The job queue is the submissions table: claim, lease, renew, finish, give up.
 
 Claiming is one UPDATE … WHERE id = (oldest claimable) RETURNING: on PostgreSQL the inner SELECT
 takes its row FOR UPDATE SKIP LOCKED, so concurrent workers never pick the same job; on SQLite
@@ -11,7 +11,6 @@ lost its lease cannot overwrite the verdict another worker wrote.
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session, aliased, sessionmaker
@@ -19,8 +18,9 @@ from sqlalchemy.orm import Session, aliased, sessionmaker
 from app.db import utcnow
 from app.submissions.models import Status, Submission
 from app.submissions.service import NOTIFY_CHANNEL
+from app.submissions.verdict import Record, trouble
 
-__all__ = ["NOTIFY_CHANNEL", "Job", "claim", "finish", "release", "renew", "give_up_abandoned"]
+__all__ = ["NOTIFY_CHANNEL", "Job", "claim", "finish", "renew", "give_up_abandoned"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def renew(sessions: sessionmaker[Session], job_id: int, worker: str, lease: time
     return result.rowcount == 1
 
 
-def finish(sessions: sessionmaker[Session], job_id: int, worker: str, verdict: dict[str, Any]) -> bool:
+def finish(sessions: sessionmaker[Session], job_id: int, worker: str, verdict: Record) -> bool:
     """Store the verdict and end the job; False (and nothing written) if the lease was lost.
     ValueError for a verdict that is not strict JSON (NaN, infinity): no database is asked to
     store what one of them refuses."""
@@ -103,20 +103,6 @@ def finish(sessions: sessionmaker[Session], job_id: int, worker: str, verdict: d
                    Submission.status == Status.RUNNING)
             .values(status=verdict["status"], verdict=verdict, finished_at=utcnow(),
                     active_owner=None, lease_owner=None, lease_expires_at=None)
-            .execution_options(synchronize_session=False)
-        )
-    return result.rowcount == 1
-
-
-def release(sessions: sessionmaker[Session], job_id: int, worker: str) -> bool:
-    """Hand a job back untouched (a worker shutting down): queued again, this claim not counted."""
-    with sessions.begin() as session:
-        result = session.execute(
-            update(Submission)
-            .where(Submission.id == job_id, Submission.lease_owner == worker,
-                   Submission.status == Status.RUNNING)
-            .values(status=Status.QUEUED, lease_owner=None, lease_expires_at=None,
-                    attempts=Submission.attempts - 1)
             .execution_options(synchronize_session=False)
         )
     return result.rowcount == 1
@@ -137,13 +123,7 @@ def give_up_abandoned(sessions: sessionmaker[Session], max_attempts: int) -> int
                 .where(Submission.id == job_id, Submission.status == Status.RUNNING,
                        Submission.lease_expires_at < now)
                 .values(status=Status.ERROR, finished_at=now, active_owner=None, lease_owner=None,
-                        lease_expires_at=None, verdict=trouble_verdict(exercise, "worker-trouble"))
+                        lease_expires_at=None, verdict=trouble(exercise, "worker-trouble"))
                 .execution_options(synchronize_session=False)
             )
     return len(rows)
-
-
-def trouble_verdict(exercise: str, reason: str) -> dict[str, Any]:
-    """The verdict of a job that could not be judged for a reason of ours, not the learner's."""
-    return {"version": 1, "exercise": exercise, "status": Status.ERROR.value, "diagnosis": None,
-            "checks": [], "metrics": {}, "output": "", "reason": reason}

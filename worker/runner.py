@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import delete
 from sqlalchemy.engine import make_url
@@ -23,12 +22,13 @@ from app.config import Settings
 from app.db import make_engine, utcnow
 from app.lessons.content import Course, load_course
 from app.ops.models import WorkerBeat
+from app.submissions.verdict import Record, trouble
 from worker import queue
 from worker.sandbox import Cancel
 
 log = logging.getLogger("treino.worker")
 
-Grader = Callable[..., dict[str, Any]]  # (exercise, code, lang, *, run_only=False)
+Grade = Callable[..., Record]  # Grader.grade: (exercise, code, *, run_only=False, cancel=None)
 
 
 BEAT_EVERY = 10.0  # seconds between heartbeats while idle; /readyz wants one within a minute
@@ -36,8 +36,8 @@ CANCEL_SECONDS = 1.0  # how soon a cancelled job's sandbox is stopped
 
 
 class Worker:
-    def __init__(self, settings: Settings, grade: Grader | None = None,
-                 course: Course | None = None, *, isolation: str = "process", device: str = "cpu",
+    def __init__(self, settings: Settings, grade: Grade, course: Course | None = None, *,
+                 isolation: str = "process", device: str = "cpu",
                  warm: Callable[[], int] = lambda: 0, limits: str = "cgroup") -> None:
         self.settings = settings
         self.isolation, self.device, self.warm, self.limits = isolation, device, warm, limits
@@ -48,8 +48,6 @@ class Worker:
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.lease = timedelta(seconds=settings.lease_seconds)
         self.stopping = threading.Event()
-        if grade is None:
-            from worker.grading import grade as grade  # torch-side imports only in the worker
         self.grade = grade
 
     # ------------------------------------------------------------ the loop
@@ -97,14 +95,14 @@ class Worker:
         self._finish(job, verdict)
         return True
 
-    def _finish(self, job: queue.Job, verdict: dict[str, Any]) -> None:
+    def _finish(self, job: queue.Job, verdict: Record) -> None:
         try:
             stored = queue.finish(self.sessions, job.id, self.name, verdict)
         except Exception:  # the database refused this verdict: the job still ends, as ours
             log.exception("job %s: verdict not stored", job.id)
             try:
                 stored = queue.finish(self.sessions, job.id, self.name,
-                                      queue.trouble_verdict(job.exercise, "verdict-refused"))
+                                      trouble(job.exercise, "verdict-refused"))
             except Exception:  # the database is away: the lease runs out, the job is tried again
                 log.exception("job %s: left to its lease", job.id)
                 return
@@ -114,19 +112,18 @@ class Worker:
             log.warning("job %s: no longer ours (cancelled, or the lease was lost): verdict dropped",
                         job.id)
 
-    def _grade(self, job: queue.Job, cancel: Cancel) -> dict[str, Any]:
+    def _grade(self, job: queue.Job, cancel: Cancel) -> Record:
         exercise = self.course.exercise(job.exercise)
         if exercise is None:
-            return queue.trouble_verdict(job.exercise, "exercise-gone")
+            return trouble(job.exercise, "exercise-gone")
         code = job.code.encode("utf-8", "surrogatepass")
         try:
             if job.mode == "run":  # run and measure, not graded: the page says "Ran"
-                return {**self.grade(exercise, code, job.lang, run_only=True, cancel=cancel),
-                        "mode": "run"}
-            return self.grade(exercise, code, job.lang, cancel=cancel)
+                return {**self.grade(exercise, code, run_only=True, cancel=cancel), "mode": "run"}
+            return self.grade(exercise, code, cancel=cancel)
         except Exception:  # a bug of ours must not lose the job: it ends as error, with a reason
             log.exception("job %s: grading crashed", job.id)
-            return queue.trouble_verdict(job.exercise, "grader-crashed")
+            return trouble(job.exercise, "grader-crashed")
 
     # ------------------------------------------------------------ plumbing
 
@@ -192,16 +189,16 @@ class Worker:
 
 
 def main(settings: Settings) -> int:
-    from worker import grading, pool, sandbox
+    from worker import sandbox
+    from worker.grading import Grader  # torch-side imports only in the worker
 
-    setup = sandbox.setup()  # logs whether learner code is isolated
-    with pool.running(settings.pool_size) as warm_pool, Worker(
-        settings, isolation=setup.isolation, device=setup.device, warm=warm_pool.warm,
-        limits="cgroup" if sandbox.Cgroup.available() else "watchdog",
+    with Grader.running(settings) as grader, Worker(
+        settings, grader.grade, isolation=grader.setup.isolation, device=grader.device,
+        warm=grader.pool.warm, limits="cgroup" if sandbox.Cgroup.available() else "watchdog",
     ) as worker:
-        grading.prepare(worker.course.exercises, setup.device)  # while the pool warms up
-        log.info("worker %s: sandbox %s, device %s, %d warm", worker.name, setup.isolation,
-                 setup.device, settings.pool_size)
+        grader.prepare(worker.course.exercises)  # while the pool warms up
+        log.info("worker %s: sandbox %s, device %s, %d warm", worker.name, grader.setup.isolation,
+                 grader.device, settings.pool_size)
         signal.signal(signal.SIGTERM, worker.stop)
         signal.signal(signal.SIGINT, worker.stop)
         worker.run()

@@ -201,22 +201,19 @@ def assigned_gpu(dev: str = "/dev") -> int:
     return nodes[0]
 
 
-@functools.lru_cache
-def setup() -> Setup:
-    """The sandbox and device of this process, from the settings; raises
-    ``SandboxUnavailable`` (say it in one line and stop) when a mandatory one is missing."""
-    from app.config import get_settings
-
-    settings = get_settings()
-    kind = isolation(settings.sandbox)
-    device = resolve_device(settings.device)
-    gpu = assigned_gpu() if device == "cuda" and kind == "bwrap" else None
+def setup(sandbox: str = "auto", device: str = "auto") -> Setup:
+    """The sandbox and device to run learner code with, from the settings' ``sandbox`` and
+    ``device`` choices; raises ``SandboxUnavailable`` (say it in one line and stop) when a
+    mandatory one is missing."""
+    kind = isolation(sandbox)
+    chosen = resolve_device(device)
+    gpu = assigned_gpu() if chosen == "cuda" and kind == "bwrap" else None
     if kind == "process":
         log.warning("sandbox: process only, learner code is NOT isolated (%s)",
-                    "TREINO_SANDBOX=process" if settings.sandbox == "process" else bwrap_problem())
+                    "TREINO_SANDBOX=process" if sandbox == "process" else bwrap_problem())
     else:
-        log.info("sandbox: bwrap; device: %s%s", device, "" if gpu is None else f" (/dev/nvidia{gpu})")
-    return Setup(kind, device, gpu)
+        log.info("sandbox: bwrap; device: %s%s", chosen, "" if gpu is None else f" (/dev/nvidia{gpu})")
+    return Setup(kind, chosen, gpu)
 
 
 # ---------------------------------------------------------------- building the sandbox
@@ -1027,10 +1024,3 @@ def reap_all(timeout: float = 10) -> None:
             return
         for thread in pending:
             thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def start() -> Sandbox:
-    """A new sandbox of this process's setup, warming up."""
-    s = setup()
-    return Sandbox(s.isolation, s.device, s.gpu)
-

@@ -3,11 +3,14 @@
 import math
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from babel.numbers import format_decimal
 
-LANGUAGES = ("en", "pt-BR")
+from app.config import DEFAULT_LANG, LANGS
+
+LANGUAGES = LANGS
 CATALOGUE = Path(__file__).with_name("messages.yaml")
 
 
@@ -30,7 +33,7 @@ def catalogue() -> dict[str, dict[str, str]]:
 
 
 def language(lang: str) -> str:
-    return lang if lang in LANGUAGES else "en"
+    return lang if lang in LANGUAGES else DEFAULT_LANG
 
 
 def _locale(lang: str) -> str:
@@ -73,3 +76,40 @@ def render(key: str, lang: str, values: dict | None = None) -> str:
     """The text of ``key`` in ``lang`` with ``{placeholders}`` filled in, numbers localised."""
     template = text(key, lang)
     return template.format(**{k: number(v, lang) for k, v in (values or {}).items()})
+
+
+# ---------------------------------------------------------------- values as stored JSON
+# A stored verdict keeps message keys and the values to quote, and is rendered when read, in
+# the reader's language. JSON has no Sci, Phrase or NaN: each becomes a one-key object.
+
+def encode(value: Any) -> Any:
+    """``value`` (a message value) as strict JSON that ``decode`` turns back into it."""
+    if isinstance(value, Phrase):
+        return {"phrase": value.key, "values": encode(value.values)}
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}  # 'nan', 'inf', '-inf'
+    if isinstance(value, Sci):
+        return {"sci": float(value)}
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encode(v) for v in value]
+    return str(value)
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"sci"} and isinstance(value["sci"], int | float):
+        return Sci(value["sci"])
+    if set(value) == {"float"} and value["float"] in ("nan", "inf", "-inf"):
+        return float(value["float"])
+    if set(value) == {"phrase", "values"} and isinstance(value["values"], dict):
+        return Phrase(str(value["phrase"]), decode(value["values"]))
+    return {k: decode(v) for k, v in value.items()}

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from babel.dates import format_timedelta
 from jinja2 import Environment
@@ -18,6 +19,7 @@ from app.i18n import current_lang, locale_name
 from app.i18n import gettext as _
 from app.lessons.content import Course, Exercise, Lesson
 from app.submissions.models import Mode, Status, Submission
+from app.submissions.verdict import render
 from app.web import status_label
 
 
@@ -94,11 +96,17 @@ def place(course: Course, exercise: Exercise) -> Place | None:
                  course.neighbours(lesson)[1])
 
 
+def verdict_of(submission: Submission) -> dict[str, Any]:
+    """The submission's verdict with its texts in the reader's language (rendered now, from the
+    message keys and values the worker stored), or {} while there is none."""
+    return render(submission.verdict, current_lang()) if submission.verdict else {}
+
+
 def iso(moment: datetime) -> str:
     return aware(moment).isoformat()
 
 
 def install(env: Environment) -> None:
-    env.globals.update(outcome_label=outcome_label, when=when, iso=iso)
+    env.globals.update(outcome_label=outcome_label, when=when, iso=iso, verdict_of=verdict_of)
     env.filters["python"] = python_html
     env.filters["inline_code"] = inline_code

@@ -149,7 +149,7 @@ def _status_context(request: Request, session: Session, learner: Learner,
     }
     if submission is None:
         return context
-    verdict = submission.verdict or {}
+    verdict = present.verdict_of(submission)
     attempts = service.attempts(session, learner, submission.exercise)
     exercise = request.app.state.course.exercise(submission.exercise)
     final = Status(submission.status).final
@@ -208,5 +208,5 @@ def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: Se
     if submission is None:
         raise HTTPException(404)
     return SubmissionOut(id=submission.id, exercise=submission.exercise, mode=submission.mode,
-                         status=submission.status, verdict=submission.verdict,
+                         status=submission.status, verdict=present.verdict_of(submission) or None,
                          queue_position=service.queue_position(session, submission))

@@ -43,7 +43,7 @@ def live_server(tmp_path_factory) -> Iterator[str]:
 
     with quiet.ignored():
         import torch  # noqa: F401
-    from worker import pool
+    from worker.grading import Grader
     from worker.runner import Worker
 
     db = tmp_path_factory.mktemp("browser") / "treino.db"
@@ -59,7 +59,9 @@ def live_server(tmp_path_factory) -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
-    with pool.running(1), Worker(settings) as worker:  # one warm sandbox: the next grade is quick
+    # one warm sandbox: the next grade is quick
+    with Grader.running(settings, pool_size=1) as grading, Worker(
+            settings, grading.grade, isolation=grading.setup.isolation, device=grading.device) as worker:
         grader = threading.Thread(target=worker.run, name="worker", daemon=True)
         grader.start()
         try:

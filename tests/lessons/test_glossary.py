@@ -9,8 +9,8 @@ import pytest
 
 from app.i18n import po_path
 from app.lessons import glossary
-from tests.conftest import LESSONS
 from app.submissions.messages import CATALOGUE
+from tests.conftest import LESSONS
 
 WORDS = glossary.load(LESSONS / glossary.GLOSSARY_FILE)
 

@@ -21,8 +21,9 @@ with quiet.ignored():
 
 from app.config import ROOT, get_settings  # noqa: E402
 from app.lessons.content import load_course  # noqa: E402
+from app.submissions.verdict import render  # noqa: E402
 from worker import pool, sandbox  # noqa: E402
-from worker.grading import grade  # noqa: E402
+from worker.grading import Grader  # noqa: E402
 
 SECRET = "sk-treino-test-secret-4d1f"
 DB_SECRET = "db-content-7c2e-never-inside"
@@ -117,8 +118,8 @@ def _markers() -> dict[int, str]:
 @pytest.fixture
 def run(mode, pools, exercise, monkeypatch):
     """``run(code, **limits) -> Outcome`` in this test's sandbox; then nothing may be left."""
-    monkeypatch.setattr(pool, "_active", pools[mode])
     box_pool = pools[mode]
+    grader = Grader(sandbox.Setup(mode, "cpu"), box_pool)
     taken: list[str] = []
     original_take = box_pool.take
 
@@ -139,7 +140,7 @@ def run(mode, pools, exercise, monkeypatch):
             ex = dataclasses.replace(ex, limits=dataclasses.replace(ex.limits, **limits))
         code = code.encode() if isinstance(code, str) else code
         started = time.monotonic()
-        verdict = grade(ex, code)
+        verdict = render(grader.grade(ex, code), "en")
         return Outcome(verdict, time.monotonic() - started)
 
     yield go

@@ -9,6 +9,7 @@ from sqlalchemy import update
 from app.db import utcnow
 from app.submissions.figures import figures
 from app.submissions.models import Submission
+from app.submissions.verdict import record
 from tests.conftest import html
 from worker.runner import Worker
 
@@ -78,11 +79,9 @@ def test_trouble_timeouts_and_refusals_each_have_plain_words(client, app, verdic
 
 
 def test_a_run_reads_ran_with_its_losses_and_no_checks(client, app):
-    def run_only(exercise, code, lang, run_only=False, cancel=None):
+    def run_only(exercise, code, run_only=False, cancel=None):
         assert run_only
-        return {"version": 1, "exercise": exercise.id, "status": "passed", "diagnosis": None,
-                "checks": [], "metrics": {"optimizer_steps": 3, "losses": [1.1, 1.0, None, 0.9]},
-                "output": ""}
+        return record(exercise.id, "passed", metrics={"optimizer_steps": 3, "losses": [1.1, 1.0, None, 0.9]})
 
     response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "x", "mode": "run"}, headers=HTMX)
     poll = html(response).select_one("#submission-status")["hx-get"]
@@ -116,3 +115,72 @@ def test_while_running_the_status_shows_the_time_since_it_started(client, app):
 
 def test_figures_are_empty_when_nothing_was_measured():
     assert not figures({"metrics": {}})
+
+
+# ---------------------------------------------------------------- records: rendered when read
+
+def _not_scaled_record() -> dict:
+    """What the worker stores for loss-not-scaled: message keys and values, no texts."""
+    from app.submissions.messages import Phrase, Sci
+    from app.submissions.verdict import check_record, record, seal
+
+    checks = [check_record("steps", True, "check.steps.passed", {"steps": 3}),
+              check_record("trajectory", False, "check.trajectory.diverged",
+                           {"step": 1, "error": Sci(3.0), "ratio": Sci(4.0)})]
+    diagnosis = ("loss-not-scaled", {"ratio": Sci(4.0), "coefficient": 1.0, "share": 0.25, "k": 4,
+                                     "unused": Phrase("token.not_divided")})
+    return seal(record("gradient-accumulation/accumulate", "failed", checks, diagnosis,
+                       {"optimizer_steps": 3, "update_ratio": 4.0}, "olá\n"), output_kb=64)
+
+
+def test_a_record_holds_keys_and_values_and_survives_json():
+    import json
+
+    from app.submissions.verdict import render
+
+    stored = json.loads(json.dumps(_not_scaled_record(), allow_nan=False))  # as the row keeps it
+    assert stored["version"] == 2 and stored["diagnosis"]["id"] == "loss-not-scaled"
+    assert "4.00" not in json.dumps(stored), "no rendered number is stored"
+    english, portuguese = render(stored, "en"), render(stored, "pt-BR")
+    assert english["version"] == 1
+    assert english["diagnosis"]["title"] == "The loss is not divided by accum_steps"
+    assert "Every accumulated gradient was 4.00×" in english["diagnosis"]["explanation"]
+    assert "weight 1.00 instead of 0.25" in english["diagnosis"]["explanation"]
+    assert portuguese["diagnosis"]["title"] == "A perda não é dividida por accum_steps"
+    assert "Cada gradiente acumulado foi 4,00×" in portuguese["diagnosis"]["explanation"]
+    assert [c["name"] for c in portuguese["checks"]] == ["Passos do otimizador", "Parâmetros após cada passo"]
+    assert [c["status"] for c in english["checks"]] == ["passed", "failed"]
+
+
+def test_a_record_is_sealed_as_strict_bounded_json():
+    """What the worker stores: a learner's NaN loss becomes null (PostgreSQL refuses NaN in JSON)
+    and a huge output or quoted message is cut to fit."""
+    import json
+
+    from app.submissions.verdict import MAX_BYTES, check_record, record, render, seal
+
+    rec = record("x/y", "error", [check_record("run", False, "error.exception",
+                                               {"type": "ValueError", "message": "m" * 400_000})],
+                 metrics={"losses": [1.0, float("nan"), float("inf")], "update_ratio": float("-inf")},
+                 output="o" * 400_000)
+    sealed = seal(rec, output_kb=64)
+    assert len(json.dumps(sealed, allow_nan=False)) <= MAX_BYTES  # raises on NaN or infinity
+    assert sealed["metrics"] == {"losses": [1.0, None, None], "update_ratio": None}
+    assert "ValueError: mmm" in render(sealed, "en")["checks"][0]["message"]
+
+
+def test_switching_language_re_renders_an_old_verdict(client, app):
+    """A verdict graded while the learner read English reads in Portuguese once they switch:
+    on the page, in the attempts list and through the API."""
+    page = finished(app, client, _not_scaled_record())
+    assert page.select_one(".diagnosis h4").get_text() == "The loss is not divided by accum_steps"
+    sub_id = page.select_one(".verdict-title")["id"].rsplit("-", 1)[1]
+    again = html(client.get(f"/submissions/{sub_id}?lang=pt-BR"))
+    assert again.select_one(".diagnosis h4").get_text() == "A perda não é dividida por accum_steps"
+    assert "Cada gradiente acumulado foi 4,00×" in again.select_one(".diagnosis").get_text()
+    assert "Parâmetros após cada passo" in again.select_one(".checks").get_text()
+    attempts = html(client.get(f"{EXERCISE_URL}?lang=pt-BR")).select_one(".history-table")
+    assert "A perda não é dividida por accum_steps" in attempts.get_text()
+    api = client.get(f"/api/submissions/{sub_id}", headers={"Accept-Language": "pt-BR"}).json()
+    assert api["verdict"]["diagnosis"]["title"] == "A perda não é dividida por accum_steps"
+    assert api["verdict"]["checks"][1]["status"] == "failed"

@@ -12,8 +12,9 @@ with quiet.ignored():
 
 from app.config import get_settings  # noqa: E402
 from app.lessons.content import load_course  # noqa: E402
+from app.submissions.verdict import render  # noqa: E402
 from tests.worker.cases import CASES  # noqa: E402
-from worker.grading import grade  # noqa: E402
+from worker.grading import Grader  # noqa: E402
 
 # exercise slugs are unique across the course: golden/<slug>/ and exercise(slug) use them
 EXERCISES = ("accumulate", "remainder", "scaler-clipping", "token-loss",  # lesson 2
@@ -41,13 +42,26 @@ def exercise(course):
     return get
 
 
+@pytest.fixture(scope="session")
+def grader():
+    """This machine's grader, with no warm pool: a cold sandbox per job, as `treino check`."""
+    with Grader.running(get_settings(), pool_size=0) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def grade(grader):
+    """``grade(exercise, code, lang="en")``: the verdict as a reader in ``lang`` gets it."""
+    return lambda exercise, code, lang="en": render(grader.grade(exercise, code), lang)
+
+
 def bank(exercise, slug) -> list[Path]:
     folder = Path(exercise(slug).path)
     return [folder / "solution.py", *sorted((folder / "mistakes").glob("*.py"))]
 
 
 @pytest.fixture(scope="session")
-def graded(exercise):
+def graded(exercise, grade):
     """Every submission the slow tests look at, graded once, each in its own sandbox.
 
     Keys: ``("golden", slug, stem)``, ``("bank", slug, stem)`` for the exercises' own

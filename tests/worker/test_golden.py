@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.worker.conftest import EXERCISES, GOLDEN, GOLDEN_FILES
-from worker import grading
-from worker.grading import check_exercise, format_verdict
+from worker import grading, sandbox
+from worker.grading import format_verdict
 
 FIXED = {"loss-not-scaled", "zero-grad-every-micro-batch", "step-every-micro-batch",
          "never-zero-grad", "wrong-boundary", "wrong-scale"}
@@ -90,7 +90,7 @@ def test_check_exercise_names_every_problem(exercise, monkeypatch):
                "token-padding-counted": ("failed", "token-sum-not-normalised"),
                "token-sum-not-normalised": ("failed", "token-sum-not-normalised")}
 
-    def fake_grade(ex, code, lang="en"):
+    def fake_grade(ex, code):
         for name, (status, found) in answers.items():
             if code == (Path(ex.path) / ("" if name == "solution" else "mistakes")
                         / f"{name}.py").read_bytes():
@@ -98,8 +98,9 @@ def test_check_exercise_names_every_problem(exercise, monkeypatch):
                         "checks": [{"status": "failed", "message": "why"}]}
         raise AssertionError("unexpected file")
 
-    monkeypatch.setattr(grading, "grade", fake_grade)
-    problems = check_exercise(exercise("token-loss"))
+    grader = grading.Grader(sandbox.Setup("process", "cpu"), pool=None)
+    monkeypatch.setattr(grader, "grade", fake_grade)
+    problems = grader.check_exercise(exercise("token-loss"))
     assert problems == [
         "gradient-accumulation/token-loss: solution.py does not pass (failed: why)",
         "gradient-accumulation/token-loss: mistakes/token-mean-of-means.py passes",

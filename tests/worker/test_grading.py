@@ -1,6 +1,6 @@
 import pytest
 
-from worker.grading import format_verdict, grade
+from worker.grading import format_verdict
 
 VERDICT_KEYS = {"version", "exercise", "status", "diagnosis", "checks", "metrics", "output"}
 
@@ -14,25 +14,25 @@ def only_message(verdict) -> str:
     return check["message"]
 
 
-def test_rejects_too_large(exercise):
+def test_rejects_too_large(exercise, grade):
     verdict = grade(exercise("accumulate", code_kb=1), b"# " + b"x" * 2000 + b"\n")
     assert verdict["status"] == "rejected"
     assert "limit is 1 KiB" in only_message(verdict)
 
 
-def test_rejects_nul_bytes(exercise):
+def test_rejects_nul_bytes(exercise, grade):
     verdict = grade(exercise("accumulate"), b"def train(*a):\x00 pass\n", "pt-BR")
     assert verdict["status"] == "rejected"
     assert "NUL" in only_message(verdict)
 
 
-def test_rejects_non_utf8(exercise):
+def test_rejects_non_utf8(exercise, grade):
     verdict = grade(exercise("accumulate"), "# ação\n".encode("latin-1"))
     assert verdict["status"] == "rejected"
     assert "UTF-8" in only_message(verdict)
 
 
-def test_syntax_error_is_reported_with_its_line(exercise):
+def test_syntax_error_is_reported_with_its_line(exercise, grade):
     verdict = grade(exercise("accumulate"), b"def train(model, loader, loss_fn, optimizer, k):\n"
                                             b"    for x in loader\n        pass\n")
     assert verdict["status"] == "error"
@@ -123,20 +123,3 @@ def test_live_tensor_meter_charges_new_storage_not_aliases():
         z = y.view(-1).detach()
     assert meter.peak == 8192, (y, z)
 
-
-def test_a_verdict_is_sealed_as_strict_bounded_json():
-    """What the worker stores: a learner's NaN loss becomes null (PostgreSQL refuses NaN in JSON)
-    and a huge output or message is cut to fit."""
-    import json
-
-    from worker.grading import VERDICT_BYTES, seal
-
-    verdict = {"version": 1, "exercise": "x/y", "status": "failed", "diagnosis": None,
-               "checks": [{"name": "run", "status": "failed", "message": "m" * 400_000}],
-               "metrics": {"losses": [1.0, float("nan"), float("inf")], "update_ratio": float("-inf")},
-               "output": "o" * 400_000}
-    sealed = seal(verdict, output_kb=64)
-    text = json.dumps(sealed, allow_nan=False)  # raises on NaN or infinity
-    assert len(text) <= VERDICT_BYTES
-    assert sealed["metrics"] == {"losses": [1.0, None, None], "update_ratio": None}
-    assert sealed["status"] == "failed" and sealed["checks"][0]["message"].startswith("mm")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from app.submissions.messages import render
 from tests.worker.test_golden import assert_answer
 from worker.checks import measure
-from app.submissions.messages import render
 
 TRACES = Path(__file__).parent / "traces" / "measure-h200"
 ROWS = ["measure_fp32", "measure_low", "measure_accum", "measure_checkpoint", "measure_all"]

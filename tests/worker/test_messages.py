@@ -1,9 +1,9 @@
 import string
 from pathlib import Path
 
-from tests.worker.conftest import GOLDEN
 from app.submissions.messages import LANGUAGES, Sci, catalogue, number, render
-from worker.grading import STATUSES
+from app.submissions.verdict import STATUSES
+from tests.worker.conftest import GOLDEN
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 

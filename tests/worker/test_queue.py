@@ -19,6 +19,7 @@ from app.db import make_engine
 from app.lessons.content import load_course
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.service import AlreadyActive, enqueue, queue_position
+from app.submissions.verdict import Record, record
 from tests.conftest import LESSONS
 from worker import queue
 from worker.runner import Worker
@@ -28,9 +29,8 @@ EXERCISE = COURSE.exercise("gradient-accumulation/accumulate")
 LEASE = timedelta(seconds=30)
 
 
-def fake_verdict(exercise, code: bytes, lang: str, run_only: bool = False, cancel=None) -> dict:
-    return {"version": 1, "exercise": exercise.id, "status": "passed", "diagnosis": None,
-            "checks": [], "metrics": {"graded_by": os.getpid()}, "output": code.decode()}
+def fake_verdict(exercise, code: bytes, run_only: bool = False, cancel=None) -> Record:
+    return record(exercise.id, "passed", metrics={"graded_by": os.getpid()}, output=code.decode())
 
 
 @pytest.fixture
@@ -140,14 +140,6 @@ def test_after_the_attempts_cap_the_job_ends_as_error_with_a_reason(sessions):
     assert row.active_owner is None
 
 
-def test_release_puts_the_job_back_without_counting_the_attempt(sessions):
-    [job_id] = _enqueue(sessions, 1)
-    job = queue.claim(sessions, "w1", LEASE, 3)
-    assert queue.release(sessions, job.id, "w1")
-    again = queue.claim(sessions, "w2", LEASE, 3)
-    assert again.id == job_id and again.attempts == 1
-
-
 def _settings(url: str, **extra) -> Settings:
     return Settings(database_url=url, lessons_dir=LESSONS, _env_file=None, **extra)
 
@@ -176,8 +168,8 @@ def test_a_grader_crash_ends_the_job_as_error_not_lost(sessions, database_url):
 def test_a_verdict_no_database_stores_ends_the_job_as_error_and_the_next_is_graded(sessions, database_url):
     _enqueue(sessions, 2)
 
-    def nan_first(exercise, code, lang, run_only=False, cancel=None):
-        verdict = fake_verdict(exercise, code, lang)
+    def nan_first(exercise, code, run_only=False, cancel=None):
+        verdict = fake_verdict(exercise, code)
         if code.endswith(b"0"):
             verdict["metrics"]["update_ratio"] = float("nan")  # PostgreSQL refuses NaN in JSON
         return verdict
@@ -195,12 +187,12 @@ def test_a_cancelled_job_is_stopped_and_its_row_stays_cancelled(sessions, databa
     [job_id] = _enqueue(sessions, 1)
     seen = threading.Event()
 
-    def waits_for_cancel(exercise, code, lang, run_only=False, cancel=None):
+    def waits_for_cancel(exercise, code, run_only=False, cancel=None):
         seen.set()
         import select as select_module
 
         stopped = select_module.select([cancel], [], [], 30)[0]  # the sandbox waits like this
-        return {**fake_verdict(exercise, code, lang), "output": "stopped" if stopped else "ran on"}
+        return {**fake_verdict(exercise, code), "output": "stopped" if stopped else "ran on"}
 
     worker = Worker(_settings(database_url), grade=waits_for_cancel, course=COURSE)
     thread = threading.Thread(target=worker.run_once)
@@ -220,13 +212,13 @@ WORKER_SCRIPT = """
 import sys, time
 from app.config import Settings
 from tests.conftest import LESSONS
+from app.submissions.verdict import record
 from worker import runner
 
-def slow(exercise, code, lang, run_only=False, cancel=None):
+def slow(exercise, code, run_only=False, cancel=None):
     print("grading", flush=True)
     time.sleep(float(sys.argv[2]))
-    return {"version": 1, "exercise": exercise.id, "status": "failed", "diagnosis": None,
-            "checks": [], "metrics": {}, "output": "slow"}
+    return record(exercise.id, "failed", output="slow")
 
 settings = Settings(database_url=sys.argv[1], lessons_dir=LESSONS, lease_seconds=1.0,
                     poll_seconds=0.2, _env_file=None)

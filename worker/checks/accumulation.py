@@ -17,8 +17,8 @@ from functools import lru_cache
 
 import torch
 
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from app.submissions.messages import Phrase, Sci  # noqa: E402
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.harness import memory, scenarios  # noqa: E402
 
 # traj_err = max_t |θ_t − θ_ref,t| / |θ_ref,t − θ_0|; wrong loops are ≥ 0.14.

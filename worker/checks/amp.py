@@ -17,8 +17,8 @@ from functools import lru_cache
 
 import torch
 
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from app.submissions.messages import Phrase, Sci  # noqa: E402
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.harness import scenarios  # noqa: E402
 
 # error = max over batches |θ − θ_ref| / |θ_ref,end − θ_0|: correct loops on the CPU are

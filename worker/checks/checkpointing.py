@@ -15,8 +15,8 @@ from functools import lru_cache
 
 import torch
 
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from app.submissions.messages import Sci  # noqa: E402
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
 from worker.harness import memory, scenarios  # noqa: E402
 
 # relative gradient error: checkpointing is bitwise equal on the CPU (0.0); a CUDA float64

@@ -8,8 +8,8 @@ accumulation configuration matches the large batch (the "accumulation" kind's re
 and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 """
 
-from worker.checks import Check, Diagnosis, Evaluation, accumulation
 from app.submissions.messages import Phrase, Sci
+from worker.checks import Check, Diagnosis, Evaluation, accumulation
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
