@@ -6,8 +6,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.accounts.models import Owned
 from app.db import Base, utcnow
 
-__all__ = ["QuizAttempt", "utcnow"]
-
 
 class QuizAttempt(Owned, Base):
     """One answer to one quick-check question, owned by a visitor or an account (see Owned)."""
