@@ -67,3 +67,21 @@ def test_the_modules_of_app_import_one_another_without_a_cycle():
                     if imported in trees and imported != name}
              for name, tree in trees.items()}
     assert list(TopologicalSorter(graph).static_order())
+
+
+HTTP_SIDE = frozenset({"routes.py", "auth.py", "dependencies.py", "schemas.py"})
+
+
+def test_a_domains_services_know_nothing_of_http_and_leave_the_commit_to_the_request():
+    """Only routes, auth (accounts), dependencies and schemas speak HTTP; the rest takes a
+    Session and never commits it: the request's session does (app.db.get_session)."""
+    found = {}
+    for path, tree in _trees().items():
+        if path.parent == APP or path.name in HTTP_SIDE:
+            continue
+        http = {name for name in _imported(tree) if name.split(".")[0] in ("fastapi", "starlette")}
+        commits = {f"commit() at line {node.lineno}" for node in ast.walk(tree)
+                   if isinstance(node, ast.Attribute) and node.attr == "commit"}
+        if http | commits:
+            found[str(path.relative_to(ROOT))] = sorted(http | commits)
+    assert found == {}
