@@ -32,12 +32,6 @@ from worker.pool import Pool
 log = logging.getLogger("treino.grading")
 
 
-def _limits(exercise: Exercise) -> sandbox.Limits:
-    lim = exercise.limits
-    return sandbox.Limits(wall_seconds=lim.wall_seconds, cpu_seconds=lim.cpu_seconds,
-                          memory_mb=lim.memory_mb, output_kb=lim.output_kb)
-
-
 def _record(exercise: Exercise, status: VerdictStatus, checks: list[Check] | tuple[()] = (),
             diagnosis: Diagnosis | None = None, metrics: dict[str, Any] | None = None,
             output: str = "") -> Record:
@@ -154,7 +148,7 @@ class Grader:
         syntax = syntax_error(code)  # the commonest mistake gets its answer without a sandbox
         if syntax is not None:
             return _record(exercise, "error", [_error_check(syntax, exercise.entry)])
-        limits = _limits(exercise)
+        limits = exercise.limits
         device = self.setup.device
         job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
         checks_module = kind_module(exercise.check_kind)

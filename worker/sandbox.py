@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from app.lessons.content import Limits
 from worker import nvml, seccomp
 from worker.harness import trace_schema
 
@@ -86,14 +87,6 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 
 class SandboxUnavailable(RuntimeError):
     """The configured sandbox or device cannot be used here; the message says why, in one line."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    wall_seconds: float = 60
-    cpu_seconds: int = 60
-    memory_mb: int = 3072  # the whole sandbox (cgroup), or its address space without one
-    output_kb: int = 64
 
 
 @dataclass(frozen=True)

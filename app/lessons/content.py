@@ -30,6 +30,7 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -144,13 +145,16 @@ class CheckFile(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class LimitsFile(_Strict):
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class Limits:
+    """An exercise's limits, as its exercise.yaml sets them (validated) and as the sandbox
+    applies them: one type from the file to the launcher."""
+
     wall_seconds: float = Field(default=60, gt=0, le=600)
     cpu_seconds: int = Field(default=60, gt=0, le=600)
-    memory_mb: int = Field(default=3072, ge=256, le=65536)
-    code_kb: int = Field(default=64, gt=0, le=1024)
-    output_kb: int = Field(default=64, gt=0, le=1024)
+    memory_mb: int = Field(default=3072, ge=256, le=65536)  # the sandbox's cgroup, or its address space
+    code_kb: int = Field(default=64, gt=0, le=1024)  # refused before running, above this
+    output_kb: int = Field(default=64, gt=0, le=1024)  # the learner's prints kept
 
 
 class ExerciseFile(_Strict):
@@ -159,7 +163,7 @@ class ExerciseFile(_Strict):
     hints: list[Texts] = Field(min_length=3, max_length=3)
     entry: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
     check: CheckFile
-    limits: LimitsFile = Field(default_factory=LimitsFile)
+    limits: Limits = Field(default_factory=Limits)
 
 
 def _unique(ids: list[str], what: str) -> None:
@@ -222,15 +226,6 @@ class Question:
     @property
     def correct_option(self) -> Option:
         return next(o for o in self.options if o.correct)
-
-
-@dataclass(frozen=True)
-class Limits:
-    wall_seconds: float = 60
-    cpu_seconds: int = 60
-    memory_mb: int = 3072
-    code_kb: int = 64
-    output_kb: int = 64
 
 
 @dataclass(frozen=True)
@@ -431,7 +426,7 @@ def _load_exercise(path: Path, lesson_slug: str) -> Exercise:
         entry=spec.entry,
         check_kind=spec.check.kind,
         check_params=dict(spec.check.params),
-        limits=Limits(**spec.limits.model_dump()),
+        limits=spec.limits,
         starter=_read(path / "starter.py"),
         prompt_html={lang: render_markdown(spec.prompt.get(lang)) for lang in LANGS},
     )
