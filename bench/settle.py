@@ -8,7 +8,8 @@ import os
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
-HARNESS = b"/run.py"  # what a sandbox's Python runs (worker/harness/run.py)
+# what a sandbox's Python runs: worker/harness/run.py, or a fork server's template.py
+HARNESS = (b"/run.py", b"/template.py")
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
@@ -35,7 +36,8 @@ def tree(root: int) -> dict[int, float]:
 
 
 def sandboxes(pids) -> int:
-    """How many of ``pids`` are sandboxed Pythons running the harness."""
+    """How many of ``pids`` are sandboxed Pythons running the harness (a template's forked jobs
+    carry its command line: they are counted too, and they are never quiet for long)."""
     count = 0
     for pid in pids:
         try:

@@ -84,8 +84,9 @@ class Process:
 class Stack:
     """A database, the web, and workers added on demand; ``close`` stops them all."""
 
-    def __init__(self, backend: str, pool_size: int) -> None:
-        self.backend, self.pool_size = backend, pool_size
+    def __init__(self, backend: str, pool_size: int, start: str = "exec") -> None:
+        """``start``: how its workers start sandboxes (``TREINO_SANDBOX_START``, exec|fork)."""
+        self.backend, self.pool_size, self.start = backend, pool_size, start
         self._exit = contextlib.ExitStack()
         self.folder = Path(tempfile.mkdtemp(prefix=f"treino-bench-{backend}-"))
         self._exit.callback(shutil.rmtree, self.folder, ignore_errors=True)
@@ -96,7 +97,10 @@ class Stack:
         try:
             self.url = self._exit.enter_context(scratch_database(self.backend, self.folder))
             self.env = {**os.environ, "TREINO_DATABASE_URL": self.url,
-                        "TREINO_POOL_SIZE": str(self.pool_size), "TREINO_LOG_FORMAT": "text"}
+                        "TREINO_POOL_SIZE": str(self.pool_size), "TREINO_LOG_FORMAT": "text",
+                        "TREINO_SANDBOX_START": self.start,
+                        # what is measured is grading, not the fair-use limit of one address
+                        "TREINO_SUBMISSIONS_PER_IP": "100000"}
             subprocess.run([sys.executable, "-m", "worker.cli", "db", "upgrade"], cwd=ROOT,
                            env=self.env, check=True, capture_output=True)
             self.port = free_port()
@@ -126,6 +130,11 @@ class Stack:
                     return
             time.sleep(0.1)
         raise RuntimeError(f"the web did not answer within {timeout:.0f} s")
+
+    @property
+    def warm(self) -> int:
+        """Harness processes a quiet worker holds: its warm pool, or its one template."""
+        return 1 if self.start == "fork" else self.pool_size
 
     def add_worker(self) -> Process:
         worker = self._start(f"worker-{len(self.workers) + 1}", ["worker"])

@@ -15,12 +15,12 @@ POLL_SECONDS = 0.05
 FINAL = {"passed", "failed", "error", "timeout", "rejected"}
 
 
-def _client(stack: Stack) -> httpx2.Client:
+def new_client(stack: Stack) -> httpx2.Client:
     """A new learner: its own cookie jar, so each has its own one active submission."""
     return httpx2.Client(base_url=stack.base, timeout=30, trust_env=False)
 
 
-def _submit(client: httpx2.Client, exercise_id: str, code: str) -> int:
+def submit(client: httpx2.Client, exercise_id: str, code: str) -> int:
     lesson, exercise = exercise_id.split("/")
     response = client.post(f"/api/lessons/{lesson}/exercises/{exercise}/submissions",
                            json={"code": code})
@@ -29,7 +29,7 @@ def _submit(client: httpx2.Client, exercise_id: str, code: str) -> int:
     return response.json()["id"]
 
 
-def _verdict(client: httpx2.Client, submission: int, timeout: float = 300) -> dict:
+def verdict(client: httpx2.Client, submission: int, timeout: float = 300) -> dict:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         response = client.get(f"/api/submissions/{submission}")
@@ -48,11 +48,11 @@ def end_to_end(stack: Stack, exercise_id: str, code: str, runs: int) -> list[flo
     times = []
     for _ in range(runs):
         for worker in stack.workers:
-            settle.wait_quiet(worker.pid, stack.pool_size)
+            settle.wait_quiet(worker.pid, stack.warm)
             worker.check()
-        with _client(stack) as client:
+        with new_client(stack) as client:
             started = time.perf_counter()
-            body = _verdict(client, _submit(client, exercise_id, code))
+            body = verdict(client, submit(client, exercise_id, code))
             times.append((time.perf_counter() - started) * 1000)
         if body["status"] != "passed":
             raise RuntimeError(f"the solution was {body['status']}: {body['verdict']}")
@@ -85,13 +85,13 @@ def throughput(stack: Stack, exercise_id: str, code: str, jobs: int) -> float:
     """Verdicts per minute for ``jobs`` submissions sent at once, from warm pools: first
     enqueued → last finished."""
     for worker in stack.workers:
-        settle.wait_quiet(worker.pid, stack.pool_size)
+        settle.wait_quiet(worker.pid, stack.warm)
     done = len(job_times(stack))
-    clients = [_client(stack) for _ in range(jobs)]
+    clients = [new_client(stack) for _ in range(jobs)]
     try:
-        ids = [_submit(client, exercise_id, code) for client in clients]
+        ids = [submit(client, exercise_id, code) for client in clients]
         for client, submission in zip(clients, ids, strict=True):
-            _verdict(client, submission)
+            verdict(client, submission)
     finally:
         for client in clients:
             client.close()
@@ -133,7 +133,7 @@ def requests_per_second(stack: Stack, path: str, seconds: float, limit: int = 10
                         connections: int = 8) -> float:
     """GET ``path`` over ``connections`` keep-alive connections for ``seconds`` (or ``limit``
     requests), as one returning visitor; 200s per second."""
-    with _client(stack) as client:
+    with new_client(stack) as client:
         client.get(path).raise_for_status()  # the visitor's cookie, and a warm cache
         cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
     request = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{stack.port}\r\nCookie: {cookie}\r\n"

@@ -13,6 +13,9 @@ jobs stay as isolated from each other, from the template and from the host as si
 sandboxes are. The template runs at most one uid for all its jobs: they are kept apart by
 their namespaces, not by uids.
 
+After each job the next job's sandbox is forked ahead (its namespaces and mounts made, its
+init waiting for a request), while nobody waits: a learner who resubmits at once finds it ready.
+
 The job's pid reaches the worker through the credentials of the job's own socket (the kernel
 translates it into the worker's PID namespace): the worker moves the job into its cgroup and
 only then sends the request. The wall clock, a cancel or the memory watch kill the job's PID
@@ -136,7 +139,8 @@ class ForkedJob:
 
     def run(self, kind: str, job: dict, code: bytes, limits: Limits,
             cancel: Cancel | None = None) -> Result:
-        """Wait for the fork, put it in its cgroup, hand the job over, wait for its end."""
+        """Wait for the fork (forked ahead, it is there), put it in its cgroup, hand the job
+        over, wait for its end."""
         asked = time.monotonic()
         self.pid = self._started(FORK_SECONDS)
         try:
@@ -203,6 +207,14 @@ class ForkedJob:
             self._root = None
 
 
+def _ended(template: Sandbox, grace: float = 1.0) -> bool:
+    """Whether the template is gone, or goes within ``grace`` (its jobs die a moment before its
+    launcher does)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        template.proc.wait(timeout=grace)
+    return template.proc.poll() is not None
+
+
 class ForkServer:
     """One template, kept running by a thread of its own (bubblewrap's --die-with-parent follows
     the thread that started it), and a fork of it per job."""
@@ -214,6 +226,7 @@ class ForkServer:
         self.size = 1
         self._start = start or functools.partial(Sandbox, isolation, device, gpu, template=True)
         self._template: Sandbox | None = None
+        self._standby: ForkedJob | None = None  # the next job's sandbox, forked ahead
         self._changed = threading.Condition()
         self._closed = False
         self._error: BaseException | None = None
@@ -271,6 +284,32 @@ class ForkServer:
                 self._changed.notify_all()
         template.close()
 
+    def _take(self, template: Sandbox) -> "ForkedJob":
+        """The sandbox forked ahead for the next job (if it is this template's), else a new fork."""
+        with self._changed:
+            standby, self._standby = self._standby, None
+        if standby is not None and standby.template is template:
+            return standby
+        if standby is not None:
+            sandbox.release(standby)
+        return ForkedJob(template)
+
+    def _fork_ahead(self, template: Sandbox) -> None:
+        """After a job, fork the next one's sandbox while nobody waits for it (a learner who
+        resubmits at once finds it ready); not during a job, whose cores it would share."""
+        with self._changed:
+            if self._closed or self._standby is not None or self._template is not template:
+                return
+        try:
+            standby = ForkedJob(template)
+        except TemplateTrouble:
+            return  # the next job finds out, and replaces the template
+        with self._changed:
+            if not self._closed and self._standby is None and self._template is template:
+                self._standby, standby = standby, None
+        if standby is not None:
+            sandbox.release(standby)
+
     def run(self, kind: str, job: dict, code: bytes, limits: Limits,
             cancel: Cancel | None = None) -> Result:
         """Run one job in a fork of the template; in a cold single-use sandbox if the template
@@ -279,15 +318,19 @@ class ForkServer:
         try:
             if not template.ready(sandbox.WARM_UP_SECONDS):
                 raise TemplateTrouble(f"template {template.id} did not warm up")
-            forked = ForkedJob(template)
+            forked = self._take(template)
         except TemplateTrouble as exc:
             return self._cold(template, exc, kind, job, code, limits, cancel)
         try:
-            return forked.run(kind, job, code, limits, cancel)
+            result = forked.run(kind, job, code, limits, cancel)
+            if result.status == "crashed" and _ended(template):  # it took the job down with it
+                raise TemplateTrouble(f"template {template.id} ended during job {forked.id}")
         except TemplateTrouble as exc:
             return self._cold(template, exc, kind, job, code, limits, cancel)
         finally:
             sandbox.release(forked)
+        self._fork_ahead(template)
+        return result
 
     def _cold(self, template: Sandbox, why: Exception, kind: str, job: dict, code: bytes,
               limits: Limits, cancel: Cancel | None) -> Result:
@@ -306,7 +349,10 @@ class ForkServer:
         with self._changed:
             self._closed = True
             template, self._template = self._template, None
+            standby, self._standby = self._standby, None
             self._changed.notify_all()
+        if standby is not None:
+            standby.close()
         if template is not None:
             template.close()
         self._keeper.join(timeout=30)

@@ -12,7 +12,7 @@ Each job, in three processes (the first two ours only):
 
 1. the fork (A) keeps only its job's descriptors; in a sandbox (CONFIG ``isolate``) it enters a
    new user namespace mapping the same uid, then new mount, PID, network (only ``lo``), IPC and
-   UTS namespaces; forks B and exits.
+   UTS namespaces; forks B and waits for it. Each of A, B and C dies with its parent.
 2. B is the init of the job's PID namespace (when it ends, the kernel kills every process left
    in it): it mounts the job's own tmpfs (/job, /job/out, /tmp, /dev/shm) and a fresh /proc,
    masked as bubblewrap masks a single-use sandbox's, allows no more user namespaces, starts a
@@ -39,6 +39,7 @@ import socket
 import struct
 import sys
 import tempfile
+import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,7 +53,7 @@ CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
 CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP = 4, 24, 22
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP = 1, 4, 24, 22
 PR_SET_CHILD_SUBREAPER, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
@@ -153,7 +154,7 @@ def drop_privileges(program):
     check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.c_char_p(fprog), 0, 0), "seccomp")
 
 
-def job(request, config, program, trace, done, device, job_id):
+def job(request, config, program, trace, done, device, job_id, parent):
     isolate = config["isolate"]
     if isolate:
         check(libc.unshare(CLONE_NEWCGROUP), "unshare(cgroup)")  # it is in its own cgroup now
@@ -164,6 +165,7 @@ def job(request, config, program, trace, done, device, job_id):
         os.environ.update(HOME=work, TMPDIR=os.path.join(work, "tmp"))
         tempfile.tempdir = None
     os.chdir(work)
+    die_with_parent(parent)  # B
     sys.argv = [os.path.join(HERE, "run.py"), work, "-1", str(trace), str(done), device, job_id]
     if device == "cuda":
         run.warm_up("cuda")  # the template never touched CUDA: the job creates its context
@@ -173,15 +175,30 @@ def job(request, config, program, trace, done, device, job_id):
 # ---------------------------------------------------------------- one fork
 
 
-def fork_job(fds, config, program, device, job_id):
-    """A (this process, a fork of the template): never returns."""
+def die_with_parent(parent=None):
+    """SIGKILL when the parent goes (set after any change of credentials, which clears it); if
+    it is already gone, go now."""
+    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+def fork_job(fds, config, program, device, job_id, template):
+    """A (this process, a fork of the template): waits for B, dies with the template; never
+    returns. Each of A, B and C dies with its parent, so a job never outlives its template (under
+    bwrap its PID namespaces see to that too)."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         sock, trace, done, status = settle_fds(fds)
         if config["isolate"]:
             enter_namespaces()
-        if os.fork() == 0:
+        die_with_parent(template)
+        child = os.fork()
+        if child == 0:
             init(sock, trace, done, status, config, program, device, job_id)
+        for fd in (sock, trace, done, status):
+            os.close(fd)
+        os.waitpid(child, 0)
     except BaseException:  # noqa: BLE001 (ours: the worker sees no "P" and replaces the template)
         traceback.print_exc()
     finally:
@@ -191,20 +208,22 @@ def fork_job(fds, config, program, device, job_id):
 def init(sock, trace, done, status, config, program, device, job_id):
     """B: never returns."""
     try:
+        die_with_parent()  # A: outside our PID namespace, so no getppid() to compare
         if config["isolate"]:
             own_mounts(config)
-        else:
+        else:  # the job's orphans come to us, not to the host's init
             check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
         os.setsid()
         libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
         os.write(sock, b"P")  # the worker reads our pid from the socket's credentials
         request = run.receive(sock)  # the go: we are in the job's cgroup
         os.close(sock)
+        me = os.getpid()
         child = os.fork()
         if child == 0:
             os.close(status)
             try:
-                job(request, config, program, trace, done, device, job_id)
+                job(request, config, program, trace, done, device, job_id, me)
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
             finally:
@@ -224,7 +243,7 @@ def init(sock, trace, done, status, config, program, device, job_id):
 
 def serve(control, config, program, device):
     """Fork one job per ``J`` message until the worker closes its end."""
-    jobs = 0
+    jobs, template = 0, os.getpid()
     while True:
         message, fds, _, _ = socket.recv_fds(control, 16, JOB_FDS)
         if not message:
@@ -236,11 +255,22 @@ def serve(control, config, program, device):
         jobs += 1
         sys.stdout.flush()
         sys.stderr.flush()
-        if os.fork() == 0:
+        if fork() == 0:
             control.detach()  # its descriptor is closed with the rest; never by this object
-            fork_job(fds, config, program, device, f"{sys.argv[-1]}-{jobs}")
-        for fd in fds:
+            fork_job(fds, config, program, device, f"{sys.argv[-1]}-{jobs}", template)
+        for fd in fds:  # a fork that failed: the worker sees the job's socket close with no "P"
             os.close(fd)
+
+
+def fork(attempts=200):
+    """os.fork, waiting out a moment without processes to spare (a fork bomb's processes take a
+    moment to go: the uid's RLIMIT_NPROC counts every job of this template); -1 if it fails."""
+    for _ in range(attempts):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            time.sleep(0.01)
+    return -1
 
 
 def threads():
@@ -277,8 +307,7 @@ def main(argv):
     torch.set_num_threads(1)
     if threads() != 1:  # a fork copies one thread only: a lock held by another would stay held
         raise SystemExit(f"template: {threads()} threads after warm-up, forks need one")
-    check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")  # each job's init, once A is gone
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # and reaped by the kernel when it ends
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # each job's A is reaped by the kernel
     gc.freeze()  # the warm-up's objects stay shared with every fork (no refcount-driven copies)
     control.send(b"R")
     serve(control, config, program, device)
