@@ -11,23 +11,21 @@ language, ``format_verdict`` prints a rendered verdict for a terminal, and
 
 import ast
 import contextlib
-import functools
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.config import Settings
-from app.lessons.content import Exercise
+from app.lessons.content import Exercise, Limits
 from app.submissions.messages import language, number, text
 from app.submissions.verdict import Record, VerdictStatus, check_record, record, render, seal
-from worker import sandbox
+from worker import forkserver, sandbox
 from worker.checks import Check, Diagnosis, Evaluation, kind_module
-from worker.pool import Pool
 
 log = logging.getLogger("treino.grading")
 
@@ -44,7 +42,7 @@ def _cap(output: str, limit_kb: int) -> str:
     return output if len(output) <= limit else output[:limit] + "\n[…]"
 
 
-def validate(exercise, code: bytes) -> Check | None:
+def validate(exercise: Exercise, code: bytes) -> Check | None:
     """Why ``code`` is refused before running, or None."""
     limit = exercise.limits.code_kb
     if len(code) > limit * 1024:
@@ -59,7 +57,7 @@ def validate(exercise, code: bytes) -> Check | None:
     return None
 
 
-def syntax_error(code: bytes) -> dict | None:
+def syntax_error(code: bytes) -> dict[str, Any] | None:
     """The syntax error of ``code`` as the harness would report it, found without running it."""
     try:
         compile(code.decode("utf-8"), "submission.py", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
@@ -72,7 +70,7 @@ def syntax_error(code: bytes) -> dict | None:
     return None
 
 
-def _error_check(error: dict, entry: str) -> Check:
+def _error_check(error: dict[str, Any], entry: str) -> Check:
     phase, kind = error.get("phase"), error.get("type", "")
     if phase == "syntax":
         return Check("run", False, "error.syntax",
@@ -97,24 +95,36 @@ def _error_check(error: dict, entry: str) -> Check:
     return Check("run", False, "error.exception", values)
 
 
+class Runner(Protocol):
+    """What hands a job to a sandbox: a ``Pool`` of single-use sandboxes, or a fork server."""
+
+    def run(self, kind: str, job: dict[str, Any], code: bytes, limits: Limits,
+            cancel: sandbox.Cancel | None = None) -> sandbox.Result: ...
+
+    def warm(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Grader:
-    """Grades submissions with one sandbox setup, device and pool; built once per process."""
+    """Grades submissions with one sandbox setup, device and runner; built once per process."""
 
     setup: sandbox.Setup
-    pool: Pool
+    pool: Runner
 
     @classmethod
     @contextlib.contextmanager
     def running(cls, settings: Settings, pool_size: int | None = None, *,
                 setup: sandbox.Setup | None = None) -> Iterator["Grader"]:
-        """A grader of ``settings``' sandbox and device (or of ``setup``), with a warm pool of
-        ``pool_size`` sandboxes (default ``TREINO_POOL_SIZE``; 0: a cold sandbox per job) for
-        the duration. Raises ``sandbox.SandboxUnavailable`` when a mandatory sandbox or device
-        is missing."""
+        """A grader of ``settings``' sandbox and device (or of ``setup``) for the duration: its
+        jobs forked from a template (``TREINO_SANDBOX_START=fork``, where that works), or from a
+        warm pool of ``pool_size`` single-use sandboxes (default ``TREINO_POOL_SIZE``; 0: a cold
+        sandbox per job, never forked; ``worker.forkserver.runner``). Raises
+        ``sandbox.SandboxUnavailable`` when a mandatory sandbox or device is missing."""
         setup = setup or sandbox.setup(settings.sandbox, settings.device)
         size = settings.pool_size if pool_size is None else pool_size
-        pool = Pool(size, functools.partial(sandbox.Sandbox, setup.isolation, setup.device, setup.gpu))
+        pool = forkserver.runner(settings.sandbox_start, setup, size)
         with cls(setup, pool) as grader:
             yield grader
 
@@ -165,7 +175,7 @@ class Grader:
                      else Check("run", False, "error.crashed", {"reason": result.reason}))
             return _record(exercise, "error", [check], metrics=metrics, output=output)
         try:
-            return _judge(exercise, result.trace, result.output, checks_module, metrics, device,
+            return _judge(exercise, result.trace or {}, result.output, checks_module, metrics, device,
                           run_only)
         except Exception:  # a trace the harness did not write (the learner forged it): no verdict
             log.warning("%s: trace not understood", exercise.id, exc_info=True)
@@ -196,13 +206,13 @@ class Grader:
         problems = []
         solution = records[0]
         if solution["status"] != "passed":
-            verdict = render(dict(solution), "en")
+            verdict = render(solution, "en")
             reason = "; ".join(c["message"] for c in verdict["checks"] if c["status"] == "failed")
             problems.append(f"{exercise.id}: solution.py does not pass ({solution['status']}: {reason})")
         if not mistakes:
             problems.append(f"{exercise.id}: no mistakes/<diagnosis-id>.py files")
         for path, rec in zip(mistakes, records[1:], strict=True):
-            found = (rec["diagnosis"] or {}).get("id")
+            found = rec["diagnosis"]["id"] if rec["diagnosis"] else None
             if rec["status"] == "passed":
                 problems.append(f"{exercise.id}: mistakes/{path.name} passes")
             elif found != path.stem:
@@ -238,7 +248,7 @@ def _judge(exercise: Exercise, trace: dict[str, Any], process_output: str, check
 MARKS = {"passed": "✓", "failed": "✗"}
 
 
-def format_verdict(stored: dict[str, Any], lang: str = "en") -> str:
+def format_verdict(stored: Mapping[str, Any], lang: str = "en") -> str:
     """A verdict record (or a rendered verdict) as readable terminal text in ``lang``."""
     lang = language(lang)
     verdict = render(stored, lang)

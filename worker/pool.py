@@ -16,7 +16,9 @@ A pool belongs to a ``grading.Grader`` (the worker's for its lifetime, `treino c
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
+from app.lessons.content import Limits
 from worker import sandbox
 
 log = logging.getLogger("treino.pool")
@@ -91,7 +93,7 @@ class Pool:
             self._out += 1
         return box if box is not None else self._start()
 
-    def run(self, kind: str, job: dict, code: bytes, limits: sandbox.Limits,
+    def run(self, kind: str, job: dict[str, Any], code: bytes, limits: Limits,
             cancel: sandbox.Cancel | None = None) -> sandbox.Result:
         """Run one job in a sandbox of this pool (a cold one if none is warm)."""
         try:

@@ -22,14 +22,15 @@ class Phrase:
     """A catalogue text quoted inside another, rendered in the same language: one wording
     per fact when a diagnosis has more than one kind of evidence."""
 
-    def __init__(self, key: str, values: dict | None = None):
+    def __init__(self, key: str, values: dict[str, Any] | None = None) -> None:
         self.key, self.values = key, values or {}
 
 
 @cache
 def catalogue() -> dict[str, dict[str, str]]:
     with CATALOGUE.open(encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        entries: dict[str, dict[str, str]] = yaml.safe_load(f)
+    return entries
 
 
 def language(lang: str) -> str:
@@ -48,7 +49,7 @@ def _scientific(value: float, locale: str) -> str:
     return f"{format_decimal(float(mantissa), format='0.0', locale=locale)}e{int(exponent)}"
 
 
-def number(value, lang: str) -> str:
+def number(value: Any, lang: str) -> str:
     locale = _locale(lang)
     if isinstance(value, bool):
         return str(value)
@@ -72,7 +73,7 @@ def text(key: str, lang: str) -> str:
     return entry[language(lang)]
 
 
-def render(key: str, lang: str, values: dict | None = None) -> str:
+def render(key: str, lang: str, values: dict[str, Any] | None = None) -> str:
     """The text of ``key`` in ``lang`` with ``{placeholders}`` filled in, numbers localised."""
     template = text(key, lang)
     return template.format(**{k: number(v, lang) for k, v in (values or {}).items()})

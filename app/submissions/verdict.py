@@ -11,7 +11,7 @@
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,8 +23,8 @@ VerdictStatus = Literal["passed", "failed", "error", "timeout", "rejected"]
 STATUSES: tuple[VerdictStatus, ...] = get_args(VerdictStatus)
 Reason = Literal["worker-trouble", "grader-crashed", "exercise-gone", "verdict-refused"]
 REASONS: tuple[Reason, ...] = get_args(Reason)
-RECORD_VERSION = 2
-VERDICT_VERSION = 1
+RECORD_VERSION: Literal[2] = 2
+VERDICT_VERSION: Literal[1] = 1
 MAX_BYTES = 256 * 1024  # a sealed record, as JSON
 
 
@@ -184,10 +184,10 @@ def _render_check(check: CheckRecord, lang: str) -> dict[str, Any]:
     return out
 
 
-def render(stored: dict[str, Any], lang: str) -> dict[str, Any]:
+def render(stored: Mapping[str, Any], lang: str) -> dict[str, Any]:
     """The verdict of a stored record, its texts in ``lang`` (a version-1 verdict as it is)."""
     if stored.get("version") != RECORD_VERSION:
-        return stored
+        return dict(stored)
     lang = language(lang)
     diagnosis = stored.get("diagnosis")
     out: dict[str, Any] = {
