@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
 
 from app.http import is_api, redirect
 from app.i18n import gettext as _
@@ -193,7 +194,7 @@ def leaf_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
             yield from leaf_routes(inner.routes)
 
 
-def _allowed(scope: dict) -> set[str]:
+def _allowed(scope: Scope) -> set[str]:
     methods: set[str] = set()
     for route in leaf_routes(scope["app"].router.routes):
         if route.matches(scope)[0] != Match.NONE:

@@ -27,10 +27,10 @@ class SmtpMailer:
         message["From"], message["To"], message["Subject"] = s.smtp_from, to, subject
         message.set_content(body)
         context = ssl.create_default_context()
-        smtp_class = smtplib.SMTP_SSL if s.smtp_tls == "ssl" else smtplib.SMTP
-        extra = {"context": context} if s.smtp_tls == "ssl" else {}
         assert s.smtp_host
-        with smtp_class(s.smtp_host, s.smtp_port, timeout=20, **extra) as smtp:
+        smtp = (smtplib.SMTP_SSL(s.smtp_host, s.smtp_port, timeout=20, context=context)
+                if s.smtp_tls == "ssl" else smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=20))
+        with smtp:
             if s.smtp_tls == "starttls":
                 smtp.starttls(context=context)
             if s.smtp_user:

@@ -41,7 +41,7 @@ def owned_by(model: type[Owned], learner: Learner) -> ColumnElement[bool]:
 def owner_clause(model: type[Owned], signed_in: bool) -> ColumnElement[bool]:
     """owned_by with the learner left as bind parameters, for a statement built once and run
     on every page (give it ``owner_params(learner)``)."""
-    user_id = bindparam("owner_user_id") if signed_in else None
+    user_id: Any = bindparam("owner_user_id") if signed_in else None
     return _owner_filter(model, user_id, bindparam("owner_visitor_id"))
 
 

@@ -335,7 +335,7 @@ def _load_lesson_text(path: Path) -> LessonText:
     meta = _validate(path, LessonMeta, _parse_yaml(path, source[4:end]))
     body = source[end + 5:]
     sections = _split_cards(path, body)
-    cards = []
+    cards: list[Card] = []
     anchors: set[str] = set()
     for heading, text in sections:
         further = bool(FURTHER.search(heading))

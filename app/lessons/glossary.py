@@ -97,10 +97,11 @@ def _texts(path: Path) -> Iterator[tuple[str, str]]:
             raise ContentError(f"{path}: missing") from None
         for message in catalog:
             if message.id:
-                strings = message.string if isinstance(message.string, tuple) else (message.string,)
+                string = message.string  # a tuple for a message with plurals
+                strings = [string] if isinstance(string, str) else list(string or ())
                 msgid = message.id[0] if isinstance(message.id, tuple) else message.id
-                for text in strings:
-                    yield f"msgstr of {msgid[:50]!r}", text or ""
+                for translation in strings:
+                    yield f"msgstr of {msgid[:50]!r}", translation or ""
     else:
         yield from _yaml_texts(_parse_yaml(path, _read(path)), ())
 

@@ -2,6 +2,7 @@
 every web replica answers the same."""
 
 from datetime import timedelta
+from typing import Literal
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -32,7 +33,7 @@ def readiness(session: Session, database_url: str) -> dict[str, bool]:
     return checks
 
 
-def job_limits(session: Session) -> str | None:
+def job_limits(session: Session) -> Literal["cgroup", "watchdog"] | None:
     """How live workers hold a job's whole tree to its memory: "cgroup" when every one has a
     cgroup, "watchdog" when any sums the tree's memory itself (no cgroup could be made: weaker,
     a fast allocation can overshoot between two looks); None when no worker is live."""
@@ -75,7 +76,7 @@ def metrics(session: Session) -> str:
            "From submission to verdict, for every final submission.")
     rows = session.execute(select(Submission.created_at, Submission.finished_at)
                            .where(Submission.finished_at.is_not(None))).all()
-    latencies = [(aware(done) - aware(made)).total_seconds() for made, done in rows]
+    latencies = [(aware(done) - aware(made)).total_seconds() for made, done in rows if done]
     for bound in LATENCY_BUCKETS:
         count = sum(1 for s in latencies if s <= bound)
         lines.append(f'treino_grading_latency_seconds_bucket{{le="{bound}"}} {count}')

@@ -107,10 +107,10 @@ class CourseProgress:
     def resume(self) -> Resume | None:
         """The next step in the most recently active lesson, else in the lessons after it (then
         before it); None before any activity and once the course is complete."""
-        active = [p for p in self.lessons if p.last_active]
+        active = [(p.last_active, i) for i, p in enumerate(self.lessons) if p.last_active]
         if not active:
             return None
-        start = self.lessons.index(max(active, key=lambda p: p.last_active))
+        start = max(active, key=lambda when: when[0])[1]  # on a tie, the earlier lesson
         return next(filter(None, map(_next_step, self.lessons[start:] + self.lessons[:start])), None)
 
 

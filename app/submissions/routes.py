@@ -1,5 +1,5 @@
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -138,11 +138,11 @@ def cancel_form(request: Request, submission_id: SubmissionId, learner: LearnerD
 
 
 def _status_context(request: Request, session: Session, learner: Learner,
-                    submission: Submission | None) -> dict:
+                    submission: Submission | None) -> dict[str, Any]:
     """The context of _submission_status.html: the status or verdict, the attempt's number for
     this learner and exercise, and after a pass the way on and the reference solution (also
     offered, with a warning, after several failed tries)."""
-    context = {
+    context: dict[str, Any] = {
         "submission": submission, "error": None, "announce": False, "history_oob": None,
         "queue_position": None, "elapsed": None, "figures": [], "attempts": None, "place": None,
         "solution": None, "failing_line": None,
@@ -197,7 +197,7 @@ def submit_api(request: Request, body: SubmissionIn, exercise: ExerciseDep, lear
         raise ApiError(429, busy_message(), code="already_active") from None
     except Throttled as e:
         raise too_many(str(e), e.retry_after) from None
-    return SubmissionCreated(id=submission.id, status=submission.status)
+    return SubmissionCreated(id=submission.id, status=Status(submission.status))
 
 
 @router.get("/api/submissions/{submission_id}", response_model=SubmissionOut, tags=["submissions"],
@@ -207,6 +207,6 @@ def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: Se
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
         raise HTTPException(404)
-    return SubmissionOut(id=submission.id, exercise=submission.exercise, mode=submission.mode,
-                         status=submission.status, verdict=present.verdict_of(submission) or None,
+    return SubmissionOut(id=submission.id, exercise=submission.exercise, mode=Mode(submission.mode),
+                         status=Status(submission.status), verdict=present.verdict_of(submission) or None,
                          queue_position=service.queue_position(session, submission))

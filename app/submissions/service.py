@@ -81,16 +81,16 @@ def attempts(session: Session, learner: Learner, exercise_id: str) -> Attempts:
                     sum(row.mode == Mode.SUBMIT and row.status in failed for row in rows))
 
 
-def cancel(session: Session, submission: Submission) -> bool:
+def cancel(session: Session, submission: Submission) -> None:
     """Stop waiting for a queued or running submission: it ends as `cancelled` at once, so the
-    learner may send again (a worker running it stops when it sees the row is no longer its)."""
-    done = session.execute(
+    learner may send again (a worker running it stops when it sees the row is no longer its).
+    A final submission stays as it is."""
+    session.execute(
         update(Submission)
         .where(Submission.id == submission.id, Submission.status.in_((Status.QUEUED, Status.RUNNING)))
         .values(status=Status.CANCELLED, active_owner=None, finished_at=utcnow(), lease_owner=None,
-                lease_expires_at=None)).rowcount
+                lease_expires_at=None))
     session.refresh(submission)
-    return bool(done)
 
 
 def elapsed_seconds(submission: Submission, now: datetime | None = None) -> int | None:
