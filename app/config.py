@@ -24,6 +24,10 @@ class Settings(BaseSettings):
     # it; process: never, the code is not isolated), on this device (cuda: refuse without one),
     # with this many warm sandboxes (torch already imported) waiting; 0: every job starts cold.
     sandbox: Literal["auto", "bwrap", "process"] = "auto"
+    # How a job's sandbox starts: fork (a fork of a template that imported torch once, entering
+    # namespaces of its own: milliseconds; where forking cannot work, exec instead) or exec (a
+    # single-use sandbox from the warm pool, each its own interpreter and torch import).
+    sandbox_start: Literal["fork", "exec"] = "fork"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     pool_size: int = Field(default=2, ge=0, le=16)
     # Database connections each web process keeps open per pool (writes, and GET reads): as

@@ -47,7 +47,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from worker import sandbox
-from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox
+from worker.pool import Pool
+from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox, Setup
 
 log = logging.getLogger("treino.forkserver")
 
@@ -76,6 +77,18 @@ def problem(isolation: str) -> str | None:
         reason = done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"]
         return f"a job's namespaces cannot be made: {reason[-1]}"
     return None
+
+
+def runner(start: str, setup: Setup, size: int) -> "ForkServer | Pool":
+    """What runs a grader's jobs: forks of a template where ``start`` (``TREINO_SANDBOX_START``)
+    is "fork", warm sandboxes are wanted (``size`` > 0) and jobs can be forked here; else a pool
+    of ``size`` single-use sandboxes (0: a cold one per job, as `treino check` runs)."""
+    if start == "fork" and size > 0:
+        why = problem(setup.isolation)
+        if why is None:
+            return ForkServer(setup.isolation, setup.device, setup.gpu)
+        log.warning("sandbox: jobs cannot be forked here (%s): single-use sandboxes instead", why)
+    return Pool(size, functools.partial(Sandbox, setup.isolation, setup.device, setup.gpu))
 
 
 def _descends(pid: int, ancestor: int, depth: int = 8) -> bool:

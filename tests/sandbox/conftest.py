@@ -1,5 +1,6 @@
 """The hostile-program suite: each program runs in every sandbox this machine has, through
-the real grading path (a warm pool per sandbox, so torch is imported off the clock).
+the real grading path, started both ways (``start``): from a warm pool of single-use sandboxes
+(exec) and as a fork of a template (fork, worker/forkserver.py); torch is imported off the clock.
 
 The launcher's environment holds secrets for the whole session; the tests prove they never
 reach the sandbox. After every test no sandbox process or temp dir may be left behind.
@@ -22,12 +23,13 @@ with quiet.ignored():
 from app.config import ROOT, get_settings  # noqa: E402
 from app.lessons.content import load_course  # noqa: E402
 from app.submissions.verdict import render  # noqa: E402
-from worker import pool, sandbox  # noqa: E402
+from worker import forkserver, pool, sandbox  # noqa: E402
 from worker.grading import Grader  # noqa: E402
 
 SECRET = "sk-treino-test-secret-4d1f"
 DB_SECRET = "db-content-7c2e-never-inside"
 MODES = ("bwrap", "process")
+STARTS = ("exec", "fork")
 
 
 @dataclasses.dataclass
@@ -63,11 +65,14 @@ def secrets_in_launcher(tmp_path_factory):
 
 
 class Pools(dict):
-    """One warm pool per sandbox kind, started when a test first needs it."""
+    """One runner per (sandbox kind, start), started when a test first needs it: a warm pool of
+    single-use sandboxes, or a fork server."""
 
-    def __missing__(self, mode):
-        self[mode] = pool.Pool(2, start=lambda: sandbox.Sandbox(mode, "cpu"))
-        return self[mode]
+    def __missing__(self, key):
+        mode, start = key
+        self[key] = (pool.Pool(2, start=lambda: sandbox.Sandbox(mode, "cpu")) if start == "exec"
+                     else forkserver.ForkServer(mode, "cpu"))
+        return self[key]
 
 
 @pytest.fixture(scope="session")
@@ -101,8 +106,15 @@ def mode(request):
     return request.param
 
 
+@pytest.fixture(params=STARTS)
+def start(request, mode):
+    if request.param == "fork" and (why := forkserver.problem(mode)) is not None:
+        pytest.skip(f"jobs cannot be forked here: {why}")
+    return request.param
+
+
 def _markers() -> dict[int, str]:
-    """Sandbox processes on this machine: pid -> cmdline."""
+    """Sandbox processes on this machine: pid -> cmdline (a template's jobs carry its own)."""
     found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -110,29 +122,65 @@ def _markers() -> dict[int, str]:
                 cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "run.py" in cmd and re.search(r" (cpu|cuda) [0-9a-f]{12}", cmd):
+            if ("run.py" in cmd or "template.py" in cmd) and re.search(r" (cpu|cuda) [0-9a-f]{12}", cmd):
                 found[int(entry)] = cmd
     return found
 
 
+def _children() -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                parent = int(Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            found.setdefault(parent, []).append(int(name))
+    return found
+
+
+def template_pids(fs) -> list[int]:
+    """The template's own processes, its Python last (under bwrap: bwrap's two, then it)."""
+    template = fs._current()
+    assert template.ready(sandbox.WARM_UP_SECONDS)
+    chain = [template.proc.pid]
+    for _ in range(2 if template.isolation == "bwrap" else 0):
+        [child] = _children()[chain[-1]]
+        chain.append(child)
+    return chain
+
+
+def fork_strays(fs) -> dict[int, str]:
+    """Processes of the template's jobs still there: anything carrying its command line but its
+    own processes and the sandbox forked ahead for the next job (the fork, A, and the next
+    job's init, B: one and two levels under the template, B with no child yet)."""
+    own = template_pids(fs)
+    children = _children()
+    ahead = children.get(own[-1], [])
+    inits = [b for a in ahead for b in children.get(a, [])]
+    if len(ahead) == 1 and len(inits) <= 1 and not any(children.get(b) for b in inits):
+        own += ahead + inits
+    marker = fs._current().id
+    return {pid: cmd for pid, cmd in _markers().items() if marker in cmd and pid not in own}
+
+
 @pytest.fixture
-def run(mode, pools, exercise, monkeypatch):
+def run(mode, start, pools, exercise, monkeypatch):
     """``run(code, **limits) -> Outcome`` in this test's sandbox; then nothing may be left."""
-    box_pool = pools[mode]
-    grader = Grader(sandbox.Setup(mode, "cpu"), box_pool)
+    runner = pools[(mode, start)]
+    grader = Grader(sandbox.Setup(mode, "cpu"), runner)
     taken: list[str] = []
-    original_take = box_pool.take
+    roots: list[Path] = []  # the process-only sandbox's host temp dirs
+    original = runner.take if start == "exec" else runner._take
 
-    roots: list[Path] = []
-
-    def take():
-        box = original_take()
+    def take(*args):
+        box = original(*args)
         taken.append(box.id)
-        if box._root is not None:  # the process-only sandbox's host temp dir
+        if box._root is not None:
             roots.append(box._root)
         return box
 
-    monkeypatch.setattr(box_pool, "take", take)
+    monkeypatch.setattr(runner, "take" if start == "exec" else "_take", take)
 
     def go(code: str | bytes, **limits) -> Outcome:
         ex = exercise
@@ -147,7 +195,10 @@ def run(mode, pools, exercise, monkeypatch):
     sandbox.reap_all()  # the verdict comes before the dead tree is reaped
     deadline = time.monotonic() + 60  # a loaded machine reaps a fork bomb slowly
     while True:
-        strays = {p: c for p, c in _markers().items() if any(i in c for i in taken)}
+        if start == "exec":
+            strays = {p: c for p, c in _markers().items() if any(i in c for i in taken)}
+        else:
+            strays = fork_strays(runner)
         if not strays or time.monotonic() > deadline:
             break
         time.sleep(0.05)

@@ -16,6 +16,7 @@ import pytest
 
 from app.config import get_settings
 from app.lessons.content import load_course
+from tests.sandbox.conftest import fork_strays, template_pids
 from worker import forkserver, sandbox
 from worker.harness import quiet
 
@@ -55,48 +56,17 @@ def run(fs, code: str, limits: sandbox.Limits = LIMITS) -> str:
     return result.trace["output"]
 
 
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                parent = int(Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            found.setdefault(parent, []).append(int(name))
-    return found
-
-
 def template_pid(fs) -> int:
-    """The template's Python (under bwrap: the grandchild of bwrap's outer process)."""
-    template = fs._current()
-    assert template.ready(sandbox.WARM_UP_SECONDS)
-    pid = template.proc.pid
-    for _ in range(2 if template.isolation == "bwrap" else 0):
-        [pid] = _children()[pid]
-    return pid
+    return template_pids(fs)[-1]
 
 
-def job_processes(fs, timeout: float = 30) -> list[int]:
-    """Whatever of a job still runs under the template once its jobs are over (waited for: a
-    killed tree takes a moment to go). The sandbox forked ahead for the next job is no leftover:
-    its two processes (the fork, A, and the next job's init, B) sit one and two levels under the
-    template; a job's own processes start one level below B."""
-    root = template_pid(fs)
+def job_processes(fs, timeout: float = 30) -> dict[int, str]:
+    """Whatever of its jobs still runs once they are over (waited for: a killed tree takes a
+    moment to go)."""
     deadline = time.monotonic() + timeout
-    while True:
-        children, depth, stack = _children(), {}, [(root, 0)]
-        while stack:
-            pid, level = stack.pop()
-            for child in children.get(pid, []):
-                depth[child] = level + 1
-                stack.append((child, level + 1))
-        found = [pid for pid, level in depth.items() if level >= 3]
-        inits = [pid for pid, level in depth.items() if level == 2]
-        found += inits if len(inits) > 1 else []
-        if not found or time.monotonic() > deadline:
-            return found
+    while (strays := fork_strays(fs)) and time.monotonic() < deadline:
         time.sleep(0.05)
+    return strays
 
 
 def host_comms() -> list[str]:
@@ -206,7 +176,7 @@ def train(*args):
             linger()
         os._exit(0)
 """)
-    assert job_processes(server) == []
+    assert job_processes(server) == {}
     assert f"linger-{MARK}" not in host_comms()
     output = run(server, "import os\ndef train(*args):\n    print(sorted(os.listdir('/proc')))\n")
     assert f"linger-{MARK}" not in output
@@ -358,7 +328,7 @@ def test_the_process_only_sandbox_forks_too():
         output = run(fs, "import os\ndef train(*args):\n    open('tmp/x', 'w').write('x')\n"
                          "    print('cwd', os.getcwd())\n")
         assert f"cwd {tempfile.gettempdir()}/treino-job-" in output, output
-        assert job_processes(fs) == []
+        assert job_processes(fs) == {}
     finally:
         fs.close()
         sandbox.reap_all()

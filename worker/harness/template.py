@@ -305,6 +305,8 @@ def main(argv):
     import torch
 
     torch.set_num_threads(1)
+    if torch.cuda.is_initialized():  # a fork cannot use a context its parent made
+        raise SystemExit("template: CUDA was initialised during the warm-up")
     if threads() != 1:  # a fork copies one thread only: a lock held by another would stay held
         raise SystemExit(f"template: {threads()} threads after warm-up, forks need one")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # each job's A is reaped by the kernel
