@@ -28,6 +28,8 @@ class ForkFigures:
     cli_cold: list[float] = field(default_factory=list)  # `treino check`, a new process each, ms
     resubmit: dict[str, list[float]] = field(default_factory=dict)  # backend → submit→verdict ms
     classroom: dict[str, float] = field(default_factory=dict)  # backend → all graded, ms
+    learners: int = LEARNERS
+    pick_up: dict[str, list[float]] = field(default_factory=dict)  # backend → enqueued→claimed ms
     parts: Samples = field(default_factory=Samples)  # graded through the fork server in-process
     same: tuple[int, list[str]] | None = None  # files compared, and those whose verdicts differ
 

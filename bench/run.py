@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from app.config import ROOT
+from bench import forks
 
 EXERCISE = "gradient-accumulation/accumulate"
 
@@ -28,6 +29,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="load per page and database")
     parser.add_argument("--queue-jobs", type=int, default=12, metavar="N",
                         help="submissions sent at once for the throughput figures")
+    parser.add_argument("--forked", type=int, default=10, metavar="N",
+                        help="fork-server runs in this process (the breakdown)")
+    parser.add_argument("--cli-cold", type=int, default=3, metavar="N",
+                        help="`treino check` runs, each a new process (the cold reference)")
+    parser.add_argument("--resubmits", type=int, default=forks.RESUBMITS, metavar="N",
+                        help="back-to-back submissions by one learner, per database (fork path)")
+    parser.add_argument("--learners", type=int, default=forks.LEARNERS, metavar="N",
+                        help="learners submitting at once, per database (fork path)")
+    parser.add_argument("--no-same-verdicts", action="store_true",
+                        help="skip grading every exercise's files both ways")
+    parser.add_argument("--only", choices=("all", "forks"), default="all",
+                        help="forks: only the fork path's figures and the cold references")
     parser.add_argument("--backends", default="sqlite,postgresql",
                         help="databases for the HTTP figures (PostgreSQL is skipped if unreachable)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md",
@@ -64,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     # heavy imports after --help
     from app.config import get_settings
     from app.lessons.content import load_course
-    from bench import machine, report, settle, traffic, verdicts
-    from bench.stack import Stack
+    from bench import machine, report, verdicts
     from worker import sandbox
 
     settings = get_settings()
@@ -79,19 +91,67 @@ def main(argv: list[str] | None = None) -> int:
                              postgres or "not reachable")
     results = report.Results(exercise.id)
 
-    say(f"{exercise.id}: in-process × {args.in_process}")
-    results.add_ms("in-process", verdicts.in_process(exercise, code, args.in_process))
+    everything = args.only == "all"
+    if everything:
+        say(f"{exercise.id}: in-process × {args.in_process}")
+        results.add_ms("in-process", verdicts.in_process(exercise, code, args.in_process))
     say(f"cold sandbox × {args.cold}")
     results.add_ms("cold", verdicts.cold(settings, exercise, code, args.cold))
-    say(f"warm pool of {settings.pool_size} × {args.warm}")
-    results.add_ms("warm", verdicts.warm(settings, exercise, code, args.warm, settings.pool_size))
+    if everything:
+        say(f"warm pool of {settings.pool_size} × {args.warm}")
+        results.add_ms("warm", verdicts.warm(settings, exercise, code, args.warm, settings.pool_size))
+    results.forks = _forks(args, setup, course, exercise, code, backends, settings.pool_size)
+    if everything:
+        _exec_stacks(args, results, exercise, code, backends, settings.pool_size)
+    about["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    about["bench took"] = f"{(time.monotonic() - started) / 60:.1f} min"
+    text = report.markdown(about, results, sys.argv[1:] if argv is None else argv)
+    print(text)
+    if str(args.output) != "-":
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+        say(f"written to {args.output}")
+    return 0
+
+
+def _forks(args, setup, course, exercise, code: bytes, backends: list[str], pool_size: int):
+    """The fork path (issue 14): `treino check` cold, forks graded here, a learner resubmitting
+    and a class at once through the running tutor, and verdicts compared with single-use ones."""
+    from bench import traffic
+    from bench.stack import Stack
+
+    figures = forks.ForkFigures(learners=args.learners)
+    say(f"`treino check`, a new process × {args.cli_cold}")
+    figures.cli_cold = forks.cli_cold(exercise, args.cli_cold)
+    say(f"fork server × {args.forked}")
+    figures.parts = forks.forked(setup, exercise, code, args.forked)
+    for backend in backends:
+        with Stack(backend, pool_size, start="fork") as stack:
+            worker = stack.add_worker()
+            say(f"{backend}, fork path: {args.resubmits} submissions back to back by one learner")
+            figures.resubmit[backend] = forks.resubmit(stack, exercise.id, code.decode(), args.resubmits)
+            say(f"{backend}, fork path: {args.learners} learners at once")
+            figures.classroom[backend] = forks.classroom(stack, exercise.id, code.decode(), args.learners)
+            figures.pick_up[backend] = traffic.pick_up_ms(stack)
+            worker.check()
+    if not args.no_same_verdicts:
+        say("every solution and mistake graded both ways")
+        figures.same = forks.same_verdicts(setup, course)
+    return figures
+
+
+def _exec_stacks(args, results, exercise, code: bytes, backends: list[str], pool_size: int) -> None:
+    """Today's end-to-end, page and queue figures, through workers with warm pools of single-use
+    sandboxes."""
+    from bench import report, settle, traffic
+    from bench.stack import Stack
 
     lesson_path = f"/lessons/{exercise.lesson}"
     for backend in backends:
-        with Stack(backend, settings.pool_size) as stack:
+        with Stack(backend, pool_size) as stack:
             worker = stack.add_worker()
             say(f"{backend}: serving at {stack.base}; worker {worker.pid} warming up")
-            settle.wait_quiet(worker.pid, stack.pool_size)
+            settle.wait_quiet(worker.pid, stack.warm)
             for name, path in (("lesson", lesson_path), ("static", report.STATIC_FILE)):
                 say(f"{backend}: {path} for {args.page_seconds:g} s")
                 results.rps[(name, backend)] = traffic.requests_per_second(
@@ -108,12 +168,3 @@ def main(argv: list[str] | None = None) -> int:
                     results.per_minute[count] = traffic.throughput(stack, exercise.id,
                                                                    code.decode(), args.queue_jobs)
             say(f"{backend}: stopping")
-    about["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    about["bench took"] = f"{(time.monotonic() - started) / 60:.1f} min"
-    text = report.markdown(about, results, sys.argv[1:] if argv is None else argv)
-    print(text)
-    if str(args.output) != "-":
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
-        say(f"written to {args.output}")
-    return 0

@@ -91,9 +91,11 @@ def cold(settings, exercise, code: bytes, runs: int) -> Samples:
 
 
 def warm(settings, exercise, code: bytes, runs: int, size: int) -> Samples:
-    """From a pool of ``size``, each run once every sandbox in it is warm."""
+    """From a pool of ``size`` single-use sandboxes, each run once every sandbox in it is warm
+    (bench/forks.py measures the fork path)."""
     samples = Samples()
-    with Grader.running(settings, max(size, 1)) as grader:
+    exec_only = settings.model_copy(update={"sandbox_start": "exec"})
+    with Grader.running(exec_only, max(size, 1)) as grader:
         for _ in range(runs):
             settle.wait_quiet(os.getpid(), grader.pool.size, include_root=False)
             _graded(grader, exercise, code, samples)
