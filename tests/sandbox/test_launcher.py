@@ -1,13 +1,16 @@
-"""The launcher's pieces that need no sandbox: GPU binding, the choice of sandbox, the pool."""
+"""The launcher's pieces that need no sandbox: GPU binding, the choice of sandbox, the pool,
+the fork path's launcher."""
 
+import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from worker import pool, sandbox
+from worker import forkserver, pool, sandbox
 
 LDCONFIG = """\
 12 libs found in cache `/etc/ld.so.cache'
@@ -266,3 +269,56 @@ def test_the_memory_watch_counts_shared_pages_once():
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         held.close()
+
+
+# ---------------------------------------------------------------- the fork path's launcher
+
+
+def test_a_template_runs_with_a_plain_proc_and_may_make_namespaces():
+    """Its jobs make their own namespaces and mount a fresh /proc (refused where the /proc in
+    view has locked over-mounts), then mask it as a single-use sandbox's is masked."""
+    args = sandbox._bwrap_args("cpu", None, 60123, 9, forks=True)
+    assert "--disable-userns" not in args
+    bound = [args[i + 2] for i, a in enumerate(args) if a == "--ro-bind"]
+    assert not any(path.startswith("/proc/") for path in bound)
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent"):
+        assert flag in args
+    config = json.loads(sandbox.template_config(True))
+    assert config["proc_read_only"] == list(sandbox.PROC_READ_ONLY)
+    assert config["proc_hidden"] == list(sandbox.PROC_HIDDEN)
+
+
+@pytest.mark.slow
+def test_the_templates_filter_allows_its_setup_calls_and_refuses_the_rest():
+    if sandbox.bwrap_problem() is not None:
+        pytest.skip(f"bwrap unavailable here: {sandbox.bwrap_problem()}")
+    probe = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in (("unshare", 272, (0x10000000,)), ("ptrace", 101, (16, 1, 0, 0)),
+                       ("bpf", 321, (0, None, 0)), ("io_uring_setup", 425, (1, None))):
+    print(name, libc.syscall(nr, *args), errno.errorcode.get(ctypes.get_errno()))
+"""
+    done = sandbox.run_isolated([sys.executable, "-I", "-S", "-c", probe], timeout=60, forks=True)
+    out = done.stdout.decode()
+    assert "unshare 0" in out, (out, done.stderr)
+    for name in ("ptrace", "bpf", "io_uring_setup"):
+        assert f"{name} -1 EPERM" in out, out
+
+
+def test_the_grader_forks_only_where_it_can_and_warm_sandboxes_are_wanted(monkeypatch, caplog):
+    started = []
+    monkeypatch.setattr(forkserver, "ForkServer", lambda *a: started.append(a) or "fork server")
+    monkeypatch.setattr(forkserver, "problem", lambda isolation: None)
+    setup = sandbox.Setup("bwrap", "cpu")
+    assert forkserver.runner("fork", setup, 2) == "fork server"
+    assert started == [("bwrap", "cpu", None)]
+    for start, size in (("exec", 2), ("fork", 0)):  # asked for exec; `treino check`'s cold one
+        runner = forkserver.runner(start, setup, size)
+        assert isinstance(runner, pool.Pool)
+        runner.close()
+    monkeypatch.setattr(forkserver, "problem", lambda isolation: "no user namespaces here")
+    runner = forkserver.runner("fork", setup, 2)
+    assert isinstance(runner, pool.Pool)
+    runner.close()
+    assert "no user namespaces here" in caplog.text
