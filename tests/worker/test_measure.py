@@ -3,7 +3,10 @@ the learner's loop cost on the grader's device, and the same checks hold on a CP
 
 ``traces/measure-h200/<submission>.json``: the harness's data for the exercise's own
 solution and mistakes, run on an NVIDIA H200 (torch 2.11, CUDA 13); the CPU side is graded
-here, in the sandbox, by the slow tests.
+here, in the sandbox, by the slow tests. The traces predate the supervisor's observations
+(``data["observed"]``); ``load`` adds them as a CUDA worker records them now: there the
+learner's code runs in the supervisor's own process (``mode: "inline"``), so the steps it
+counted and the parameters it read are the ones the run recorded.
 """
 
 import json
@@ -16,7 +19,20 @@ from tests.worker.test_golden import assert_answer
 from worker.checks import measure
 
 TRACES = Path(__file__).parent / "traces" / "measure-h200"
+CONFIGS = ["fp32", "low", "accum", "checkpoint", "all"]
 ROWS = ["measure_fp32", "measure_low", "measure_accum", "measure_checkpoint", "measure_all"]
+
+
+def load(name):
+    data = json.loads((TRACES / f"{name}.json").read_text())
+    events = [["step", CONFIGS.index(c), 0.0, -1] for c, config in data["configs"].items()
+              for _ in range(config["steps"])]
+    run = data["reference_run"]
+    events += [["reference-step", -1, 0.0, i] for i in range(len(run["steps"]))]
+    data["observed"] = {"mode": "inline", "counts": {}, "events": events, "events_dropped": 0,
+                        "snapshots": run["steps"], "final_params": run["final_params"],
+                        "meters": [], "interfered": None}
+    return data
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +46,14 @@ def lines(evaluation, lang="en"):
 
 @pytest.mark.parametrize("name", ["solution", "precision-ignored", "checkpoint-ignored"])
 def test_a_gpu_run_is_judged_like_a_cpu_run(params, name):
-    data = json.loads((TRACES / f"{name}.json").read_text())
+    data = load(name)
     evaluation = measure.evaluate(params, data, "cuda")
     assert evaluation.passed == (name == "solution")
     assert (evaluation.diagnosis.id if evaluation.diagnosis else "solution") == name
 
 
 def test_a_gpu_verdict_names_the_card_and_its_memory_counter(params):
-    data = json.loads((TRACES / "solution.json").read_text())
+    data = load("solution")
     evaluation = measure.evaluate(params, data, "cuda")
     text = lines(evaluation)
     assert text["measure_device"].startswith("Measured on NVIDIA H200.")
@@ -68,7 +84,7 @@ def test_a_cpu_verdict_says_so_and_shows_the_cpus_numbers(graded):
 
 
 def test_a_configuration_that_stopped_leaves_the_later_rows_unrun(params):
-    data = json.loads((TRACES / "solution.json").read_text())
+    data = load("solution")
     data["configs"] = {"fp32": data["configs"]["fp32"]}
     data.pop("reference_run")
     evaluation = measure.evaluate(params, data, "cuda")

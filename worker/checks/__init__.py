@@ -43,6 +43,35 @@ class Evaluation:
         return all(check.passed for check in self.checks)
 
 
+class Interfered(Exception):
+    """What the learner's process reported disagrees with what the sandbox's supervisor observed
+    (or the supervisor saw the protocol broken): no verdict can rest on the run. Grading answers
+    it as ``error.interfered``, as any failure to judge a trace."""
+
+
+def observed(data: dict) -> dict:
+    """The supervisor's observations in a trace's data (``worker/harness/supervise.py``); raises
+    ``Interfered`` when they are missing or the supervisor saw interference."""
+    seen = data.get("observed") if isinstance(data, dict) else None
+    if not isinstance(seen, dict):
+        raise Interfered("no observations in the trace")
+    if seen.get("interfered"):
+        raise Interfered(str(seen["interfered"]))
+    return seen
+
+
+def snapshots(seen: dict, label: str) -> list:
+    """The parameters the supervisor read at each ``label`` sync, in order."""
+    return [seen["snapshots"][e[3]] for e in seen["events"] if e[0] == label and e[3] >= 0]
+
+
+def agree(reported: object, seen: object, what: str) -> None:
+    """``Interfered`` unless a reported value is exactly what was observed (both came from the
+    same memory at the same moment: any difference was made on purpose)."""
+    if reported != seen:
+        raise Interfered(f"the reported {what} differ from the observed ones")
+
+
 # Scenarios seed torch's global generator: a reference built in one grading thread must not
 # be interleaved with another thread's seeding. Hold this while building one.
 SEEDING = threading.RLock()

@@ -18,7 +18,16 @@ from functools import lru_cache
 import torch
 
 from app.submissions.messages import Phrase, Sci  # noqa: E402
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks import (  # noqa: E402
+    SEEDING,
+    Check,
+    Diagnosis,
+    Evaluation,
+    Interfered,
+    agree,
+    observed,
+    snapshots,
+)
 from worker.harness import memory, scenarios  # noqa: E402
 
 # traj_err = max_t |θ_t − θ_ref,t| / |θ_ref,t − θ_0|; wrong loops are ≥ 0.14.
@@ -35,6 +44,11 @@ MEMORY_SLACK = 512  # … plus a few scalars (a divisor kept as a tensor, a toke
 IGNORED = 0.02  # a micro-batch whose weight is below 2 % of its share did not enter the step
 CLOSE = 0.01  # weights that agree to 1 % are the same weight
 UNEXPLAINED = 0.01  # residual of the decomposition above which the gradient is unexplained
+# A right trajectory needs every micro-batch's forward with autograd on, which saves at least
+# what the reference's forward of that micro-batch saves; a meter that counted less than half
+# of it did not see them (saved under hooks of the learner's own, for instance).
+HIDDEN = 0.5
+MAX_STEPS = 64  # the harness records the first 64 steps
 
 
 @dataclass(frozen=True)
@@ -47,18 +61,20 @@ class Reference:
     grads: list  # gradient before clipping at each step
     micro_peak: int  # saved bytes of the largest single micro-batch
     cycle_peak: int  # saved bytes of the first cycle taken as one batch
+    saved_total: int  # saved bytes of every micro-batch's forward, added up
 
 
 def _flat(tensors):
     return torch.cat([t.detach().reshape(-1) for t in tensors]).to(torch.float64)
 
 
-def _peak(scenario, batches):
+def _saved(scenario, batches):
+    """The meter over one forward and backward of ``batches`` taken as one batch."""
     params = list(scenario.model.parameters())
     with memory.SavedTensorMeter(params) as meter:
         scenario.batch_loss(scenario.model, batches).backward()
     scenario.model.zero_grad()
-    return meter.peak
+    return meter
 
 
 @lru_cache(maxsize=32)
@@ -68,8 +84,8 @@ def _reference(key: str) -> Reference:
     model, batches = scenario.model, scenario.micro_batches
     weights = list(model.parameters())
     cycles = scenarios.cycles(len(batches), int(params["accum_steps"]))
-    micro_peak = max(_peak(scenario, [b]) for b in batches)
-    cycle_peak = _peak(scenario, [batches[i] for i in cycles[0]])
+    micro = [_saved(scenario, [b]) for b in batches]
+    cycle_peak = _saved(scenario, [batches[i] for i in cycles[0]]).peak
     optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
     initial, trajectory, grads = _flat(weights), [], []
     for cycle in cycles:
@@ -85,7 +101,8 @@ def _reference(key: str) -> Reference:
         weights=[scenario.weight(y) for _, y in batches],
         positions=[scenario.positions(y) for _, y in batches],
         initial=initial, trajectory=trajectory, grads=grads,
-        micro_peak=micro_peak, cycle_peak=cycle_peak,
+        micro_peak=max(m.peak for m in micro), cycle_peak=cycle_peak,
+        saved_total=sum(m.packed for m in micro),
     )
 
 
@@ -116,11 +133,28 @@ def _norm(t) -> float:
 # ---------------------------------------------------------------- outcome
 
 
+def observations(data: dict) -> tuple[list, int, list, dict]:
+    """What the supervisor read: the parameters after each step, the number of steps, the final
+    parameters and the memory meter's counts (its peak kept by the supervisor). The child's own
+    report must say the same, or the run was interfered with."""
+    seen = observed(data)
+    steps = snapshots(seen, "step")
+    taken = int(seen["counts"].get("step", 0))
+    meter = (seen["meters"] or [None])[0] or {"peak": 0, "packed": 0}
+    agree(data["steps_total"], taken, "number of steps")
+    agree(len(data["steps"]), min(taken, MAX_STEPS), "number of recorded steps")
+    agree([s["params"] for s in data["steps"]], steps[:len(data["steps"])], "parameters")
+    agree(data["final_params"], seen["final_params"], "final parameters")
+    agree(int(data["peak_saved_bytes"]), meter["peak"], "memory peak")
+    return steps, taken, seen["final_params"], meter
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
-    steps = [_vector(s["params"]) for s in data["steps"]]
-    taken, expected = data["steps_total"], len(ref.trajectory)
-    final = _vector(data["final_params"])
+    seen_steps, taken, seen_final, meter = observations(data)
+    steps = [_vector(s) for s in seen_steps]
+    expected = len(ref.trajectory)
+    final = _vector(seen_final)
 
     errors, ratios = [], []
     before, ref_before = ref.initial, ref.initial
@@ -139,7 +173,10 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     checks = [_steps_check(taken, expected)]
     checks.append(_trajectory_check(taken, expected, errors, median, first_bad, final_err, tol,
                                     EXACT.get(dtype, 0.0), dtype))
-    peak = int(data["peak_saved_bytes"])
+    if checks[1].passed and meter["packed"] < HIDDEN * ref.saved_total:
+        raise Interfered(f"{meter['packed']} bytes saved for backward seen, "
+                         f"{ref.saved_total} needed for these parameters")
+    peak = int(meter["peak"])
     limit = MEMORY_FACTOR * ref.micro_peak + MEMORY_SLACK
     values = {"peak": peak, "reference": ref.micro_peak, "times": peak / ref.micro_peak}
     checks.append(Check("memory", peak <= limit,
@@ -170,17 +207,19 @@ MAX_LOSSES = 64
 def summarize(params: dict, data: dict) -> dict:
     """What a plain run did (no verdict): steps, memory, and the loss on all the exercise's
     data with the parameters at the start and after each step, computed here, not trusted."""
+    seen_steps, taken, _, meter = observations(data)
     with SEEDING:
         scenario = scenarios.build(params, torch.float64)
     weights = list(scenario.model.parameters())
+    initial = _flat(weights).tolist()
     losses = []
     with torch.no_grad():
-        for snapshot in [data["initial_params"], *(s["params"] for s in data["steps"])][:MAX_LOSSES]:
+        for snapshot in [initial, *seen_steps][:MAX_LOSSES]:
             torch.nn.utils.vector_to_parameters(_vector(snapshot), weights)
             loss = float(scenario.batch_loss(scenario.model, scenario.micro_batches))
             losses.append(round(loss, 6) if math.isfinite(loss) else None)
-    return {"optimizer_steps": int(data["steps_total"]),
-            "peak_activation_bytes": int(data["peak_saved_bytes"]),
+    return {"optimizer_steps": taken,
+            "peak_activation_bytes": int(meter["peak"]),
             "forwards": int(data["forwards"]), "backwards": int(data["backwards"]), "losses": losses}
 
 

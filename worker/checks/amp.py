@@ -18,7 +18,15 @@ from functools import lru_cache
 import torch
 
 from app.submissions.messages import Phrase, Sci  # noqa: E402
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks import (  # noqa: E402
+    SEEDING,
+    Check,
+    Diagnosis,
+    Evaluation,
+    agree,
+    observed,
+    snapshots,
+)
 from worker.harness import scenarios  # noqa: E402
 
 # error = max over batches |θ − θ_ref| / |θ_ref,end − θ_0|: correct loops on the CPU are
@@ -93,8 +101,23 @@ def _count(events, code):
     return sum(1 for e in events if e[0] == code)
 
 
+MAX_SNAPSHOTS = 64  # the harness records the first 64 forwards
+
+
+def _observations(data):
+    """The parameters the supervisor read before every forward and at the end: the child's
+    report must hold the same, or the run was interfered with."""
+    seen = observed(data)
+    shots = snapshots(seen, "forward")
+    reported = [s["params"] for s in data["snapshots"]]
+    agree(len(reported), min(len(shots), MAX_SNAPSHOTS), "number of forwards")
+    agree(reported, shots[:len(reported)], "parameters")
+    agree(data["final_params"], seen["final_params"], "final parameters")
+
+
 def _learner_snapshots(data, n):
     """Parameters and scale before each batch (first forward of it), then at the end."""
+    _observations(data)
     first = {}
     for snap in data["snapshots"]:
         first.setdefault(snap["batch"], snap)

@@ -16,7 +16,16 @@ from functools import lru_cache
 import torch
 
 from app.submissions.messages import Sci  # noqa: E402
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation  # noqa: E402
+from worker.checks import (  # noqa: E402
+    SEEDING,
+    Check,
+    Diagnosis,
+    Evaluation,
+    Interfered,
+    agree,
+    observed,
+    snapshots,
+)
 from worker.harness import memory, scenarios  # noqa: E402
 
 # relative gradient error: checkpointing is bitwise equal on the CPU (0.0); a CUDA float64
@@ -68,8 +77,35 @@ def _norm(t) -> float:
     return float(torch.linalg.vector_norm(t))
 
 
+# the step the supervisor saw (parameters before and after a call, over the learning rate)
+# against the gradient the learner's process reported: the same numbers, up to float64
+# rounding of a difference (~1e-12 relative); anything else was made up
+STEP_AGREES = 1e-6
+
+
+def _observations(params, data):
+    """Each call's memory peak as the supervisor kept it, and the step it saw over each call:
+    the child's report must say the same, or the run was interfered with."""
+    seen = observed(data)
+    before = snapshots(seen, "call")
+    agree(len(data["peaks"]), len(before), "number of calls")
+    peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
+    agree(list(data["peaks"]), peaks + [0] * (len(data["peaks"]) - len(peaks)), "memory peaks")
+    agree(data["final_params"], seen["final_params"], "final parameters")
+    if len(data["steps"]) != len(before):
+        return  # not one step per call: the gradient check fails on the count
+    after = [*before[1:], seen["final_params"]]
+    lr = float(params["lr"])
+    for step, a, b in zip(data["steps"], before, after, strict=True):
+        grad = _vector(step["grad"]).nan_to_num()
+        taken = (_vector(a) - _vector(b)).nan_to_num() / lr
+        if _norm(taken - grad) > STEP_AGREES * max(_norm(grad), 1e-12):
+            raise Interfered("the reported gradients differ from the steps observed")
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
+    _observations(params, data)
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     errors = [_norm(_vector(s["grad"]) - g) / _norm(g)
               for s, g in zip(data["steps"], ref.grads, strict=False)]

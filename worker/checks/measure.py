@@ -9,7 +9,7 @@ and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 """
 
 from app.submissions.messages import Phrase, Sci
-from worker.checks import Check, Diagnosis, Evaluation, accumulation
+from worker.checks import Check, Diagnosis, Evaluation, accumulation, agree, observed, snapshots
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
@@ -82,7 +82,28 @@ def _checkpoint(params, data):
                  else "check.measure_checkpoint_peak.failed", values)
 
 
+def _observations(data):
+    """The steps of each timed configuration as the supervisor counted them, each metered
+    run's peak as it kept it (CPU), the correctness run's parameters as it read them: the
+    child's report must say the same, or the run was interfered with."""
+    seen = observed(data)
+    configs = data["configs"]
+    for number, name in enumerate(CONFIGS):
+        if name in configs:
+            count = sum(1 for e in seen["events"] if e[0] == "step" and e[1] == number)
+            agree(configs[name]["steps"], count, f"steps of {name}")
+    if data["meter"] == "live":
+        peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
+        reported = [configs[n]["peak"] for n in CONFIGS if n in configs and configs[n]["peak"] is not None]
+        agree(reported, (peaks + [0] * len(reported))[:len(reported)], "memory peaks")
+    run = data.get("reference_run")
+    if run is not None:
+        agree(run["steps"], snapshots(seen, "reference-step"), "parameters")
+        agree(run["final_params"], seen["final_params"], "final parameters")
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    _observations(data)
     configs = data["configs"]
     cuda = data["meter"] == "cuda"
     where = Check("measure_device", True, "check.measure_device.cuda" if cuda

@@ -8,7 +8,7 @@ learner's answer must name the slow phase. The harness's own totals per label ba
 answer up: they are the learner's ranges, timed.
 """
 
-from worker.checks import Check, Diagnosis, Evaluation
+from worker.checks import Check, Diagnosis, Evaluation, agree, observed
 
 PHASES = ("data", "forward", "backward", "optimizer")
 
@@ -36,7 +36,20 @@ def _spent(run, phase):
     return sum(end - start for start, end in run["points"][phase])
 
 
+def _observed_counts(data):
+    """The fetches and steps of each loop, as the supervisor counted them: the timeline the
+    learner's process reported must hold as many."""
+    seen = observed(data)
+    for number, run in enumerate(data["runs"]):
+        for label, phase in (("fetch", "data"), ("step", "optimizer")):
+            count = sum(1 for e in seen["events"] if e[0] == label and e[1] == number)
+            agree(len(run["points"][phase]), count, f"{phase} events")
+    if seen["events_dropped"]:
+        agree(0, seen["events_dropped"], "events")
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    _observed_counts(data)
     runs = data["runs"]
     checks = []
     uncovered = []

@@ -127,7 +127,7 @@ def _wrap_method(obj, name, before=None, after=None):
     setattr(obj, name, wrapper)
 
 
-def _instrument(model, optimizer, scaler, batches, rec):
+def _instrument(model, optimizer, scaler, batches, rec, api):
     ptrs = {b[0].data_ptr(): i for i, b in enumerate(batches)}
 
     def on_forward(module, args):
@@ -152,6 +152,7 @@ def _instrument(model, optimizer, scaler, batches, rec):
         if rec.steps_total < MAX_STEPS:
             rec.steps.append({"grad": rec.pending_grad, "params": flat(rec.params),
                               "scale": rec.scale()})
+        api.sync("step", rec.steps_total, snapshot=True)  # the supervisor reads the parameters
         rec.steps_total += 1
 
     _wrap_method(optimizer, "step", before_step, after_step)
@@ -198,6 +199,8 @@ def _instrument(model, optimizer, scaler, batches, rec):
 
 
 def run(job, api):
+    """The scenario is built here, in the supervisor, and its parameters shared; the rest runs
+    in the child (``learner``)."""
     params = job["params"]
     dtype = getattr(torch, params.get("dtype", "float64"))
     device = job.get("device", "cpu")
@@ -214,32 +217,38 @@ def run(job, api):
         )
     rec = Recorder(model, scaler)
     initial = flat(rec.params)
-    _instrument(model, optimizer, scaler, batches, rec)
-    available = {
-        "model": model, "loader": scenarios.Loader(batches), "loss_fn": RecordingLoss(scenario, rec),
-        "optimizer": optimizer, "accum_steps": int(params["accum_steps"]), "scaler": scaler,
-        "max_norm": params.get("max_norm"),
-    }
-    names = params.get("signature", DEFAULT_SIGNATURE)
-    fn = api.load_entry()
-    api.check_signature(fn, names)
-    torch.manual_seed(int(params.get("seed", 0)) + 1)
-    meter = memory.SavedTensorMeter(rec.params)
-    with meter:
-        error = api.call(fn, [available[name] for name in names])
-    data = {
-        "initial_params": initial,
-        "final_params": flat(rec.params),
-        "events": rec.events,
-        "events_dropped": rec.events_dropped,
-        "steps": rec.steps,
-        "steps_total": rec.steps_total,
-        "clips": rec.clips,
-        "clips_total": rec.clips_total,
-        "calls": rec.calls,
-        "forwards": rec.forwards,
-        "backwards": rec.backwards,
-        "peak_saved_bytes": meter.peak,
-        "final_scale": rec.scale(),
-    }
-    return data, error
+    api.share(rec.params)
+
+    def learner():
+        _instrument(model, optimizer, scaler, batches, rec, api)
+        available = {
+            "model": model, "loader": scenarios.Loader(batches),
+            "loss_fn": RecordingLoss(scenario, rec), "optimizer": optimizer,
+            "accum_steps": int(params["accum_steps"]), "scaler": scaler,
+            "max_norm": params.get("max_norm"),
+        }
+        names = params.get("signature", DEFAULT_SIGNATURE)
+        fn = api.load_entry()
+        api.check_signature(fn, names)
+        torch.manual_seed(int(params.get("seed", 0)) + 1)
+        meter = memory.SavedTensorMeter(rec.params, api.meter_report())
+        with meter:
+            error = api.call(fn, [available[name] for name in names])
+        data = {
+            "initial_params": initial,
+            "final_params": flat(rec.params),
+            "events": rec.events,
+            "events_dropped": rec.events_dropped,
+            "steps": rec.steps,
+            "steps_total": rec.steps_total,
+            "clips": rec.clips,
+            "clips_total": rec.clips_total,
+            "calls": rec.calls,
+            "forwards": rec.forwards,
+            "backwards": rec.backwards,
+            "peak_saved_bytes": meter.peak,
+            "final_scale": rec.scale(),
+        }
+        return data, error
+
+    return api.supervise(learner)

@@ -89,7 +89,7 @@ class RecordingLoss:
         return loss
 
 
-def _instrument(model, optimizer, scaler, batches, rec):
+def _instrument(model, optimizer, scaler, batches, rec, api):
     ptrs = {x.data_ptr(): i for i, (x, _) in enumerate(batches)}
 
     def on_forward(module, args):
@@ -97,6 +97,7 @@ def _instrument(model, optimizer, scaler, batches, rec):
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
         rec.batch = index
         rec.event("F", index)
+        api.sync("forward", index, snapshot=True)  # the supervisor reads the parameters
         if len(rec.snapshots) < MAX_SNAPSHOTS:
             rec.snapshots.append({"batch": index, "params": flat(rec.params),
                                   "scale": rec.scale()})
@@ -152,6 +153,8 @@ def _instrument(model, optimizer, scaler, batches, rec):
 
 
 def run(job, api):
+    """The scenario is built here, in the supervisor, and its parameters shared; the rest runs
+    in the child (``learner``)."""
     params = job["params"]
     device = job.get("device", "cpu")
     device_type = torch.device(device).type
@@ -160,25 +163,30 @@ def run(job, api):
     scaler = torch.amp.GradScaler(device_type, init_scale=float(params["init_scale"]),
                                   growth_interval=int(params["growth_interval"]))
     rec = Recorder(model, scaler)
-    _instrument(model, optimizer, scaler, batches, rec)
-    available = {
-        "model": model, "loader": scenarios.Loader(batches),
-        "loss_fn": RecordingLoss(loss_fn, rec, device_type), "optimizer": optimizer,
-        "scaler": scaler, "device_type": device_type,
-        "amp_dtype": getattr(torch, params["amp_dtype"]), "max_norm": float(params["max_norm"]),
-    }
-    fn = api.load_entry()
-    api.check_signature(fn, SIGNATURE)
-    error = api.call(fn, [available[name] for name in SIGNATURE])
-    data = {
-        "snapshots": rec.snapshots,
-        "final_params": flat(rec.params),
-        "final_scale": rec.scale(),
-        "events": rec.events,
-        "linear_dtypes": rec.linear_dtypes,
-        "loss_dtypes": rec.loss_dtypes,
-        "loss_autocast": rec.loss_autocast,
-        "clips": rec.clips,
-        "step_norms": rec.step_norms,
-    }
-    return data, error
+    api.share(rec.params)
+
+    def learner():
+        _instrument(model, optimizer, scaler, batches, rec, api)
+        available = {
+            "model": model, "loader": scenarios.Loader(batches),
+            "loss_fn": RecordingLoss(loss_fn, rec, device_type), "optimizer": optimizer,
+            "scaler": scaler, "device_type": device_type,
+            "amp_dtype": getattr(torch, params["amp_dtype"]), "max_norm": float(params["max_norm"]),
+        }
+        fn = api.load_entry()
+        api.check_signature(fn, SIGNATURE)
+        error = api.call(fn, [available[name] for name in SIGNATURE])
+        data = {
+            "snapshots": rec.snapshots,
+            "final_params": flat(rec.params),
+            "final_scale": rec.scale(),
+            "events": rec.events,
+            "linear_dtypes": rec.linear_dtypes,
+            "loss_dtypes": rec.loss_dtypes,
+            "loss_autocast": rec.loss_autocast,
+            "clips": rec.clips,
+            "step_norms": rec.step_norms,
+        }
+        return data, error
+
+    return api.supervise(learner)

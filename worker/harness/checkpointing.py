@@ -29,6 +29,10 @@ def _backward_running():
 
 
 def run(job, api):
+    """The model is built here, in the supervisor, and its parameters shared; the rest runs in
+    the child (``learner``). The supervisor reads the parameters before every call and at the
+    end (plain SGD: the step it saw is the gradient times the learning rate) and keeps each
+    call's meter peak as the counts come."""
     params = job["params"]
     device = job.get("device", "cpu")
     model, batches, loss_fn = scenarios.block_net(params)
@@ -36,41 +40,47 @@ def run(job, api):
     batches = [(x.to(device), y.to(device)) for x, y in batches]
     weights = list(model.parameters())
     optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
-    events, steps = [], []
+    api.share(weights)
 
-    def event(*item):
-        if len(events) < MAX_EVENTS:
-            events.append(list(item))
+    def learner():
+        events, steps = [], []
 
-    for index, block in enumerate(model.blocks):
-        block.register_forward_pre_hook(
-            lambda m, a, index=index: event("F", index, _backward_running()))
-        next(block.parameters()).register_post_accumulate_grad_hook(
-            lambda p, index=index: event("G", index))
-    step = optimizer.step
+        def event(*item):
+            if len(events) < MAX_EVENTS:
+                events.append(list(item))
 
-    def recorded_step(*args, **kwargs):
-        event("S")
-        with _python_dispatch._disable_current_modes():  # the copy is ours: not metered
-            steps.append({"grad": flat([p.grad if p.grad is not None else torch.zeros_like(p)
-                                        for p in weights]),
-                          "missing": [i for i, p in enumerate(weights) if p.grad is None]})
-        return step(*args, **kwargs)
+        for index, block in enumerate(model.blocks):
+            block.register_forward_pre_hook(
+                lambda m, a, index=index: event("F", index, _backward_running()))
+            next(block.parameters()).register_post_accumulate_grad_hook(
+                lambda p, index=index: event("G", index))
+        step = optimizer.step
 
-    optimizer.step = recorded_step
-    fn = api.load_entry()
-    api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
-    peaks, kept, error = [], [], None
-    for x, y in batches:
-        event("call")
-        meter = memory.LiveTensorMeter(weights)
-        with meter:
-            error = api.call(fn, [model, x, y, loss_fn, optimizer])
-        peaks.append(meter.peak)
-        kept.append(sum(p.grad is not None for p in weights))
-        if error is not None:
-            break
-    data = {"peaks": peaks, "grads_kept": kept, "steps": steps, "events": events,
-            "final_params": flat(weights), "blocks": len(model.blocks),
-            "grad_bytes": sum(p.numel() * p.element_size() for p in weights)}
-    return data, error
+        def recorded_step(*args, **kwargs):
+            event("S")
+            with _python_dispatch._disable_current_modes():  # the copy is ours: not metered
+                steps.append({"grad": flat([p.grad if p.grad is not None else torch.zeros_like(p)
+                                            for p in weights]),
+                              "missing": [i for i, p in enumerate(weights) if p.grad is None]})
+            return step(*args, **kwargs)
+
+        optimizer.step = recorded_step
+        fn = api.load_entry()
+        api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
+        peaks, kept, error = [], [], None
+        for x, y in batches:
+            event("call")
+            api.sync("call", len(peaks), snapshot=True)
+            meter = memory.LiveTensorMeter(weights, api.meter_report())
+            with meter:
+                error = api.call(fn, [model, x, y, loss_fn, optimizer])
+            peaks.append(meter.peak)
+            kept.append(sum(p.grad is not None for p in weights))
+            if error is not None:
+                break
+        data = {"peaks": peaks, "grads_kept": kept, "steps": steps, "events": events,
+                "final_params": flat(weights), "blocks": len(model.blocks),
+                "grad_bytes": sum(p.numel() * p.element_size() for p in weights)}
+        return data, error
+
+    return api.supervise(learner)

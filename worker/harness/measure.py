@@ -93,9 +93,10 @@ def _micro_batches(batches, accum):
 
 
 class Counted:
-    """An SGD optimizer whose steps are counted (and, if asked, the parameters recorded)."""
+    """An SGD optimizer whose steps are counted (and, if asked, the parameters recorded), each
+    step told to the supervisor through ``sync`` when given."""
 
-    def __init__(self, model, lr, record=False):
+    def __init__(self, model, lr, record=False, sync=None):
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         self.steps, self.trajectory = 0, []
         step = self.optimizer.step
@@ -105,33 +106,67 @@ class Counted:
             self.steps += 1
             if record:
                 self.trajectory.append(flat(model.parameters()))
+            if sync is not None:
+                sync()
             return out
 
         self.optimizer.step = counted
 
 
 def run(job, api):
+    """The models are built here, in the supervisor, and the correctness run's parameters
+    shared; the rest runs in the child (``learner``). The supervisor counts each timed
+    configuration's steps, reads the correctness run's parameters after every step and keeps
+    each metered run's peak (CPU) as the counts come."""
     params = job["params"]
     device = job.get("device", "cpu")
-    cuda = device.startswith("cuda")
     base, batches, loss_fn = scenarios.block_net(params, torch.float32)
     base = base.to(device)
     batches = [(x.to(device), y.to(device)) for x, y in batches]
-    low, k, lr = low_precision(device), int(params["accum_steps"]), float(params["lr"])
-    fn = api.load_entry()
-    # the configuration goes by keyword: the four positional arguments are what is checked
-    api.check_signature(functools.partial(fn, precision=low, accum_steps=1, checkpoint=False),
-                        ["model", "loader", "loss_fn", "optimizer"])
+    ref = params["reference"]
+    scenario = scenarios.build(ref, torch.float64)
+    checked = Blocks(scenario.model).to(device)
+    api.share(checked.parameters())
 
-    def one(low_on, accum_on, checkpoint, metered, steps=None):
+    def learner():
+        fn = api.load_entry()
+        # the configuration goes by keyword: the four positional arguments are what is checked
+        api.check_signature(functools.partial(fn, precision=torch.float32, accum_steps=1,
+                                              checkpoint=False),
+                            ["model", "loader", "loss_fn", "optimizer"])
+        data, error = _configurations(job, api, fn, base, batches, loss_fn)
+        if error is not None:
+            return data, error
+        counted = Counted(checked, float(ref["lr"]), record=True,
+                          sync=lambda: api.sync("reference-step", snapshot=True))
+        loader = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
+        kwargs = {"precision": torch.float32, "accum_steps": int(ref["accum_steps"]),
+                  "checkpoint": False}
+        error = api.call(functools.partial(fn, **kwargs),
+                         [checked, scenarios.Loader(loader), scenario.loss_fn, counted.optimizer])
+        data["reference_run"] = {"steps": counted.trajectory,
+                                 "final_params": flat(checked.parameters())}
+        return data, error
+
+    return api.supervise(learner)
+
+
+def _configurations(job, api, fn, base, batches, loss_fn):
+    """Every configuration, warmed up, timed (and metered on the CPU): ``(data, error)``."""
+    params = job["params"]
+    device = job.get("device", "cpu")
+    cuda = device.startswith("cuda")
+    low, k, lr = low_precision(device), int(params["accum_steps"]), float(params["lr"])
+
+    def one(low_on, accum_on, checkpoint, metered, steps=None, sync=None):
         model = copy.deepcopy(base)
-        probe, counted = Probe(model), Counted(model, lr)
+        probe, counted = Probe(model), Counted(model, lr, sync=sync)
         loader = _micro_batches(batches[:steps], k if accum_on else 1)
         kwargs = {"precision": low if low_on else torch.float32,
                   "accum_steps": k if accum_on else 1, "checkpoint": checkpoint}
         args = [model, scenarios.Loader(loader), loss_fn, counted.optimizer]
         if metered:
-            with memory.LiveTensorMeter(model.parameters()) as meter:
+            with memory.LiveTensorMeter(model.parameters(), api.meter_report()) as meter:
                 error = api.call(functools.partial(fn, **kwargs), args)
             return meter.peak, error
         gc.collect()  # earlier copies (the wrapped step makes a cycle) are freed now, not mid-run
@@ -149,13 +184,14 @@ def run(job, api):
                 "micro_batch": len(loader[0][1])}, error
 
     configs, error = {}, None
-    for name, low_on, accum_on, checkpoint in CONFIGS:
+    for number, (name, low_on, accum_on, checkpoint) in enumerate(CONFIGS):
         # warm-up on one batch: one-time costs (kernel choice, the backward thread's cuBLAS
         # workspace, autocast's first casts) stay out of the time and the peak
         _, error = one(low_on, accum_on, checkpoint, False, steps=1)
         if error is not None:
             break
-        result, error = one(low_on, accum_on, checkpoint, False)
+        result, error = one(low_on, accum_on, checkpoint, False,
+                            sync=lambda number=number: api.sync("step", number))
         if error is None and not cuda:
             result["peak"], error = one(low_on, accum_on, checkpoint, True)
         configs[name] = result
@@ -164,15 +200,4 @@ def run(job, api):
     data = {"device": device, "device_name": torch.cuda.get_device_name() if cuda else "cpu",
             "low_precision": str(low).replace("torch.", ""), "accum_steps": k,
             "meter": "cuda" if cuda else "live", "configs": configs, "expected_steps": len(batches)}
-    if error is not None:
-        return data, error
-    ref = params["reference"]
-    scenario = scenarios.build(ref, torch.float64)
-    model = Blocks(scenario.model).to(device)
-    counted = Counted(model, float(ref["lr"]), record=True)
-    loader = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
-    kwargs = {"precision": torch.float32, "accum_steps": int(ref["accum_steps"]), "checkpoint": False}
-    error = api.call(functools.partial(fn, **kwargs),
-                     [model, scenarios.Loader(loader), scenario.loss_fn, counted.optimizer])
-    data["reference_run"] = {"steps": counted.trajectory, "final_params": flat(model.parameters())}
     return data, error

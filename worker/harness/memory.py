@@ -3,6 +3,11 @@ bytes of every tensor alive, at their peak (what a checkpointed backward recompu
 
 A leaf module (stdlib + torch): the harness measures the learner's run with it and the
 trusted checks measure the reference micro-batch with it, the same way.
+
+Each meter keeps two counts that only grow, bytes in (``packed``) and bytes out (``freed``):
+live bytes are their difference. In the sandbox a meter runs in the learner's process, so it
+sends those counts to the supervisor (``report``) as they change; the supervisor keeps the peak
+itself, and a meter whose own figure disagrees with what it sent has been tampered with.
 """
 
 import weakref
@@ -27,16 +32,21 @@ class SavedTensorMeter:
     weight copies autocast saves) are left out: they are not activations.
     """
 
-    def __init__(self, params):
+    def __init__(self, params, report=None):
         params = list(params)
         self._storages = {p.untyped_storage().data_ptr() for p in params}
         self._shapes = {tuple(p.shape) for p in params if p.dim() > 1}
-        self.live = 0
+        self.packed = self.freed = 0
         self.peak = 0
+        self._report = report  # report(packed, freed), after every saved tensor
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
+    @property
+    def live(self):
+        return self.packed - self.freed
+
     def _free(self, nbytes):
-        self.live -= nbytes
+        self.freed += nbytes
 
     def _pack(self, tensor):
         if (
@@ -46,9 +56,11 @@ class SavedTensorMeter:
             return tensor
         nbytes = tensor.numel() * tensor.element_size()
         held = _Held(tensor)
-        self.live += nbytes
+        self.packed += nbytes
         self.peak = max(self.peak, self.live)
         weakref.finalize(held, self._free, nbytes)
+        if self._report is not None:
+            self._report(self.packed, self.freed)
         return held
 
     @staticmethod
@@ -79,25 +91,26 @@ class LiveTensorMeter(TorchDispatchMode):
     so is an op's output that aliases one of its inputs (a view, ``detach``, an in-place
     op): it allocates nothing, whether that storage was made before the meter or under it."""
 
-    def __init__(self, params):
+    def __init__(self, params, report=None):
         super().__init__()
         self._params = {_storage_key(p) for p in params}
         self._live = {}  # (storage address, bytes) → weak reference
+        self.packed = self.freed = 0
         self.peak = 0
+        self._report = report  # report(packed, freed), after every op that allocated
 
     def live(self):
-        total = 0
         for key, ref in list(self._live.items()):
             if ref.expired():
                 del self._live[key]
-            else:
-                total += key[1]
-        return total
+                self.freed += key[1]
+        return self.packed - self.freed
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         inputs = {_storage_key(t) for t in tree_flatten((args, kwargs))[0]
                   if isinstance(t, torch.Tensor)}
+        packed = self.packed
         for tensor in tree_flatten(out)[0]:
             if not isinstance(tensor, torch.Tensor):
                 continue
@@ -106,6 +119,11 @@ class LiveTensorMeter(TorchDispatchMode):
                 continue
             held = self._live.get(key)
             if held is None or held.expired():
+                if held is not None:  # the same address and size again: the old one is gone
+                    self.freed += key[1]
                 self._live[key] = StorageWeakRef(tensor.untyped_storage())
+                self.packed += key[1]
         self.peak = max(self.peak, self.live())
+        if self._report is not None and self.packed != packed:
+            self._report(self.packed, self.freed)
         return out

@@ -2,10 +2,12 @@
 step with ``record_function`` and returns the one that takes the longest.
 
 The learner's function runs once per entry of ``params["slow"]``, each time on a fresh
-loop where that phase is made slow on purpose ("data": the loader sleeps on every fetch;
-"backward": the model's backward sleeps; "forward", "optimizer" likewise). Recorded per
-run: every labelled range (name, start, end), when each fetch, forward, backward and
-optimizer step happened, and the answer.
+loop where that phase is made slow on purpose ("data": every fetch waits on the supervisor,
+which takes that long to answer; "backward": the model's backward sleeps; "forward",
+"optimizer" likewise). Recorded per run: every labelled range (name, start, end), when each
+fetch, forward, backward and
+optimizer step happened, and the answer. The supervisor counts the fetches and the steps of
+each run itself (``fetch`` and ``step`` syncs, indexed by the run).
 """
 
 import time
@@ -56,9 +58,11 @@ class Run:
         self.points[phase].append((start, time.perf_counter() if end is None else end))
 
 
-class SleepyLoader:
-    def __init__(self, batches, seconds, run):
-        self._batches, self._seconds, self._run = batches, seconds, run
+class ServedLoader:
+    """The batches, each fetched from the supervisor (which takes its time on the data run)."""
+
+    def __init__(self, batches, run, fetch):
+        self._batches, self._run, self._fetch = batches, run, fetch
 
     def __len__(self):
         return len(self._batches)
@@ -66,8 +70,7 @@ class SleepyLoader:
     def __iter__(self):
         for batch in self._batches:
             start = time.perf_counter()
-            if self._seconds:
-                time.sleep(self._seconds)
+            self._fetch()
             self._run.point("data", start)
             yield batch
 
@@ -94,7 +97,7 @@ def _patch_record_function(state):
     torch.profiler.record_function = record_function
 
 
-def _build(params, slow, run):
+def _build(params, slow, run, sync):
     seconds = float(params["slow_ms"]) / 1000
     torch.manual_seed(int(params.get("seed", 0)))
     pause = Pause(forward_s=seconds if slow == "forward" else 0.0,
@@ -128,38 +131,47 @@ def _build(params, slow, run):
             time.sleep(seconds)
         result = step(*args, **kwargs)
         run.point("optimizer", start)
+        sync("step")
         return result
 
     optimizer.step = timed_step
-    loader = SleepyLoader(batches, seconds if slow == "data" else 0.0, run)
+    loader = ServedLoader(batches, run, lambda: sync("fetch"))
     return model, loader, nn.CrossEntropyLoss(), optimizer
 
 
 def run(job, api):
     params = job["params"]
-    state = {"run": None}
-    _patch_record_function(state)
-    fn = api.load_entry()
-    api.check_signature(fn, ["model", "loader", "loss_fn", "optimizer"])
-    runs = []
-    for slow in params["slow"]:
-        state["run"] = current = Run()
-        model, loader, loss_fn, optimizer = _build(params, slow, current)
-        origin = time.perf_counter()
-        answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
-        state["run"] = None
+    for number, slow in enumerate(params["slow"]):
+        if slow == "data":
+            api.pace("fetch", number, float(params["slow_ms"]) / 1000)
 
-        def ms(t, origin=origin):
-            return round((t - origin) * 1000, 3)
+    def learner():
+        state = {"run": None}
+        _patch_record_function(state)
+        fn = api.load_entry()
+        api.check_signature(fn, ["model", "loader", "loss_fn", "optimizer"])
+        runs = []
+        for number, slow in enumerate(params["slow"]):
+            state["run"] = current = Run()
+            model, loader, loss_fn, optimizer = _build(
+                params, slow, current, lambda label, number=number: api.sync(label, number))
+            origin = time.perf_counter()
+            answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
+            state["run"] = None
 
-        runs.append({
-            "slow": slow,
-            "answer": answer[:MAX_ANSWER] if isinstance(answer, str) else repr(answer)[:MAX_ANSWER],
-            "answer_is_text": isinstance(answer, str),
-            "ranges": [[name, ms(a), ms(b)] for name, a, b in current.ranges],
-            "points": {phase: [[ms(a), ms(b)] for a, b in spans]
-                       for phase, spans in current.points.items()},
-        })
-        if error is not None:
-            return {"runs": runs}, error
-    return {"runs": runs}, None
+            def ms(t, origin=origin):
+                return round((t - origin) * 1000, 3)
+
+            runs.append({
+                "slow": slow,
+                "answer": answer[:MAX_ANSWER] if isinstance(answer, str) else repr(answer)[:MAX_ANSWER],
+                "answer_is_text": isinstance(answer, str),
+                "ranges": [[name, ms(a), ms(b)] for name, a, b in current.ranges],
+                "points": {phase: [[ms(a), ms(b)] for a, b in spans]
+                           for phase, spans in current.points.items()},
+            })
+            if error is not None:
+                return {"runs": runs}, error
+        return {"runs": runs}, None
+
+    return api.supervise(learner)

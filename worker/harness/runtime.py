@@ -1,6 +1,12 @@
 """What every check kind shares inside the sandbox: output capture, loading the
 learner's file, calling it, turning failures into data and writing the trace.
 
+This process is the trusted supervisor (``supervise.py``): a kind builds its scenario here,
+hands the parameters to ``Api.share``, and runs everything that touches the learner's code
+through ``Api.supervise``, in a forked child. The child's report (the kind's data, the error,
+the captured output) and what this process observed (``data["observed"]``) make the trace,
+which only this process writes.
+
 Standard library only (torch is imported here once, and timed).
 """
 
@@ -16,6 +22,7 @@ import traceback
 import types
 
 import quiet
+import supervise
 import trace_schema
 
 TRACE_VERSION = trace_schema.VERSION
@@ -112,6 +119,100 @@ class Api:
     def __init__(self, job_dir, job):
         self.job_dir = job_dir
         self.job = job
+        self.output = {"text": "", "dropped": 0, "limit": int(job.get("output_limit", 65536))}
+        self.link = None  # in the child: the way to the supervisor
+        self._shared = None
+        self._pace = {}
+        self._meters = 0
+
+    # ------------------------------------------------------------ the supervisor's side
+
+    def share(self, tensors):
+        """Put ``tensors`` (the model's parameters) in memory this process reads itself."""
+        self._shared = supervise.Shared(tensors)
+
+    def pace(self, label, index, seconds):
+        """Have the supervisor take ``seconds`` before answering each ``label`` sync of ``index``
+        (a phase made slow on purpose, in time the learner's code cannot shorten)."""
+        self._pace[(label, index)] = float(seconds)
+
+    def supervise(self, learner):
+        """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
+        the child could not use the device); returns the child's data with what was observed
+        under ``data["observed"]``. A child that dies without reporting takes this process
+        down the same way (the worker reads the cause, as it did before the split)."""
+        supervisor = supervise.Supervisor(self._shared, int(self.job.get("trace_limit", 4 << 20)))
+        supervisor.observer.pace.update(self._pace)
+        part = self._part(learner)
+        import torch
+
+        if torch.cuda.is_initialized():
+            report, death = supervisor.inline(part)
+            mode = "inline"
+            if self._shared is not None:
+                self._shared.mirror()
+        else:
+            report, death = supervisor.run(part)
+            mode = "fork"
+        observed = supervisor.observer.result(self._shared.snapshot() if self._shared else None)
+        observed["mode"] = mode
+        if report is None and death is not None and not observed["interfered"]:
+            supervise.die_like(death)
+        data, error = self._reported(report, observed)
+        if isinstance(data, dict):
+            data["observed"] = observed
+        else:
+            data = {"reported": data, "observed": observed}
+        return data, error
+
+    def _reported(self, report, observed):
+        """The child's report, checked for shape; interference where it is not one."""
+        if report is None:
+            return None, None
+        data, error = report.get("data"), report.get("error")
+        text, dropped = report.get("output"), report.get("dropped")
+        if (not isinstance(text, str) or not isinstance(dropped, int) or isinstance(dropped, bool)
+                or (error is not None and not isinstance(error, dict))):
+            observed["interfered"] = observed["interfered"] or "a report of the wrong shape"
+            return None, None
+        self.output["text"], self.output["dropped"] = text[:self.output["limit"]], max(dropped, 0)
+        return data, error
+
+    def _part(self, learner):
+        """What the child runs: the learner, output captured, its report as bytes."""
+
+        def part(link):
+            self.link = link
+            real = sys.stdout, sys.stderr
+            sys.stdout = CappedWriter(self.output)
+            sys.stderr = CappedWriter(self.output)
+            try:
+                data, error = learner()
+            except Stop as stop:
+                data, error = None, stop.error
+            except BaseException as exc:  # noqa: BLE001 (the harness failed, or was made to)
+                data, error = None, {"phase": "harness", "type": _clip(type(exc).__name__, 200),
+                                     "message": _clip(exc), "traceback": [],
+                                     "detail": _harness_detail()}
+            finally:
+                sys.stdout, sys.stderr = real
+            return trace_schema.dumps({"t": "report", "data": data, "error": error,
+                                       "output": self.output["text"],
+                                       "dropped": self.output["dropped"]}).encode()
+
+        return part
+
+    # ------------------------------------------------------------ the child's side
+
+    def sync(self, label, index=-1, snapshot=False):
+        """Tell the supervisor ``label`` happened (and wait while it reads the parameters)."""
+        self.link.sync(label, index, snapshot)
+
+    def meter_report(self):
+        """A report callback for a new meter: its counts go to the supervisor as they change."""
+        number = self._meters
+        self._meters += 1
+        return lambda packed, freed: self.link.meter(number, packed, freed)
 
     def load_entry(self):
         """Import the learner's file and return its entry function (raises ``Stop``)."""
@@ -189,6 +290,7 @@ def _harness_detail():
 
 
 def write_trace(out_dir, trace, limit):
+    """Written by the supervisor alone, once the child and all it started are dead."""
     text = trace_schema.dumps(trace)
     if len(text) > limit:
         slim = {k: v for k, v in trace.items() if k != "data"}
@@ -198,7 +300,15 @@ def write_trace(out_dir, trace, limit):
                          "traceback": []}
         text = trace_schema.dumps(slim)
     tmp = os.path.join(out_dir, "trace.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    for name in (tmp, os.path.join(out_dir, "trace.json")):  # whatever the learner left there
+        try:
+            os.unlink(name)
+        except IsADirectoryError:
+            os.rmdir(name)
+        except FileNotFoundError:
+            pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, os.path.join(out_dir, "trace.json"))
 
@@ -210,10 +320,8 @@ def main(argv):
         job = json.load(f)
     out_dir = os.path.join(job_dir, "out")
     os.chdir(job_dir)
-    output = {"text": "", "dropped": 0, "limit": int(job.get("output_limit", 65536))}
-    real_stderr = sys.stderr
-    sys.stdout = CappedWriter(output)
-    sys.stderr = CappedWriter(output)
+    supervise.harden()
+    api = Api(job_dir, job)
     trace = {"version": TRACE_VERSION, "kind": job["kind"], "outcome": "ok", "error": None}
     timings = {}
     try:
@@ -225,7 +333,6 @@ def main(argv):
         timings["import_ms"] = round((time.perf_counter() - started) * 1000)
         kind = importlib.import_module(job["kind"])
         run_started = time.perf_counter()
-        api = Api(job_dir, job)
         try:
             data, error = kind.run(job, api)
         except Stop as stop:
@@ -239,10 +346,8 @@ def main(argv):
         trace["outcome"] = "error"
         trace["error"] = {"phase": "harness", "type": type(exc).__name__, "message": _clip(exc),
                           "traceback": [], "detail": _harness_detail()}
-    finally:
-        sys.stdout, sys.stderr = sys.__stdout__, real_stderr
-    trace["output"] = output["text"]
-    trace["output_dropped"] = output["dropped"]
+    trace["output"] = api.output["text"]
+    trace["output_dropped"] = api.output["dropped"]
     trace["timings"] = timings
     write_trace(out_dir, trace, int(job.get("trace_limit", 4 * 1024 * 1024)))
     return 0

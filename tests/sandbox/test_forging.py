@@ -1,0 +1,283 @@
+"""Forging a pass (issue 13, docs/security.md "What is trusted and what is not"): each program
+runs a loop that is wrong where the check can only tell by measuring (right numbers, four
+micro-batches' activations alive at once; a loop over a third of the batches), then tries one way
+of making the verdict say otherwise. None may pass: the learner's code runs in a child of the
+harness that holds no channel to the verdict, and what a pass rests on is observed by the harness
+(parameters in memory it reads itself, the batches it serves), with what the child reports
+cross-checked against it.
+"""
+
+import pytest
+
+from app.config import get_settings
+from app.lessons.content import load_course
+
+pytestmark = pytest.mark.slow  # real sandboxes, real torch
+
+# the numbers are right, the memory is not: every micro-batch of a cycle alive at once
+CONCATENATED = """
+import gc, json, os, sys
+import torch
+
+def concatenated(model, loader, loss_fn, optimizer, accum_steps):
+    batches = list(loader)
+    for start in range(0, len(batches), accum_steps):
+        chunk = batches[start:start + accum_steps]
+        model.zero_grad()
+        loss_fn(model(torch.cat([b[0] for b in chunk])), torch.cat([b[1] for b in chunk])).backward()
+        optimizer.step()
+"""
+
+# a well-formed trace of a passing run, built from the harness's own recorder
+FORGE = """
+def flat(tensors):
+    return torch.cat([t.detach().reshape(-1).double() for t in tensors]).tolist()
+
+def forged_trace():
+    rec = next(o for o in gc.get_objects() if type(o).__name__ == "Recorder")
+    data = {"initial_params": [], "final_params": flat(rec.params), "events": [],
+            "events_dropped": 0, "steps": rec.steps, "steps_total": rec.steps_total,
+            "clips": [], "clips_total": 0, "calls": [], "forwards": rec.forwards,
+            "backwards": rec.backwards, "peak_saved_bytes": 0, "final_scale": None}
+    return json.dumps({"version": 1, "kind": "accumulation", "outcome": "ok", "error": None,
+                       "data": data, "output": "", "output_dropped": 0, "timings": {}}).encode()
+
+def deliver(payload):
+    \"\"\"The trace into every memory file this process holds, then "done" on every pipe.\"\"\"
+    import stat
+    pipes = []
+    for fd in range(3, 256):
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(mode):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, payload, 0)
+            elif stat.S_ISFIFO(mode):
+                pipes.append(fd)
+        except OSError:
+            pass
+    for fd in pipes:
+        try:
+            os.write(fd, b"D")
+        except OSError:
+            pass
+"""
+
+ROUTES = {
+    # 1: a complete fake trace into the inherited trace descriptor, then "done"
+    "fake-trace-on-inherited-descriptor": CONCATENATED + FORGE + """
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    concatenated(model, loader, loss_fn, optimizer, accum_steps)
+    deliver(forged_trace())
+    import time
+    time.sleep(5)
+""",
+    # 2: the harness's trace writer replaced through sys.modules
+    "write-trace-replaced": CONCATENATED + """
+runtime = sys.modules.get("runtime")
+if runtime is not None:
+    real = runtime.write_trace
+    def write_trace(out_dir, trace, limit):
+        if isinstance(trace.get("data"), dict):
+            trace["data"]["peak_saved_bytes"] = 0
+        return real(out_dir, trace, limit)
+    runtime.write_trace = write_trace
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    concatenated(model, loader, loss_fn, optimizer, accum_steps)
+""",
+    # 3: the meter found with gc and reset, after every cycle and at the end
+    "meter-reset-through-gc": CONCATENATED + """
+def reset():
+    for o in gc.get_objects():
+        if type(o).__name__ in ("SavedTensorMeter", "LiveTensorMeter"):
+            for name in ("peak", "live", "packed", "freed"):
+                try:
+                    setattr(o, name, 0)
+                except AttributeError:  # a computed figure: its parts are reset
+                    pass
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    step = optimizer.step
+    def stepped(*a, **k):
+        reset()
+        return step(*a, **k)
+    optimizer.step = stepped
+    concatenated(model, loader, loss_fn, optimizer, accum_steps)
+    reset()
+""",
+    # 3b: a function the meter uses replaced in its module
+    "meter-max-replaced": CONCATENATED + """
+memory = sys.modules.get("memory")
+if memory is not None:
+    memory.max = lambda *args: 0
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    concatenated(model, loader, loss_fn, optimizer, accum_steps)
+""",
+    # 4: saved activations hidden under an inner saved_tensors_hooks (public API)
+    "activations-hidden-by-inner-hooks": CONCATENATED + """
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        concatenated(model, loader, loss_fn, optimizer, accum_steps)
+""",
+    # the harness killed (when it is the parent), then the fake trace delivered
+    "harness-killed-then-fake-trace": CONCATENATED + FORGE + """
+import signal
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    concatenated(model, loader, loss_fn, optimizer, accum_steps)
+    payload = forged_trace()
+    parent = os.getppid()
+    try:
+        cmdline = open(f"/proc/{parent}/cmdline", "rb").read()
+    except OSError:
+        cmdline = b""
+    if b"run.py" in cmdline or b"template" in cmdline:  # never a process outside the job
+        os.kill(parent, signal.SIGKILL)
+    deliver(payload)
+    import time
+    time.sleep(5)
+""",
+    # a grandchild that outlives the loop and rewrites the trace file once it appears
+    "grandchild-rewrites-the-trace": CONCATENATED + """
+import time
+
+def rewrite():
+    path = os.path.abspath("out/trace.json")
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        try:
+            with open(path) as f:
+                trace = json.load(f)
+            if trace.get("data", {}).get("peak_saved_bytes"):
+                trace["data"]["peak_saved_bytes"] = 0
+                with open(path + ".x", "w") as f:
+                    json.dump(trace, f)
+                os.replace(path + ".x", path)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.0005)
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    concatenated(model, loader, loss_fn, optimizer, accum_steps)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            rewrite()
+        os._exit(0)
+    time.sleep(0.05)
+""",
+}
+
+
+# how each route ends: judged on what was observed (the memory check fails), or refused as
+# interference (the report and the observations disagree), or the run is lost (the harness died)
+ENDS = {
+    "fake-trace-on-inherited-descriptor": "failed",
+    "write-trace-replaced": "failed",
+    "meter-reset-through-gc": "interfered",
+    "meter-max-replaced": "interfered",
+    "activations-hidden-by-inner-hooks": "interfered",
+    "harness-killed-then-fake-trace": "error",
+    "grandchild-rewrites-the-trace": "failed",
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_forged_pass_does_not_pass(run, mode, route):
+    outcome = run(ROUTES[route], wall_seconds=30)
+    assert outcome.status != "passed", outcome.verdict
+    end = ENDS[route]
+    if end == "failed":
+        assert outcome.status == "failed", outcome.verdict
+        memory = next(c for c in outcome.verdict["checks"] if c["name"] == "Activation memory")
+        assert memory["status"] == "failed", outcome.verdict
+    else:
+        assert outcome.status == "error", outcome.verdict
+    if end == "interfered":
+        assert "interfered with the measurements" in outcome.verdict["checks"][0]["message"]
+
+
+def test_the_harness_memory_and_descriptors_are_out_of_reach(run, mode):
+    """The child cannot open its parent's memory or descriptors (the harness is not dumpable;
+    ptrace and process_vm_writev are refused by the filter under bwrap)."""
+    outcome = run("""
+import os
+def train(*args):
+    parent = os.getppid()
+    for what in ("mem", "fd", "environ"):
+        try:
+            if what == "fd":
+                os.listdir(f"/proc/{parent}/fd")
+            else:
+                open(f"/proc/{parent}/{what}", "rb").read(1)
+            print(what, "open")
+        except OSError as exc:
+            print(what, "refused", type(exc).__name__)
+""")
+    assert outcome.status != "passed"
+    output = outcome.verdict["output"]
+    if mode == "bwrap":  # a root worker's process-only sandbox runs the job as root: no refusal there
+        for what in ("mem", "fd", "environ"):
+            assert f"{what} refused" in output, output
+
+
+def test_a_clean_loop_still_passes_beside_the_routes(run, mode):
+    """The control: the reference loop passes through the same supervised path."""
+    outcome = run("""
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    optimizer.zero_grad()
+    for step, (x, y) in enumerate(loader):
+        (loss_fn(model(x), y) / accum_steps).backward()
+        if (step + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+""")
+    assert outcome.status == "passed", outcome.verdict
+
+
+# find-the-bottleneck: one pass over the loader, each phase labelled, the slow one named
+PARTIAL_PASS_PADDED = """
+import gc, time
+from torch.profiler import record_function
+
+def find_bottleneck(model, loader, loss_fn, optimizer):
+    spent = {"data": 0.0, "backward": 0.0}
+    batches = iter(loader)
+    for _ in range(2):  # a third of the batches
+        started = time.perf_counter()
+        with record_function("data"):
+            x, y = next(batches)
+        spent["data"] += time.perf_counter() - started
+        with record_function("forward"):
+            loss = loss_fn(model(x), y)
+        started = time.perf_counter()
+        with record_function("backward"):
+            loss.backward()
+        spent["backward"] += time.perf_counter() - started
+        with record_function("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad()
+    # the counts forged: every timed point repeated until there is one per batch
+    for run in (o for o in gc.get_objects() if type(o).__name__ == "Run"):
+        for spans in run.points.values():
+            while spans and len(spans) < len(loader):
+                spans.append(spans[-1])
+    return max(spent, key=spent.get)
+"""
+
+
+class TestFindTheBottleneck:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        found = load_course(get_settings().lessons_dir).exercise("bottleneck/find-the-bottleneck")
+        assert found is not None
+        return found
+
+    def test_forged_batch_counts(self, run, mode):
+        outcome = run(PARTIAL_PASS_PADDED)
+        assert outcome.status != "passed", outcome.verdict

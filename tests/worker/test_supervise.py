@@ -1,0 +1,183 @@
+"""Trusted measurement (worker/harness/supervise.py): the supervisor reads the shared parameters
+itself, keeps the meters' peaks from their counts, ends everything the child started, and the
+checks refuse a report that disagrees with what was observed. Each supervisor runs in a fresh
+interpreter of its own (it makes itself a subreaper and kills its descendants: never pytest's).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from worker.checks import Interfered, accumulation, checkpointing, observed, phases
+
+HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
+
+
+def supervised(body: str) -> dict:
+    """Run ``body`` (defines ``part(link)``, returning the report's bytes) in a child of a
+    supervisor in a fresh interpreter; its observations, the report and how the child ended."""
+    script = f"""
+import json, os, sys, time
+sys.path.insert(0, {str(HARNESS)!r})
+import quiet
+quiet.silence()
+import torch
+import supervise
+supervise.harden()
+weights = torch.zeros(3, dtype=torch.float64)
+shared = supervise.Shared([weights])
+{body}
+supervisor = supervise.Supervisor(shared, 1 << 20)
+report, death = supervisor.run(part)
+print(json.dumps({{"observed": supervisor.observer.result(shared.snapshot()), "report": report,
+                  "death": death}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+REPORT = 'json.dumps({"t": "report", "data": {}, "error": None, "output": "", "dropped": 0}).encode()'
+
+
+def test_the_supervisor_reads_what_the_child_computed_in_shared_memory():
+    out = supervised(f"""
+def part(link):
+    for step in range(3):
+        weights.add_(1.0)  # the child's optimizer step, in place
+        link.sync("step", step, snapshot=True)
+    weights.mul_(10)
+    return {REPORT}
+""")
+    seen = out["observed"]
+    assert seen["snapshots"] == [[1.0] * 3, [2.0] * 3, [3.0] * 3]
+    assert seen["final_params"] == [30.0] * 3  # read with the child dead
+    assert seen["counts"] == {"step": 3} and out["death"] is None
+
+
+def test_the_meter_peak_is_the_supervisors_and_counts_may_not_go_back():
+    out = supervised(f"""
+def part(link):
+    link.meter(0, 100, 0)
+    link.meter(0, 300, 100)  # 200 live: the peak
+    link.meter(0, 350, 300)
+    link.meter(0, 10, 0)  # reset: the counts went backwards
+    return {REPORT}
+""")
+    meter = out["observed"]["meters"][0]
+    assert meter["peak"] == 200
+    assert "went backwards" in out["observed"]["interfered"]
+    with pytest.raises(Interfered):
+        observed({"observed": out["observed"]})
+
+
+def test_a_child_that_dies_without_reporting_is_named_by_how_it_died():
+    out = supervised("""
+def part(link):
+    os._exit(3)
+""")
+    assert out["report"] is None and out["death"] == ["exit", 3]
+    out = supervised("""
+import signal
+def part(link):
+    os.kill(os.getpid(), signal.SIGXCPU)
+""")
+    assert out["death"] == ["signal", 24]
+
+
+def test_a_report_that_is_not_strict_json_is_interference():
+    out = supervised("""
+def part(link):
+    return b'{"t": "report", "data": NaN}'
+""")
+    assert out["report"] is None and "not strict JSON" in out["observed"]["interfered"]
+
+
+def test_everything_the_child_started_is_ended_before_the_trace():
+    out = supervised("""
+def part(link):
+    read, write = os.pipe()
+    if os.fork() == 0:  # a daemonised grandchild that would outlive the loop
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            time.sleep(60)
+        os._exit(0)
+    grandchild = int(os.read(read, 32))
+    return json.dumps({"t": "report", "data": {"grandchild": grandchild}, "error": None,
+                       "output": "", "dropped": 0}).encode()
+""")
+    pid = out["report"]["data"]["grandchild"]
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_the_child_keeps_no_descriptor_but_its_link():
+    out = supervised("""
+def part(link):
+    extra = os.open("/dev/null", os.O_RDONLY)  # one the supervisor had at the fork, in effect
+    fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    return json.dumps({"t": "report", "data": {"fds": fds, "link": link._sock.fileno(),
+                                               "extra": extra},
+                       "error": None, "output": "", "dropped": 0}).encode()
+""")
+    data = out["report"]["data"]
+    others = {fd for fd in data["fds"] if fd > 2} - {data["link"], data["extra"]}
+    assert len(others) <= 1, data  # at most the descriptor listdir itself held while reading
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def accumulation_data(steps, final, peak=0):
+    """The reported half of an accumulation trace with the observed half as the supervisor
+    writes it: three steps, each snapshot the parameters after it."""
+    seen = {"mode": "fork", "counts": {"step": 3},
+            "events": [["step", t, 0.0, t] for t in range(3)], "events_dropped": 0,
+            "snapshots": [[0.1 * t] * 4 for t in range(1, 4)], "final_params": [0.3] * 4,
+            "meters": [{"peak": 100, "packed": 1000, "freed": 900, "messages": 5}],
+            "interfered": None}
+    return {"steps_total": len(steps), "steps": [{"params": p} for p in steps],
+            "final_params": final, "peak_saved_bytes": peak, "observed": seen}
+
+
+def test_accumulation_refuses_a_report_that_differs_from_the_observations():
+    honest = [[0.1 * t] * 4 for t in range(1, 4)]
+    assert accumulation.observations(accumulation_data(honest, [0.3] * 4, 100))[1] == 3
+    with pytest.raises(Interfered, match="parameters"):
+        accumulation.observations(accumulation_data([[0.0] * 4] * 3, [0.3] * 4, 100))
+    with pytest.raises(Interfered, match="memory peak"):  # the meter reset before the report
+        accumulation.observations(accumulation_data(honest, [0.3] * 4, 0))
+    with pytest.raises(Interfered, match="steps"):
+        accumulation.observations(accumulation_data(honest[:2], [0.3] * 4, 100))
+    with pytest.raises(Interfered, match="no observations"):
+        accumulation.observations({**accumulation_data(honest, [0.3] * 4, 100), "observed": None})
+
+
+def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
+    params = {"lr": 0.5}
+    before, after = [1.0, 2.0], [0.5, 2.5]  # the step: -lr * (1, -1)
+    seen = {"counts": {"call": 1}, "events": [["call", 0, 0.0, 0]], "events_dropped": 0,
+            "snapshots": [before], "final_params": after, "interfered": None,
+            "meters": [{"peak": 64, "packed": 64, "freed": 0, "messages": 1}]}
+    data = {"peaks": [64], "final_params": after, "steps": [{"grad": [1.0, -1.0]}], "observed": seen}
+    checkpointing._observations(params, data)
+    with pytest.raises(Interfered, match="gradients"):
+        checkpointing._observations(params, {**data, "steps": [{"grad": [0.0, 0.0]}]})
+    with pytest.raises(Interfered, match="memory peaks"):
+        checkpointing._observations(params, {**data, "peaks": [0]})
+
+
+def test_find_the_bottleneck_counts_are_the_supervisors():
+    run = {"points": {"data": [[0, 1]] * 6, "optimizer": [[0, 1]] * 6}}
+    seen = {"events": [[label, 0, 0.0, -1] for label in ["fetch"] * 2 + ["step"] * 2],
+            "events_dropped": 0, "interfered": None}
+    with pytest.raises(Interfered, match="data events"):  # two fetches served, six reported
+        phases._observed_counts({"runs": [run], "observed": seen})

@@ -1,0 +1,374 @@
+"""Trusted measurement inside the sandbox (docs/security.md, "What is trusted and what is not").
+
+The harness process is the **supervisor**: it builds the seeded scenario, puts the model's
+parameters in shared memory, then forks the **child** that imports and runs the learner's code.
+The child keeps stdin, stdout, stderr and one socket to the supervisor, nothing else (no trace or
+done descriptor), and the supervisor is not dumpable (the child cannot open its
+``/proc/<pid>/mem`` or ``/fd``; ptrace is refused by the filter too). The supervisor alone
+writes the trace, after it has killed the child and everything the child started.
+
+What the child says is *reported*; what the supervisor reads itself is *observed*:
+
+- at every ``sync`` (a step taken, a batch fetched, a forward begun), the child waits while the
+  supervisor copies the parameters out of the shared memory and notes the time and count;
+- at the end, the parameters once more, with the child dead;
+- the meters' figures as they grow (``Link.meter``), kept by the supervisor as they come.
+
+A pass rests on observed values: writing the right parameters into that memory at the right
+moments is computing them. The checks compare what the child reported with what was observed and
+call any difference interference. On CUDA (a context created before the fork cannot be used by
+the child) the learner's code runs in the supervisor's own process, as before: ``mode`` says
+"inline", and the same syncs then observe from the same process.
+
+Standard library and torch only.
+"""
+
+import contextlib
+import ctypes
+import json
+import mmap
+import os
+import select
+import signal
+import socket
+import struct
+import time
+
+import torch
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+HEADER = struct.Struct("!I")
+MAX_SYNC = 64 * 1024  # one sync message
+MAX_SNAPSHOTS = 256
+MAX_EVENTS = 4096
+MAX_METERS = 64
+SWEEP_ROUNDS = 200
+ALIGN = 64
+
+
+class Interference(Exception):
+    """The child broke the protocol; the message says how (it goes into the trace)."""
+
+
+def _prctl(option, value):
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def harden():
+    """Make this process's memory and descriptors unreachable from its children (not dumpable)
+    and have its descendants' orphans come back to it, so that all of them can be ended."""
+    _prctl(PR_SET_DUMPABLE, 0)
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+class Shared:
+    """Tensors moved into one anonymous shared mapping made before the fork: the child computes
+    in it, the supervisor reads it without the child's help."""
+
+    def __init__(self, tensors):
+        tensors = [t for t in tensors]
+        offsets, size = [], 0
+        for t in tensors:
+            size = -(-size // ALIGN) * ALIGN
+            offsets.append(size)
+            size += t.numel() * t.element_size()
+        self._map = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        self.views = []
+        for t, offset in zip(tensors, offsets, strict=True):
+            view = torch.frombuffer(self._map, dtype=t.dtype, count=t.numel(), offset=offset)
+            view = view.view(t.shape)
+            with torch.no_grad():
+                view.copy_(t.detach().cpu())
+            if t.device.type == "cpu":
+                t.data = view  # the parameter now lives in the shared mapping
+            self.views.append(view)
+        self.tensors = tensors
+
+    def mirror(self):
+        """Copy tensors that could not live in the mapping (on a GPU) into it: inline mode only."""
+        with torch.no_grad():
+            for t, view in zip(self.tensors, self.views, strict=True):
+                if t.data_ptr() != view.data_ptr():
+                    view.copy_(t.detach().to("cpu", view.dtype).reshape(view.shape))
+
+    def snapshot(self):
+        """The values, as a flat list of floats (None where not finite)."""
+        values = torch.cat([v.reshape(-1).to(torch.float64) for v in self.views]) if self.views \
+            else torch.zeros(0, dtype=torch.float64)
+        return [v if v == v and abs(v) != float("inf") else None for v in values.tolist()]
+
+
+class Observer:
+    """What the supervisor saw: syncs by label, parameter snapshots, the meters' stream."""
+
+    def __init__(self, shared):
+        self.shared = shared
+        self.started = time.monotonic()
+        self.counts = {}
+        self.events = []  # [label, index, ms, snapshot index or -1]
+        self.events_dropped = 0
+        self.snapshots = []
+        self.meters = {}  # meter number → its counts and the peak seen
+        self.problems = []
+        self.pace = {}  # (label, index) → seconds the supervisor waits before answering
+
+    def problem(self, why):
+        if len(self.problems) < 8:
+            self.problems.append(str(why)[:200])
+
+    def sync(self, message):
+        label, index = message.get("label"), message.get("index", -1)
+        if not isinstance(label, str) or len(label) > 40 or not isinstance(index, int):
+            raise Interference("a sync message of the wrong shape")
+        meter = message.get("meter")
+        if meter is not None:
+            self._meter(meter)
+        if label == "meter":
+            return
+        self.counts[label] = self.counts.get(label, 0) + 1
+        if self.pace.get((label, index)):  # a slow phase: the supervisor's own time
+            time.sleep(self.pace[(label, index)])
+        shot = -1
+        if message.get("snapshot") and self.shared is not None and len(self.snapshots) < MAX_SNAPSHOTS:
+            shot = len(self.snapshots)
+            self.snapshots.append(self.shared.snapshot())
+        if len(self.events) < MAX_EVENTS:
+            self.events.append([label, index, round((time.monotonic() - self.started) * 1000, 3), shot])
+        else:
+            self.events_dropped += 1
+
+    def _meter(self, meter):
+        """``[number, packed, freed]``: the bytes meter ``number`` ever counted in and out;
+        both only grow, so live bytes are their difference and the peak is kept here."""
+        if (not isinstance(meter, list) or len(meter) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in meter)):
+            raise Interference("a meter message of the wrong shape")
+        number, packed, freed = meter
+        if not 0 <= number < MAX_METERS:
+            raise Interference("too many meters")
+        state = self.meters.setdefault(number, {"peak": 0, "packed": 0, "freed": 0, "messages": 0})
+        if packed < state["packed"] or freed < state["freed"] or not 0 <= freed <= packed:
+            self.problem("the memory meter's counts went backwards")
+        state["packed"], state["freed"] = packed, freed
+        state["peak"] = max(state["peak"], packed - freed)
+        state["messages"] += 1
+
+    def result(self, final):
+        return {"counts": self.counts, "events": self.events, "events_dropped": self.events_dropped,
+                "snapshots": self.snapshots, "final_params": final,
+                "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
+                "interfered": "; ".join(self.problems) or None}
+
+
+def _send(sock, payload: bytes):
+    sock.sendall(HEADER.pack(len(payload)) + payload)
+
+
+def _recv_exact(sock, n):
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _refuse_constant(name):
+    raise ValueError(f"non-finite number {name}")
+
+
+def _decode(raw):
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise Interference(f"a message that is not strict JSON ({type(exc).__name__})") from None
+    if not isinstance(value, dict):
+        raise Interference("a message that is not an object")
+    return value
+
+
+class Link:
+    """The child's end: syncs (it waits for the supervisor's answer) and the final report."""
+
+    def __init__(self, sock=None, observer=None):
+        self._sock, self._observer = sock, observer  # a socket (forked) or the observer (inline)
+
+    def sync(self, label, index=-1, snapshot=False, meter=None):
+        message = {"t": "sync", "label": label, "index": int(index), "snapshot": bool(snapshot)}
+        if meter is not None:
+            message["meter"] = [int(v) for v in meter]
+        if self._sock is None:
+            if self._observer.shared is not None:
+                self._observer.shared.mirror()
+            self._observer.sync(message)
+            return
+        _send(self._sock, json.dumps(message).encode())
+        if label != "meter" and _recv_exact(self._sock, 1) != b"k":
+            os._exit(70)  # the supervisor is gone: nothing left to report to
+
+    def meter(self, number, packed, freed):
+        """Meter ``number``'s running counts (bytes in, bytes out), sent as they change."""
+        self.sync("meter", meter=(number, packed, freed))
+
+    def report(self, payload: bytes):
+        if self._sock is not None:
+            _send(self._sock, payload)
+
+
+def _stat(pid):
+    """``(ppid, state)`` of ``pid`` from /proc, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2:].split()
+    return int(fields[1]), fields[0]
+
+
+def _descendants(me, spared):
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _stat(int(entry))
+            if found is not None:
+                parents.setdefault(found[0], []).append(int(entry))
+    result, todo = [], [p for p in parents.get(me, []) if p not in spared]
+    while todo:
+        pid = todo.pop()
+        result.append(pid)
+        todo.extend(parents.get(pid, []))
+    return result
+
+
+def sweep(spared):
+    """Kill every descendant of this process but ``spared`` (children it had before the fork)
+    and reap those that are its own, until none is left; False if some outlived every round."""
+    me = os.getpid()
+    for _ in range(SWEEP_ROUNDS):
+        pids = _descendants(me, spared)
+        if not pids:
+            return True
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            found = _stat(pid)
+            if found is not None and found[0] == me:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.002)
+    return False
+
+
+def _children():
+    return set(_descendants(os.getpid(), set()))
+
+
+class Supervisor:
+    """Forks the child that runs ``part`` and serves its syncs until it reports or dies."""
+
+    def __init__(self, shared, report_limit):
+        self.observer = Observer(shared)
+        self.report_limit = report_limit
+
+    def run(self, part):
+        """``part()`` in the child; returns ``(report, death)``: the child's report (a dict)
+        or None, and how it ended when it did not report (``("signal", n)`` or ``("exit", n)``)."""
+        spared = _children()
+        parent_end, child_end = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            parent_end.detach()
+            _child(child_end, part)
+        child_end.close()
+        report, problem, self._status = None, None, None
+        try:
+            report = self._serve(parent_end, pid)
+        except Interference as exc:
+            problem = str(exc)
+        except OSError as exc:
+            problem = f"the link broke ({type(exc).__name__})"
+        death = None
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        status = self._status if self._status is not None else os.waitpid(pid, 0)[1]
+        if report is None and problem is None:
+            death = ("signal", os.WTERMSIG(status)) if os.WIFSIGNALED(status) \
+                else ("exit", os.waitstatus_to_exitcode(status))
+        if not sweep(spared):
+            problem = problem or "processes the program started could not be stopped"
+        parent_end.close()
+        if problem is not None:
+            self.observer.problem(problem)
+        return report, death
+
+    def _serve(self, sock, pid):
+        while True:
+            ready, _, _ = select.select([sock], [], [], 0.2)
+            if not ready:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    self._status = status
+                    ready, _, _ = select.select([sock], [], [], 0)
+                    if not ready:
+                        return None
+                continue
+            header = _recv_exact(sock, HEADER.size)
+            if header is None:
+                return None
+            (size,) = HEADER.unpack(header)
+            if size > self.report_limit:
+                raise Interference(f"a message of {size} bytes")
+            raw = _recv_exact(sock, size)
+            if raw is None:
+                return None
+            message = _decode(raw)
+            if message.get("t") == "sync":
+                if size > MAX_SYNC:
+                    raise Interference("a sync message too large")
+                self.observer.sync(message)
+                if message.get("label") != "meter":  # a meter's counts need no answer
+                    sock.sendall(b"k")
+            elif message.get("t") == "report":
+                return message
+            else:
+                raise Interference("a message of no known type")
+
+    def inline(self, part):
+        """``part()`` in this process (CUDA): the same syncs, observed from here."""
+        return _decode(part(Link(observer=self.observer))), None
+
+
+def _child(sock, part):
+    """Keep stdin, stdout, stderr and the link; run ``part(link)``; send its report; exit."""
+    code = 0
+    try:
+        fd = sock.fileno()
+        os.closerange(3, fd)
+        os.closerange(fd + 1, 1 << 16)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        link = Link(sock)
+        link.report(part(link))
+    except BaseException:  # noqa: BLE001 (the harness's own failure: the supervisor sees no report)
+        code = 71
+    os._exit(code)
+
+
+def die_like(death):
+    """End this process the way the child ended: the worker reads the same cause as before the
+    split (a CPU limit's SIGXCPU, the OOM killer's SIGKILL, the learner's own exit code)."""
+    how, number = death
+    if how == "signal":
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+        time.sleep(1)
+        number = 128 + number
+    os._exit(number)
