@@ -74,7 +74,7 @@ def _replace_if_closed(dbapi_conn, _record, _proxy) -> None:
     if fileno is None:
         return
     try:
-        readable = select.select([fileno()], [], [], 0)[0]
+        readable = bool(select.select([fileno()], [], [], 0)[0])
     except (OSError, ValueError, TypeError):  # ValueError: fileno() of a closed connection
         readable = True
     if readable or getattr(dbapi_conn, "closed", False):

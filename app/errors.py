@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from pydantic_core import ErrorDetails
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
@@ -105,7 +106,7 @@ class Redirect(Exception):
         self.url = url
 
 
-def _invalid_message(error: dict) -> str:
+def _invalid_message(error: ErrorDetails) -> str:
     """A validation error in the visitor's language, naming the field."""
     where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path"))
     kind = error.get("type", "")
@@ -133,7 +134,7 @@ def wants_json(request: Request) -> bool:
 
 
 def error_response(request: Request, status: int, detail: str | None = None, *, code: str | None = None,
-                   fields: list[dict] | None = None) -> Response:
+                   fields: list[ErrorDetails] | None = None) -> Response:
     if wants_json(request):
         body = ErrorOut(code=code or CODES.get(status, CODES[400 if status < 500 else 500]),
                         message=detail or _reason(status),

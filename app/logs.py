@@ -37,8 +37,9 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage(),
         }
-        if record.request_id:
-            entry["request_id"] = record.request_id
+        request_id = getattr(record, "request_id", None)  # set by _RequestIdFilter, not a LogRecord field
+        if request_id:
+            entry["request_id"] = request_id
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

@@ -22,9 +22,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from app.config import ROOT
+
+if TYPE_CHECKING:  # imported where used: `make gpu-check` answers at once without CUDA
+    from app.lessons.content import Exercise
+    from worker.grading import Grader
 
 LIMIT_SECONDS = 8 * 60  # the whole run, on one GPU
 POOL_SIZE = 6  # warm sandboxes while the exercises are proven: warm-ups overlap the jobs
@@ -333,12 +337,18 @@ class GpuCheck:
         self.settings = get_settings()
         self.course = load_course(self.settings.lessons_dir)
         self.setup = sandbox.setup(self.settings.sandbox, self.settings.device)
-        self.grader = None  # the CUDA grader with its warm pool, while in_pool runs
+        self.grader: Grader  # the CUDA grader with its warm pool, and the CPU's: while in_pool runs
+        self.cpu_grader: Grader
         self.gpu = self.setup.gpu if self.setup.gpu is not None else sandbox.assigned_gpu()
-        self.probe_exercise = self.course.exercise(PROBE_EXERCISE)
+        self.probe_exercise = self._exercise(PROBE_EXERCISE)
         self.properties = torch.cuda.get_device_properties(0)
         self.bf16 = torch.cuda.get_device_capability(0) >= (8, 0)
         self.facts: dict | None = None
+
+    def _exercise(self, exercise_id: str) -> "Exercise":
+        exercise = self.course.exercise(exercise_id)
+        assert exercise is not None, f"the course has lost {exercise_id}"
+        return exercise
 
     def about(self) -> dict[str, str]:
         from bench import machine
@@ -515,7 +525,7 @@ class GpuCheck:
         return rows
 
     def figures(self) -> list[Result]:
-        params = self.course.exercise(FIGURES_EXERCISE).check_params
+        params = self._exercise(FIGURES_EXERCISE).check_params
         configs = [("cpu", "float64", None), ("cuda", "float64", None), ("cuda", "float32", None),
                    ("cuda", "float32", "float16")]
         configs += [("cuda", "float32", "bfloat16")] if self.bf16 else []

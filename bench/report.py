@@ -61,7 +61,7 @@ def _metric(samples: Samples, key: str) -> float | None:
 
 
 def _breakdown(results: Results) -> list[str]:
-    columns = {n: results.ms[n] for n in ("cold", "warm") if n in results.ms}
+    columns: dict[str, Samples] = {n: results.ms[n] for n in ("cold", "warm") if n in results.ms}
     if results.forks is not None and results.forks.parts.ms:
         columns["fork"] = results.forks.parts
     kinds = list(columns.values())

@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = sandbox.setup(settings.sandbox, settings.device)
     course = load_course(settings.lessons_dir)
     exercise = course.exercise(EXERCISE)
+    assert exercise is not None, f"the course has lost {EXERCISE}"
     code = (Path(exercise.path) / "solution.py").read_bytes()
     postgres = _postgres_version()
     backends = [b for b in args.backends.split(",") if b and (b != "postgresql" or postgres)]

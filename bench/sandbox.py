@@ -23,7 +23,7 @@ with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import get_settings  # noqa: E402
-from app.lessons.content import load_course  # noqa: E402
+from app.lessons.content import Exercise, load_course  # noqa: E402
 from worker import pool, sandbox  # noqa: E402
 from worker.grading import Grader  # noqa: E402
 
@@ -59,15 +59,16 @@ def start_cost(runs: int) -> None:
         print(f"start, python -I -S -c pass, {name:30}: {p50(samples)}")
 
 
-def verdicts(mode: str, runs: int, exercise, code: bytes) -> None:
-    start = lambda: sandbox.Sandbox(mode, "cpu")  # noqa: E731
+def verdicts(mode: str, runs: int, exercise: Exercise, code: bytes) -> None:
+    setup = sandbox.setup(mode, "cpu")  # bwrap: refused, said why, where it cannot run
+    start = lambda: sandbox.Sandbox(setup.isolation, "cpu")  # noqa: E731
     cold, warm = [], []
-    with Grader(sandbox.Setup(mode, "cpu"), pool.Pool(0, start=start)) as grader:  # each one cold
+    with Grader(setup, pool.Pool(0, start=start)) as grader:  # each one cold
         for _ in range(runs):
             t = time.perf_counter()
             assert grader.grade(exercise, code)["status"] == "passed"
             cold.append((time.perf_counter() - t) * 1000)
-    with Grader(sandbox.Setup(mode, "cpu"), pool.Pool(1, start=start)) as grader:
+    with Grader(setup, pool.Pool(1, start=start)) as grader:
         for _ in range(runs):
             while not grader.pool.warm():
                 time.sleep(0.01)
@@ -84,6 +85,7 @@ def main() -> None:
     parser.add_argument("--modes", default="bwrap,process")
     args = parser.parse_args()
     exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/accumulate")
+    assert exercise is not None, "the course has lost the accumulate exercise"
     code = (Path(exercise.path) / "solution.py").read_bytes()
     start_cost(max(args.runs, 30))
     for mode in args.modes.split(","):

@@ -2,6 +2,7 @@
 warm pool. The last two go through ``Grader.grade``, exactly as the worker does."""
 
 import contextlib
+import importlib
 import json
 import os
 import sys
@@ -47,7 +48,9 @@ def in_process_once(exercise, code: bytes, device: str = "cpu") -> tuple[float, 
            "trace_limit": sandbox.TRACE_LIMIT}
     checks = kind_module(exercise.check_kind)
     with tempfile.TemporaryDirectory(prefix="treino-bench-job-") as work, _as_in_a_sandbox():
-        import runtime  # worker/harness/runtime.py, as the sandbox imports it
+        # worker/harness/runtime.py by its bare name, as the sandbox imports it: a module only on
+        # the path set just now (make typecheck checks the harness as that program of its own)
+        runtime = importlib.import_module("runtime")
 
         Path(work, "out").mkdir()
         Path(work, "job.json").write_text(json.dumps(job))
@@ -95,8 +98,9 @@ def warm(settings, exercise, code: bytes, runs: int, size: int) -> Samples:
     (bench/forks.py measures the fork path)."""
     samples = Samples()
     exec_only = settings.model_copy(update={"sandbox_start": "exec"})
-    with Grader.running(exec_only, max(size, 1)) as grader:
+    sandboxes = max(size, 1)
+    with Grader.running(exec_only, sandboxes) as grader:
         for _ in range(runs):
-            settle.wait_quiet(os.getpid(), grader.pool.size, include_root=False)
+            settle.wait_quiet(os.getpid(), sandboxes, include_root=False)
             _graded(grader, exercise, code, samples)
     return samples

@@ -25,7 +25,7 @@ from app.lessons.content import Exercise, Limits
 from app.submissions.messages import language, number, text
 from app.submissions.verdict import Record, VerdictStatus, check_record, record, render, seal
 from worker import forkserver, sandbox
-from worker.checks import Check, Diagnosis, Evaluation, kind_module
+from worker.checks import Check, Diagnosis, Kind, Prepare, Summarize, kind_module
 
 log = logging.getLogger("treino.grading")
 
@@ -190,7 +190,7 @@ class Grader:
         # the worker's own tensors are tiny: a second thread only spins, against the sandbox too
         torch.set_num_threads(1)
         for exercise in exercises:
-            prepare_kind = getattr(kind_module(exercise.check_kind), "prepare", None)
+            prepare_kind: Prepare | None = getattr(kind_module(exercise.check_kind), "prepare", None)
             if prepare_kind is not None:
                 prepare_kind(exercise.check_params, self.setup.device)
 
@@ -221,7 +221,7 @@ class Grader:
         return problems
 
 
-def _judge(exercise: Exercise, trace: dict[str, Any], process_output: str, checks_module: Any,
+def _judge(exercise: Exercise, trace: dict[str, Any], process_output: str, checks_module: Kind,
            metrics: dict[str, Any], device: str, run_only: bool) -> Record:
     limits = exercise.limits
     # the learner's prints, then anything written to the process's own stdout/stderr
@@ -234,11 +234,11 @@ def _judge(exercise: Exercise, trace: dict[str, Any], process_output: str, check
         metrics["check_ms"] = round((time.perf_counter() - started) * 1000)
         return _record(exercise, "error", [_error_check(error, exercise.entry)], diagnosis, metrics, output)
     if run_only:  # what the loop did (steps, losses…) where the kind can tell; no pass/fail
-        summarize = getattr(checks_module, "summarize", None)
+        summarize: Summarize | None = getattr(checks_module, "summarize", None)
         measured = summarize(exercise.check_params, trace["data"]) if summarize else {}
         metrics = {**measured, **metrics, "check_ms": round((time.perf_counter() - started) * 1000)}
         return _record(exercise, "passed", metrics=metrics, output=output)
-    evaluation: Evaluation = checks_module.evaluate(exercise.check_params, trace["data"], device)
+    evaluation = checks_module.evaluate(exercise.check_params, trace["data"], device)
     metrics = {**evaluation.metrics, **metrics,
                "check_ms": round((time.perf_counter() - started) * 1000)}
     status: VerdictStatus = "passed" if evaluation.passed else "failed"

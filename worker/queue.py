@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import CursorResult, Result, and_, func, or_, select, update
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from app.db import utcnow
@@ -78,6 +78,13 @@ def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta,
     return Job(*row) if row else None
 
 
+def _one_row(result: Result[*tuple[object, ...]]) -> bool:
+    """Whether an UPDATE changed exactly one row. A session types every result as a plain
+    Result; an UPDATE's is a CursorResult, the one that counts rows."""
+    assert isinstance(result, CursorResult)
+    return result.rowcount == 1
+
+
 def renew(sessions: sessionmaker[Session], job_id: int, worker: str, lease: timedelta) -> bool:
     """Extend the lease; False when this worker no longer holds the job."""
     with sessions.begin() as session:
@@ -88,7 +95,7 @@ def renew(sessions: sessionmaker[Session], job_id: int, worker: str, lease: time
             .values(lease_expires_at=utcnow() + lease)
             .execution_options(synchronize_session=False)
         )
-    return result.rowcount == 1
+    return _one_row(result)
 
 
 def finish(sessions: sessionmaker[Session], job_id: int, worker: str, verdict: Record) -> bool:
@@ -105,7 +112,7 @@ def finish(sessions: sessionmaker[Session], job_id: int, worker: str, verdict: R
                     active_owner=None, lease_owner=None, lease_expires_at=None)
             .execution_options(synchronize_session=False)
         )
-    return result.rowcount == 1
+    return _one_row(result)
 
 
 def give_up_abandoned(sessions: sessionmaker[Session], max_attempts: int) -> int:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import yaml
 from markdown_it import MarkdownIt
@@ -33,6 +33,7 @@ from pydantic import (
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
@@ -57,7 +58,7 @@ _FORMATTER = HtmlFormatter(nowrap=True)
 
 
 @cache
-def _lexer(lang: str):
+def _lexer(lang: str) -> Lexer:
     try:
         return get_lexer_by_name(lang or "text")
     except ClassNotFound:
@@ -73,12 +74,13 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
 _md = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable("table")
 
 
+# markdown-it types render() as Any since a renderer can be swapped; ours is its RendererHTML: str.
 def render_markdown(text: str) -> str:
-    return _md.render(text)
+    return cast(str, _md.render(text))
 
 
 def render_inline(text: str) -> str:
-    return _md.renderInline(text)
+    return cast(str, _md.renderInline(text))
 
 
 # ---------------------------------------------------------------- file schemas

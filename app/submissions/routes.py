@@ -21,6 +21,7 @@ from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.schemas import SubmissionCreated, SubmissionId, SubmissionIn, SubmissionOut
+from app.submissions.verdict import Verdict
 from app.web import render, templates
 
 router = APIRouter()
@@ -207,6 +208,8 @@ def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: Se
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
         raise HTTPException(404)
+    verdict = present.verdict_of(submission)
     return SubmissionOut(id=submission.id, exercise=submission.exercise, mode=Mode(submission.mode),
-                         status=Status(submission.status), verdict=present.verdict_of(submission) or None,
+                         status=Status(submission.status),
+                         verdict=Verdict.model_validate(verdict) if verdict else None,
                          queue_position=service.queue_position(session, submission))

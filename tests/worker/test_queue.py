@@ -200,7 +200,9 @@ def test_a_cancelled_job_is_stopped_and_its_row_stays_cancelled(sessions, databa
     thread.start()
     assert seen.wait(30)
     with sessions.begin() as session:
-        assert cancel_submission(session, session.get(Submission, job_id))
+        submission = session.get(Submission, job_id)
+        cancel_submission(session, submission)
+        assert submission.status == "cancelled"  # at once, while the worker still runs it
     thread.join(timeout=30)
     worker.__exit__()
     assert time.monotonic() - started < 20, "the job ran on after it was cancelled"

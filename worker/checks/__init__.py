@@ -1,11 +1,9 @@
 """Trusted judging of harness traces, one module per check kind.
 
 A kind is ``worker/harness/<kind>.py`` (records, in the sandbox) plus
-``worker/checks/<kind>.py`` (judges, here). The checks module provides::
-
-    evaluate(params: dict, data: dict, device: str) -> Evaluation
-    diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None
-    prepare(params: dict, device: str) -> None  # optional: the reference, before any job
+``worker/checks/<kind>.py`` (judges, here), which is a ``Kind``: ``evaluate`` and
+``diagnose_error``, and optionally ``prepare`` (the reference, before any job) and ``summarize``
+(what a plain run did, for the ``run`` mode).
 
 Texts are not written here: checks name message keys of ``messages.yaml`` and the
 values to quote, and ``app.submissions.messages`` renders them in the learner's language.
@@ -14,8 +12,9 @@ values to quote, and ``app.submissions.messages`` renders them in the learner's 
 import importlib
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -23,20 +22,20 @@ class Check:
     name: str  # catalogue key: check.<name>.name
     passed: bool
     message: str  # catalogue key of the message
-    values: dict = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Diagnosis:
     id: str  # catalogue keys: diagnosis.<id>.title / .explanation
-    values: dict = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Evaluation:
     checks: list[Check]
     diagnosis: Diagnosis | None
-    metrics: dict
+    metrics: dict[str, Any]
 
     @property
     def passed(self) -> bool:
@@ -49,7 +48,7 @@ class Interfered(Exception):
     it as ``error.interfered``, as any failure to judge a trace."""
 
 
-def observed(data: dict) -> dict:
+def observed(data: dict[str, Any]) -> dict[str, Any]:
     """The supervisor's observations in a trace's data (``worker/harness/supervise.py``); raises
     ``Interfered`` when they are missing or the supervisor saw interference."""
     seen = data.get("observed") if isinstance(data, dict) else None
@@ -60,7 +59,7 @@ def observed(data: dict) -> dict:
     return seen
 
 
-def snapshots(seen: dict, label: str) -> list:
+def snapshots(seen: dict[str, Any], label: str) -> list[Any]:
     """The parameters the supervisor read at each ``label`` sync, in order."""
     return [seen["snapshots"][e[3]] for e in seen["events"] if e[0] == label and e[3] >= 0]
 
@@ -79,11 +78,30 @@ SEEDING = threading.RLock()
 KIND_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def kind_module(kind: str) -> ModuleType:
-    """The checks module of ``kind`` (ValueError if there is none)."""
+# ``params``: the exercise's check parameters (exercise.yaml); ``data``: the trace's.
+Prepare = Callable[[dict[str, Any], str], None]  # (params, device): build the reference
+Summarize = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]  # (params, data): metrics
+
+
+@runtime_checkable
+class Kind(Protocol):
+    """What every checks module provides. ``prepare`` (a ``Prepare``) and ``summarize`` (a
+    ``Summarize``) are optional: callers look them up with ``getattr``."""
+
+    def evaluate(self, params: dict[str, Any], data: dict[str, Any], device: str) -> Evaluation: ...
+
+    def diagnose_error(self, params: dict[str, Any], data: dict[str, Any] | None,
+                       error: dict[str, Any]) -> Diagnosis | None: ...
+
+
+def kind_module(kind: str) -> Kind:
+    """The checks module of ``kind`` (ValueError if there is none, or it is not a ``Kind``)."""
     if not KIND_NAME.match(kind):
         raise ValueError(f"bad check kind {kind!r}")
     try:
-        return importlib.import_module(f"{__name__}.{kind}")
+        module = importlib.import_module(f"{__name__}.{kind}")
     except ModuleNotFoundError as exc:
         raise ValueError(f"unknown check kind {kind!r}") from exc
+    if not isinstance(module, Kind):
+        raise ValueError(f"worker/checks/{kind}.py lacks evaluate or diagnose_error")
+    return module
