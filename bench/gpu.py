@@ -372,6 +372,7 @@ class GpuCheck:
         return [
             (START_UP, "CUDA start-up in a fresh process", self.fresh_process),
             (START_UP, "sandbox warm-up, CUDA beside the CPU", self.warm_up),
+            (START_UP, "CUDA after a fork of the template", self.after_fork),
             (SANDBOX, "in the warm pool", self.in_pool),
             (WEB, "a submission through the web and a GPU worker", self.end_to_end),
         ]
@@ -404,9 +405,43 @@ class GpuCheck:
         return [Result(START_UP, "CUDA start-up per sandbox, paid in its warm-up (off the learner's "
                                  "clock)", "passed",
                        f"warm-up {cuda:.1f} s on CUDA, {cpu:.1f} s on the CPU: CUDA adds "
-                       f"{cuda - cpu:.1f} s (median of {runs})"),
-                Result(START_UP, "after a fork of the template", "n/a",
-                       "no template process yet: every sandbox starts its own interpreter")]
+                       f"{cuda - cpu:.1f} s (median of {runs})")]
+
+    def after_fork(self, runs: int = 3) -> list[Result]:
+        """Jobs forked from a template (worker/forkserver.py): the template never touches CUDA
+        (a fork cannot use its parent's context), so each job makes its own after the fork, on
+        its clock. Hand-off → trace of the probe exercise's solution, CUDA beside the CPU."""
+        from worker import forkserver
+
+        exercise = self.probe_exercise
+        code = (Path(exercise.path) / "solution.py").read_bytes()
+        took: dict[str, list[float]] = {"cuda": [], "cpu": []}
+        facts = {}
+        for device in took:
+            server = forkserver.ForkServer(self.setup.isolation, device,
+                                           self.gpu if device == "cuda" else None)
+            job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
+            try:
+                for _ in range(runs):
+                    result = server.run(exercise.check_kind, job, code, exercise.limits)
+                    if result.status != "ok" or result.trace["outcome"] != "ok":
+                        raise ProbeError(f"a job forked on {device}: {result.status} {result.reason} "
+                                         f"{(result.trace or {}).get('error')} {result.output[-300:]}")
+                    took[device].append(result.wall_ms)
+                if device == "cuda":
+                    probe = server.run(exercise.check_kind, job, FACTS_PROBE.encode(), exercise.limits)
+                    facts = probe_facts({"output": (probe.trace or {}).get("output", ""),
+                                         "status": probe.status, "checks": []})
+            finally:
+                server.close()
+        cuda, cpu = statistics.median(took["cuda"]), statistics.median(took["cpu"])
+        first = facts.get("first_kernel_ms")
+        return [Result(START_UP, "after a fork of the template: CUDA is initialised in each job, "
+                                 "on its clock", ok(facts.get("cuda") is True),
+                       f"hand-off → trace {cuda:,.0f} ms on CUDA, {cpu:,.0f} ms on the CPU: "
+                       f"+{cuda - cpu:,.0f} ms (median of {runs}, `{PROBE_EXERCISE}`'s solution); "
+                       f"the learner's first kernel then "
+                       + (f"{first:,.1f} ms" if first is not None else "not run"))]
 
     # ------------------------------------------------------------ with a warm pool
 
@@ -662,6 +697,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "gpu.md",
                         help="where the report goes ('-': nowhere)")
+    parser.add_argument("--only", metavar="TEXT",
+                        help="run only the checks whose name holds TEXT (while developing)")
     args = parser.parse_args(argv)
     bind_one_gpu()
     torch = import_torch()
@@ -681,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     about = check.about()
     say(f"{check.properties.name}, /dev/nvidia{check.gpu}, sandbox {check.setup.isolation}")
-    results = run_checks(check.checks())
+    results = run_checks([c for c in check.checks() if args.only is None or args.only in c[1]])
     took = time.monotonic() - started
     results.append(Result(RUN, f"the whole check within {LIMIT_SECONDS // 60} minutes",
                           ok(took <= LIMIT_SECONDS), f"{took / 60:.1f} min"))

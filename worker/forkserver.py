@@ -53,6 +53,7 @@ from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox, Setup
 log = logging.getLogger("treino.forkserver")
 
 FORK_SECONDS = 10.0  # fork request -> the job's "P": a template slower than this is replaced
+WARM_UP_FAILURES = 2  # templates in a row that never got warm: this host cannot fork, exec instead
 STATUS_SECONDS = 1.0  # the job ended on its own -> its init reports how
 UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
@@ -86,7 +87,7 @@ def runner(start: str, setup: Setup, size: int) -> "ForkServer | Pool":
     if start == "fork" and size > 0:
         why = problem(setup.isolation)
         if why is None:
-            return ForkServer(setup.isolation, setup.device, setup.gpu)
+            return ForkServer(setup.isolation, setup.device, setup.gpu, fallback_size=size)
         log.warning("sandbox: jobs cannot be forked here (%s): single-use sandboxes instead", why)
     return Pool(size, functools.partial(Sandbox, setup.isolation, setup.device, setup.gpu))
 
@@ -233,10 +234,14 @@ class ForkServer:
     the thread that started it), and a fork of it per job."""
 
     def __init__(self, isolation: str, device: str, gpu: int | None = None,
-                 start: Callable[[], Sandbox] | None = None) -> None:
-        """Start the template; returns once it is started (not yet warm)."""
+                 start: Callable[[], Sandbox] | None = None, fallback_size: int = 2) -> None:
+        """Start the template; returns once it is started (not yet warm). Should templates never
+        get warm here (``WARM_UP_FAILURES`` in a row: say, a library that starts threads in
+        every process), jobs go to a pool of ``fallback_size`` single-use sandboxes instead."""
         self.isolation, self.device, self.gpu = isolation, device, gpu
-        self.size = 1
+        self.size, self.fallback_size = 1, fallback_size
+        self._fallback: Pool | None = None
+        self._cold_starts = 0  # templates in a row that did not get warm
         self._start = start or functools.partial(Sandbox, isolation, device, gpu, template=True)
         self._template: Sandbox | None = None
         self._standby: ForkedJob | None = None  # the next job's sandbox, forked ahead
@@ -259,7 +264,7 @@ class ForkServer:
             with self._changed:
                 while not self._closed and self._template is not None and self._template.alive():
                     self._changed.wait(timeout=1)
-                if self._closed:
+                if self._closed or self._fallback is not None:
                     return
                 old, self._template = self._template, None
             if old is not None:
@@ -281,13 +286,14 @@ class ForkServer:
                 self._template, self._error = template, None
                 self._changed.notify_all()
 
-    def _current(self) -> Sandbox:
+    def _current(self) -> Sandbox | None:
+        """The template (waiting for one being started); None once jobs go to the fallback."""
         with self._changed:
-            while self._template is None and not self._closed:
+            while self._template is None and not self._closed and self._fallback is None:
                 self._changed.wait()
-            if self._template is None:
+            if self._closed:
                 raise RuntimeError("the fork server is closed")
-            return self._template
+            return self._template if self._fallback is None else None
 
     def _replace(self, template: Sandbox) -> None:
         """Kill a template that failed a job; the thread starts another."""
@@ -296,6 +302,23 @@ class ForkServer:
                 self._template = None
                 self._changed.notify_all()
         template.close()
+
+    def _not_warm(self, template: Sandbox) -> None:
+        """A template that died or hung in its warm-up: replaced (by the caller); the second in
+        a row means forking does not work on this host, and single-use sandboxes take over."""
+        why = f"template {template.id} did not warm up"
+        with self._changed:
+            self._cold_starts += 1
+            give_up = self._cold_starts >= WARM_UP_FAILURES and self._fallback is None
+        if give_up:
+            log.error("%s templates in a row did not warm up (the last said: %s): jobs run in "
+                      "single-use sandboxes from now on", self._cold_starts, template.tail() or "nothing")
+            fallback = Pool(self.fallback_size, functools.partial(Sandbox, self.isolation,
+                                                                  self.device, self.gpu))
+            with self._changed:
+                self._fallback = fallback
+                self._changed.notify_all()
+        raise TemplateTrouble(why)
 
     def _take(self, template: Sandbox) -> "ForkedJob":
         """The sandbox forked ahead for the next job (if it is this template's), else a new fork."""
@@ -328,9 +351,12 @@ class ForkServer:
         """Run one job in a fork of the template; in a cold single-use sandbox if the template
         fails it (the template is then replaced)."""
         template = self._current()
+        if template is None:
+            assert self._fallback is not None
+            return self._fallback.run(kind, job, code, limits, cancel)
         try:
             if not template.ready(sandbox.WARM_UP_SECONDS):
-                raise TemplateTrouble(f"template {template.id} did not warm up")
+                self._not_warm(template)
             forked = self._take(template)
         except TemplateTrouble as exc:
             return self._cold(template, exc, kind, job, code, limits, cancel)
@@ -338,6 +364,8 @@ class ForkServer:
             result = forked.run(kind, job, code, limits, cancel)
             if result.status == "crashed" and _ended(template):  # it took the job down with it
                 raise TemplateTrouble(f"template {template.id} ended during job {forked.id}")
+            with self._changed:
+                self._cold_starts = 0
         except TemplateTrouble as exc:
             return self._cold(template, exc, kind, job, code, limits, cancel)
         finally:
@@ -353,9 +381,11 @@ class ForkServer:
         return Sandbox(self.isolation, self.device, self.gpu).run(kind, job, code, limits, cancel)
 
     def warm(self) -> int:
-        """1 when the template is ready to fork a job now, else 0."""
+        """1 when the template is ready to fork a job now, else 0 (or the fallback pool's)."""
         with self._changed:
-            template = self._template
+            template, fallback = self._template, self._fallback
+        if fallback is not None:
+            return fallback.warm()
         return int(template is not None and template.ready())
 
     def close(self) -> None:
@@ -363,7 +393,10 @@ class ForkServer:
             self._closed = True
             template, self._template = self._template, None
             standby, self._standby = self._standby, None
+            fallback = self._fallback
             self._changed.notify_all()
+        if fallback is not None:
+            fallback.close()
         if standby is not None:
             standby.close()
         if template is not None:

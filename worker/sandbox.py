@@ -837,7 +837,9 @@ class Sandbox:
             fds = [child_sock, self._trace, child_done]
         argv = [*prefix, sys.executable, "-I", "-B", *program, self.device, self.id]
         env = _environment(work)
-        if self.isolation == "process" and "CUDA_VISIBLE_DEVICES" in os.environ:
+        if self.isolation == "process" and self.device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU sandbox has no GPU (bwrap binds none in)
+        elif self.isolation == "process" and "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         try:
             return subprocess.Popen(

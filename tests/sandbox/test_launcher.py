@@ -308,7 +308,7 @@ for name, nr, args in (("unshare", 272, (0x10000000,)), ("ptrace", 101, (16, 1, 
 
 def test_the_grader_forks_only_where_it_can_and_warm_sandboxes_are_wanted(monkeypatch, caplog):
     started = []
-    monkeypatch.setattr(forkserver, "ForkServer", lambda *a: started.append(a) or "fork server")
+    monkeypatch.setattr(forkserver, "ForkServer", lambda *a, **k: started.append(a) or "fork server")
     monkeypatch.setattr(forkserver, "problem", lambda isolation: None)
     setup = sandbox.Setup("bwrap", "cpu")
     assert forkserver.runner("fork", setup, 2) == "fork server"
@@ -322,3 +322,61 @@ def test_the_grader_forks_only_where_it_can_and_warm_sandboxes_are_wanted(monkey
     assert isinstance(runner, pool.Pool)
     runner.close()
     assert "no user namespaces here" in caplog.text
+
+
+def test_a_host_where_templates_never_get_warm_falls_back_to_single_use_sandboxes(monkeypatch):
+    """Say a library starts threads in every process there: the template refuses to serve,
+    twice in a row; jobs then go to a pool of single-use sandboxes, and none is lost."""
+
+    class Unwarmable:
+        isolation, device = "process", "cpu"
+
+        def __init__(self) -> None:
+            self.id, self.closed = f"t{len(templates)}", False
+            templates.append(self)
+
+        def ready(self, timeout: float = 0) -> bool:
+            return False
+
+        def alive(self) -> bool:
+            return not self.closed
+
+        def tail(self) -> str:
+            return "template: 3 threads after warm-up (python3, cuda00001400006, pt_autograd_0)"
+
+        def close(self) -> None:
+            self.closed = True
+
+    class Single:
+        """A single-use sandbox that answers at once."""
+
+        def __init__(self, *args) -> None:
+            pass
+
+        def ready(self, timeout: float = 0) -> bool:
+            return True
+
+        def alive(self) -> bool:
+            return True
+
+        def run(self, kind, job, code, limits, cancel=None) -> sandbox.Result:
+            return sandbox.Result("ok", {"single-use": True}, 1, "", 0)
+
+        def close(self) -> None:
+            pass
+
+    templates: list[Unwarmable] = []
+    monkeypatch.setattr(forkserver, "Sandbox", Single)
+    fs = forkserver.ForkServer("process", "cpu", start=Unwarmable, fallback_size=1)
+    try:
+        results = [fs.run("accumulation", {}, b"", sandbox.Limits()) for _ in range(4)]
+        assert all(r.trace == {"single-use": True} for r in results)  # cold, then the pool's
+        assert fs._fallback is not None
+        deadline = time.monotonic() + 10
+        while fs.warm() != 1 and time.monotonic() < deadline:  # the pool's is being replaced
+            time.sleep(0.01)
+        assert fs.warm() == 1
+        assert len(templates) == forkserver.WARM_UP_FAILURES  # no template started after that
+        assert all(t.closed for t in templates)
+    finally:
+        fs.close()

@@ -28,7 +28,11 @@ HARNESS_MODULES = sorted(name[:-3] for name in os.listdir(HERE)
                          if name.endswith(".py") and name not in ("__init__.py", "run.py", "template.py"))
 
 
-def warm_up(device):
+def warm_up(device, autograd=True):
+    """Pay the first-use costs before any job: imports, and with ``autograd`` one tiny backward
+    and optimizer step on ``device``. A template (template.py) leaves the step out: the first
+    backward starts autograd's device threads (on a host with a GPU, after initialising the
+    CUDA driver, even for a CPU tensor), and a fork can use neither; its jobs pay it."""
     quiet.silence()  # this process is the sandbox: for good
     import torch
     import torch._dynamo  # noqa: F401  (the optimizer's first step imports it)
@@ -36,6 +40,8 @@ def warm_up(device):
     for name in HARNESS_MODULES:  # the job's kind is imported by name: here, it costs nothing
         importlib.import_module(name)
 
+    if not autograd:
+        return
     model = torch.nn.Linear(4, 2).to(device)  # no random numbers: the job's seeds stay intact
     with torch.no_grad():
         model.weight.fill_(0.5)

@@ -1,7 +1,8 @@
 """A fork-server template, the sandboxed side of ``worker.forkserver``:
 ``python -I -B template.py CONTROL_FD FILTER_FD CONFIG DEVICE SANDBOX_ID``.
 
-It warms up once (imports torch and every kind's harness, one tiny CPU step; never CUDA), stays
+It warms up once (imports torch and every kind's harness; no backward, which would start
+autograd's device threads and, on a GPU host, the CUDA driver; never CUDA), stays
 single-threaded, says ``R`` on CONTROL_FD (a SOCK_SEQPACKET socket) and then, for each ``J``
 message, whose five descriptors are one job's (its socket to the worker, its output, trace, done
 pipe and status pipe), forks. The template holds nothing a job could use: no learner's code or
@@ -274,7 +275,15 @@ def fork(attempts=200):
 
 
 def threads():
-    return len(os.listdir("/proc/self/task"))
+    """The names of this process's threads (the kernel's, so native ones count too)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            continue
+    return names
 
 
 def probe(config):
@@ -301,14 +310,15 @@ def main(argv):
     if filter_fd >= 0:
         with os.fdopen(filter_fd, "rb") as f:
             program = f.read()
-    run.warm_up("cpu")
+    run.warm_up("cpu", autograd=False)
     import torch
 
     torch.set_num_threads(1)
     if torch.cuda.is_initialized():  # a fork cannot use a context its parent made
         raise SystemExit("template: CUDA was initialised during the warm-up")
-    if threads() != 1:  # a fork copies one thread only: a lock held by another would stay held
-        raise SystemExit(f"template: {threads()} threads after warm-up, forks need one")
+    if len(names := threads()) != 1:  # a fork copies one thread: a lock another held stays held
+        raise SystemExit(f"template: {len(names)} threads after warm-up ({', '.join(names)}), "
+                         "forks need one")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # each job's A is reaped by the kernel
     gc.freeze()  # the warm-up's objects stay shared with every fork (no refcount-driven copies)
     control.send(b"R")
