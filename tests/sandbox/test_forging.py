@@ -124,6 +124,21 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
         concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """,
+    # 4b: the torch class the meter is built on replaced before the harness builds it
+    "torch-hooks-replaced": CONCATENATED + """
+class Nothing:
+    def __init__(self, pack, unpack):
+        pass
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        return False
+
+torch.autograd.graph.saved_tensors_hooks = Nothing
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    concatenated(model, loader, loss_fn, optimizer, accum_steps)
+""",
     # the harness killed (when it is the parent), then the fake trace delivered
     "harness-killed-then-fake-trace": CONCATENATED + FORGE + """
 import signal
@@ -181,6 +196,7 @@ ENDS = {
     "meter-reset-through-gc": "interfered",
     "meter-max-replaced": "interfered",
     "activations-hidden-by-inner-hooks": "interfered",
+    "torch-hooks-replaced": "interfered",
     "harness-killed-then-fake-trace": "error",
     "grandchild-rewrites-the-trace": "failed",
 }
