@@ -17,6 +17,7 @@ import os
 import resource
 import stat
 import sys
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # harness modules import each other by name; -I leaves the script dir out
@@ -72,7 +73,12 @@ def apply_limits(limits):
         cpu = min(cpu, hard - 1)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     if limits.get("address_space_mb"):  # only where no memory cgroup holds the sandbox
-        size = int(limits["address_space_mb"]) * 1024 * 1024
+        # room to grow by the job's memory: a CUDA build of torch maps gigabytes of address space
+        # on import, so an absolute cap below that would fail every allocation (the worker's
+        # watch of the tree's memory is the real bound there)
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        size = mapped + int(limits["address_space_mb"]) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
     if limits.get("gpu_memory_mb"):  # on CUDA: no cgroup counts device memory
         import torch
@@ -114,6 +120,9 @@ def run_job(work_dir, request, trace_fd, done_fd):
         runtime.main([work_dir])
         send_trace(os.path.join(work_dir, "out"), trace_fd, int(job["trace_limit"]))
         os.write(done_fd, b"D")  # the worker kills the sandbox now: exiting torch takes a while
+    except BaseException:  # noqa: BLE001 (ours, not the learner's: said in the output, exit 1)
+        traceback.print_exc()
+        os._exit(1)
     finally:
         os._exit(0)  # no interpreter or torch teardown, nor threads the learner left running
 
