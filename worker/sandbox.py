@@ -6,6 +6,10 @@ job's wall-clock limit until the harness says the trace is written (or the sandb
 the whole tree and reads back the trace. The dead tree is reaped and its cgroup removed in the
 background (``reap_all`` waits for that): a torch process takes tens of milliseconds to die,
 which no learner needs to wait for. ``worker.pool`` keeps a few warm ones and runs every job.
+The same launcher starts a fork server's template (``Sandbox(template=True)``): one sandbox
+whose jobs are forks that enter sandboxes of their own (``worker.forkserver``); the request,
+the wait for a job's end and the reading of its result (``request``, ``wait_for_end``,
+``outcome``) are shared by both.
 
 Two kinds, chosen by ``TREINO_SANDBOX`` (``setup()``):
 
