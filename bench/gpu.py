@@ -424,9 +424,10 @@ class GpuCheck:
             try:
                 for _ in range(runs):
                     result = server.run(exercise.check_kind, job, code, exercise.limits)
-                    if result.status != "ok" or result.trace["outcome"] != "ok":
+                    trace = result.trace or {}  # None when the job left none
+                    if result.status != "ok" or trace.get("outcome") != "ok":
                         raise ProbeError(f"a job forked on {device}: {result.status} {result.reason} "
-                                         f"{(result.trace or {}).get('error')} {result.output[-300:]}")
+                                         f"{trace.get('error')} {result.output[-300:]}")
                     took[device].append(result.wall_ms)
                 if device == "cuda":
                     probe = server.run(exercise.check_kind, job, FACTS_PROBE.encode(), exercise.limits)
