@@ -9,13 +9,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.config import ROOT
 from bench import settle, traffic
 from bench.report import Samples
 from bench.stack import Stack
+from worker.sandbox import Result
 
 LEARNERS = 20  # a class submitting at once
 RESUBMITS = 11  # one learner's back-to-back submissions
@@ -96,7 +99,8 @@ class Recording:
     """A pool (or fork server) that keeps each job's sandbox result: for the breakdown."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.results = inner, []
+        self.inner = inner
+        self.results: list[Result] = []
         self.size = inner.size
 
     def run(self, *args, **kwargs):
@@ -134,7 +138,7 @@ def forked(setup, exercise, code: bytes, runs: int) -> Samples:
     return samples
 
 
-def decision(verdict: dict) -> tuple:
+def decision(verdict: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a verdict decides, without what it measured: status, the named mistake, and each
     check's name, outcome and message (its figures, timings among them, left out)."""
     diagnosis = verdict.get("diagnosis") or {}

@@ -337,7 +337,7 @@ class ForkServer:
             if self._closed or self._standby is not None or self._template is not template:
                 return
         try:
-            standby = ForkedJob(template)
+            standby: ForkedJob | None = ForkedJob(template)
         except TemplateTrouble:
             return  # the next job finds out, and replaces the template
         with self._changed:

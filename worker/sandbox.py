@@ -136,6 +136,12 @@ def bwrap_problem() -> str | None:
     return None
 
 
+def _enter(identity: "Identity") -> None:
+    """Between fork and exec of a sandbox's launcher: its uid, then a keyring of its own."""
+    identity.enter()
+    new_session_keyring()
+
+
 def run_isolated(command: list[str], timeout: float, forks: bool = False) -> subprocess.CompletedProcess:
     """``command`` under bwrap on the CPU, as a sandbox would run it (uid, view, filter, scrubbed
     environment), without the harness: the start-up probes and ``bench/sandbox.py``. ``forks``:
@@ -146,7 +152,7 @@ def run_isolated(command: list[str], timeout: float, forks: bool = False) -> sub
         return subprocess.run([*_bwrap_args("cpu", None, identity.uid, filter_fd, forks), *command],
                               env=_environment("/job"), capture_output=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, pass_fds=(filter_fd,),
-                              preexec_fn=lambda: (identity.enter(), new_session_keyring()))
+                              preexec_fn=functools.partial(_enter, identity))
     finally:
         os.close(filter_fd)
         identity.release()
@@ -821,6 +827,7 @@ class Sandbox:
         if self.isolation == "bwrap":
             work, harness = "/job", "/harness"
             own.append(seccomp.fd(seccomp.TEMPLATE_ALLOWS if self.template else ()))
+            assert self.identity is not None  # every bwrap sandbox has one
             prefix = _bwrap_args(self.device, gpu, self.identity.uid, own[0], forks=self.template)
             cwd = "/"
         else:
@@ -865,10 +872,10 @@ class Sandbox:
             (resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES)),
             (resource.RLIMIT_CORE, (0, 0)),
         ]
-        if self.isolation == "bwrap" and (self.identity.switches or self.cgroup is None):
-            nproc = PIDS if self.identity.switches else PIDS * 4  # every process of its host uid
-            table.append((resource.RLIMIT_NPROC, (nproc, nproc)))
         identity = self.identity if self.isolation == "bwrap" else None
+        if identity is not None and (identity.switches or self.cgroup is None):
+            nproc = PIDS if identity.switches else PIDS * 4  # every process of its host uid
+            table.append((resource.RLIMIT_NPROC, (nproc, nproc)))
 
         def apply() -> None:
             pid = str(os.getpid()).encode()

@@ -274,7 +274,7 @@ class StepWeights:
 def _shares(ref, calls):
     """For each recorded loss call, its share of its reference cycle (n_j / N_cycle)."""
     cycle_of = {i: c for c, cycle in enumerate(ref.cycles) for i in cycle}
-    shares = []
+    shares: list[float | None] = []
     for call in calls:
         if not call["mbs"]:
             shares.append(None)
@@ -426,7 +426,7 @@ def _scale_mistake(params, ref, data, weights):
 def _clip_and_scaler_order(params, ref, data):
     events = data["events"]
     if params.get("max_norm") is not None:
-        per_step = {}
+        per_step: dict[int, int] = {}
         for clip in data["clips"]:
             per_step[clip["after_step"]] = per_step.get(clip["after_step"], 0) + 1
         if per_step and max(per_step.values()) > 1:

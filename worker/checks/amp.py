@@ -14,6 +14,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import torch
 
@@ -118,7 +119,7 @@ def _observations(data):
 def _learner_snapshots(data, n):
     """Parameters and scale before each batch (first forward of it), then at the end."""
     _observations(data)
-    first = {}
+    first: dict[int, dict[str, Any]] = {}
     for snap in data["snapshots"]:
         first.setdefault(snap["batch"], snap)
     found = [first.get(i) for i in range(n)]
@@ -205,7 +206,8 @@ def _flow(params, data, mine):
     """The first clip or step whose gradient was not the true one (scaled, or unscaled twice)."""
     norms = _true_norms(params, mine)
     max_norm = float(params["max_norm"])
-    seen = [("clip", c["batch"], c["norm"], c["scale"], 1.0) for c in data["clips"]]
+    seen: list[tuple[str, int, float | None, float | None, float | None]] = [
+        ("clip", c["batch"], c["norm"], c["scale"], 1.0) for c in data["clips"]]
     seen += [("step", s["batch"], s["norm"], None, None) for s in data["step_norms"]]
     for where, batch, norm, scale, _ in seen:
         if not 0 <= batch < len(norms) or norm is None:

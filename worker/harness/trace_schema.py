@@ -15,6 +15,7 @@ measurements. Standard library only: the harness imports it inside the sandbox.
 
 import json
 import math
+from typing import Any
 
 VERSION = 1
 MAX_BYTES = 4 * 1024 * 1024
@@ -88,7 +89,7 @@ def _error(error: object) -> None:
             "error.line is not a number")
 
 
-def validate(trace: object) -> dict:
+def validate(trace: object) -> dict[str, Any]:
     """``trace`` itself if it keeps the schema (see the module's docstring); else ``Invalid``."""
     _walk(trace)
     _expect(isinstance(trace, dict), "the trace is not an object")
@@ -111,7 +112,7 @@ def validate(trace: object) -> dict:
     return trace
 
 
-def parse(raw: bytes, limit: int = MAX_BYTES) -> dict:
+def parse(raw: bytes, limit: int = MAX_BYTES) -> dict[str, Any]:
     """The trace in ``raw``, validated; ``Invalid`` when it is not one."""
     if len(raw) > limit:
         raise Invalid(f"{len(raw)} bytes (limit {limit})")
@@ -124,6 +125,6 @@ def parse(raw: bytes, limit: int = MAX_BYTES) -> dict:
     return validate(value)
 
 
-def dumps(trace: dict) -> str:
+def dumps(trace: dict[str, Any]) -> str:
     """The trace as the harness writes it: strict JSON, compact."""
     return json.dumps(trace, allow_nan=False, separators=(",", ":"))
