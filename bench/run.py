@@ -131,9 +131,9 @@ def _forks(args, setup, course, exercise, code: bytes, backends: list[str], pool
             worker = stack.add_worker()
             say(f"{backend}, fork path: {args.resubmits} submissions back to back by one learner")
             figures.resubmit[backend] = forks.resubmit(stack, exercise.id, code.decode(), args.resubmits)
+            figures.pick_up[backend] = traffic.pick_up_ms(stack)  # one at a time: no queue yet
             say(f"{backend}, fork path: {args.learners} learners at once")
             figures.classroom[backend] = forks.classroom(stack, exercise.id, code.decode(), args.learners)
-            figures.pick_up[backend] = traffic.pick_up_ms(stack)
             worker.check()
     if not args.no_same_verdicts:
         say("every solution and mistake graded both ways")
