@@ -59,12 +59,13 @@ def test_a_signal_to_serve_leaves_nothing_running(tmp_path, signum):
     try:
         deadline = time.monotonic() + 240
         tree: dict[int, str] = {}
-        while time.monotonic() < deadline:  # the worker and its two warm sandboxes (bwrap or not)
+        # the worker and its sandboxes (bwrap or not): two warm ones, or a fork server's template
+        while time.monotonic() < deadline:
             tree = _descendants(serve.pid)
-            if sum("run.py" in _cmdline(p) for p in tree) >= 2 and _listening(port):
+            if sum(_harness(p) for p in tree) >= 2 and _listening(port):
                 break
             time.sleep(0.2)
-        assert sum("run.py" in _cmdline(p) for p in tree) >= 2, "no warm sandbox appeared"
+        assert sum(_harness(p) for p in tree) >= 2, "no warm sandbox appeared"
         tree = _descendants(serve.pid)
         serve.send_signal(signum)
         # SIGKILL leaves serve no say: its worker is told by the kernel (PR_SET_PDEATHSIG)
@@ -88,6 +89,11 @@ def _listening(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _harness(pid: int) -> bool:
+    """Whether ``pid`` runs the sandbox's harness: a single-use sandbox or a template."""
+    return any(name in _cmdline(pid) for name in ("run.py", "template.py"))
 
 
 def _cmdline(pid: int) -> str:
