@@ -297,3 +297,31 @@ class TestFindTheBottleneck:
     def test_forged_batch_counts(self, run, mode):
         outcome = run(PARTIAL_PASS_PADDED)
         assert outcome.status != "passed", outcome.verdict
+
+
+# fit-the-budget: the naive step (every activation alive at once), the meter told otherwise
+NAIVE_METER_RESET = """
+import gc
+
+def train_step(model, x, y, loss_fn, optimizer):
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    for o in gc.get_objects():
+        if type(o).__name__ == "LiveTensorMeter":
+            o.peak = 0
+"""
+
+
+class TestFitTheBudget:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        found = load_course(get_settings().lessons_dir).exercise("gpu-memory/fit-the-budget")
+        assert found is not None
+        return found
+
+    def test_a_meter_reset_through_gc_is_interference(self, run, mode):
+        outcome = run(NAIVE_METER_RESET)
+        assert outcome.status == "error", outcome.verdict  # it passed before the split
+        assert "interfered with the measurements" in outcome.verdict["checks"][0]["message"]
