@@ -25,7 +25,7 @@ from app.lessons.content import Exercise, Limits
 from app.submissions.messages import language, number, text
 from app.submissions.verdict import Record, VerdictStatus, check_record, record, render, seal
 from worker import forkserver, sandbox
-from worker.checks import Check, Diagnosis, Kind, Prepare, Summarize, kind_module
+from worker.checks import Check, Diagnosis, Interfered, Kind, Prepare, Summarize, kind_module
 
 log = logging.getLogger("treino.grading")
 
@@ -177,10 +177,12 @@ class Grader:
         try:
             return _judge(exercise, result.trace or {}, result.output, checks_module, metrics, device,
                           run_only)
+        except Interfered as exc:  # what the child reported is not what the harness observed
+            log.info("%s: interference: %s", exercise.id, exc)
         except Exception:  # a trace the harness did not write (the learner forged it): no verdict
             log.warning("%s: trace not understood", exercise.id, exc_info=True)
-            check = Check("run", False, "error.interfered", {})
-            return _record(exercise, "error", [check], metrics=metrics, output=output)
+        check = Check("run", False, "error.interfered", {})
+        return _record(exercise, "error", [check], metrics=metrics, output=output)
 
     def prepare(self, exercises: list[Exercise]) -> None:
         """Make a worker's first verdict as quick as the next: compute every exercise's reference

@@ -27,6 +27,7 @@ from worker.checks import (  # noqa: E402
     agree,
     observed,
     snapshots,
+    tensors,  # noqa: E402
 )
 from worker.harness import memory, scenarios  # noqa: E402
 
@@ -64,9 +65,6 @@ class Reference:
     saved_total: int  # saved bytes of every micro-batch's forward, added up
 
 
-def _flat(tensors):
-    return torch.cat([t.detach().reshape(-1) for t in tensors]).to(torch.float64)
-
 
 def _saved(scenario, batches):
     """The meter over one forward and backward of ``batches`` taken as one batch."""
@@ -87,15 +85,15 @@ def _reference(key: str) -> Reference:
     micro = [_saved(scenario, [b]) for b in batches]
     cycle_peak = _saved(scenario, [batches[i] for i in cycles[0]]).peak
     optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
-    initial, trajectory, grads = _flat(weights), [], []
+    initial, trajectory, grads = tensors.flat(weights), [], []
     for cycle in cycles:
         optimizer.zero_grad()
         scenario.batch_loss(model, [batches[i] for i in cycle]).backward()
-        grads.append(_flat([w.grad for w in weights]))
+        grads.append(tensors.flat([w.grad for w in weights]))
         if params.get("max_norm") is not None:
             torch.nn.utils.clip_grad_norm_(weights, float(params["max_norm"]))
         optimizer.step()
-        trajectory.append(_flat(weights))
+        trajectory.append(tensors.flat(weights))
     return Reference(
         cycles=cycles,
         weights=[scenario.weight(y) for _, y in batches],
@@ -122,12 +120,6 @@ def tolerance(params: dict, device: str) -> float:
     return tol * (GPU_FACTOR if device.startswith("cuda") else 1.0)
 
 
-def _vector(values) -> torch.Tensor:
-    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
-
-
-def _norm(t) -> float:
-    return float(torch.linalg.vector_norm(t))
 
 
 # ---------------------------------------------------------------- outcome
@@ -152,20 +144,20 @@ def observations(data: dict) -> tuple[list, int, list, dict]:
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     seen_steps, taken, seen_final, meter = observations(data)
-    steps = [_vector(s) for s in seen_steps]
+    steps = [tensors.vector(s) for s in seen_steps]
     expected = len(ref.trajectory)
-    final = _vector(seen_final)
+    final = tensors.vector(seen_final)
 
     errors, ratios = [], []
     before, ref_before = ref.initial, ref.initial
     for t in range(min(len(steps), expected)):
-        travelled = _norm(ref.trajectory[t] - ref.initial)
-        errors.append(_norm(steps[t] - ref.trajectory[t]) / travelled)
-        ratios.append(_norm(steps[t] - before) / _norm(ref.trajectory[t] - ref_before))
+        travelled = tensors.norm(ref.trajectory[t] - ref.initial)
+        errors.append(tensors.norm(steps[t] - ref.trajectory[t]) / travelled)
+        ratios.append(tensors.norm(steps[t] - before) / tensors.norm(ref.trajectory[t] - ref_before))
         before, ref_before = steps[t], ref.trajectory[t]
     tol = tolerance(params, device)
     first_bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
-    final_err = _norm(final - ref.trajectory[-1]) / _norm(ref.trajectory[-1] - ref.initial)
+    final_err = tensors.norm(final - ref.trajectory[-1]) / tensors.norm(ref.trajectory[-1] - ref.initial)
 
     finite = [r for r in ratios if math.isfinite(r)]
     median = sorted(finite)[len(finite) // 2] if finite else None
@@ -211,11 +203,11 @@ def summarize(params: dict, data: dict) -> dict:
     with SEEDING:
         scenario = scenarios.build(params, torch.float64)
     weights = list(scenario.model.parameters())
-    initial = _flat(weights).tolist()
+    initial = tensors.flat(weights).tolist()
     losses = []
     with torch.no_grad():
         for snapshot in [initial, *seen_steps][:MAX_LOSSES]:
-            torch.nn.utils.vector_to_parameters(_vector(snapshot), weights)
+            torch.nn.utils.vector_to_parameters(tensors.vector(snapshot), weights)
             loss = float(scenario.batch_loss(scenario.model, scenario.micro_batches))
             losses.append(round(loss, 6) if math.isfinite(loss) else None)
     return {"optimizer_steps": taken,
@@ -288,25 +280,25 @@ def _gradient_at(data, t):
     """The learner's accumulated gradient at step ``t``: before clipping, if it clipped."""
     clips = [c for c in data["clips"] if c["after_step"] == t]
     if clips and clips[-1]["unscaled"] is not False:
-        return _vector(clips[-1]["grad"])
-    return _vector(data["steps"][t]["grad"])
+        return tensors.vector(clips[-1]["grad"])
+    return tensors.vector(data["steps"][t]["grad"])
 
 
 def decompose(ref, data):
     """For every learner step: the coefficients of ``.grad`` on the unit gradients."""
     calls = data["calls"]
     shares = _shares(ref, calls)
-    units = [_vector(c["unit"]).nan_to_num() for c in calls]
+    units = [tensors.vector(c["unit"]).nan_to_num() for c in calls]
     result = []
     for t in range(len(data["steps"])):
         grad = _gradient_at(data, t).nan_to_num()
         candidates = [i for i, c in enumerate(calls) if c["after_step"] <= t]
         if not candidates:
-            result.append(StepWeights(t, {}, {}, [], [], 1.0 if _norm(grad) else 0.0))
+            result.append(StepWeights(t, {}, {}, [], [], 1.0 if tensors.norm(grad) else 0.0))
             continue
         basis = torch.stack([units[i] for i in candidates], dim=1)
         solution = torch.linalg.lstsq(basis, grad.unsqueeze(1), driver="gelsd").solution[:, 0]
-        residual = _norm(basis @ solution - grad) / max(_norm(grad), 1e-300)
+        residual = tensors.norm(basis @ solution - grad) / max(tensors.norm(grad), 1e-300)
         coefficients = dict(zip(candidates, solution.tolist(), strict=True))
         rel = {i: (a / shares[i] if shares[i] else math.nan) for i, a in coefficients.items()}
         support = [i for i in candidates if not abs(rel[i]) <= IGNORED]
@@ -434,9 +426,9 @@ def _clip_and_scaler_order(params, ref, data):
                 "clips": data["clips_total"], "steps": data["steps_total"]})
         early = [c for c in data["clips"] if c["unscaled"] is False]
         if early:
-            seen = _norm(_vector(early[0]["grad"]).nan_to_num())
+            seen = tensors.norm(tensors.vector(early[0]["grad"]).nan_to_num())
             t = early[0]["after_step"]
-            true = _norm(ref.grads[t]) if t < len(ref.grads) else math.nan
+            true = tensors.norm(ref.grads[t]) if t < len(ref.grads) else math.nan
             return Diagnosis("clip-before-unscale", {
                 "scale": _scale_before(data, early[0]), "norm": seen, "true_norm": true})
     if params.get("scaler"):
@@ -447,7 +439,7 @@ def _clip_and_scaler_order(params, ref, data):
         scale = data["steps"][0]["scale"] if data["steps"] else None
         if first is not None and scale:
             # before the first step the weights are the reference's: its gradient is the true one
-            seen, true = _norm(_vector(first["grad"]).nan_to_num()), _norm(ref.grads[0])
+            seen, true = tensors.norm(tensors.vector(first["grad"]).nan_to_num()), tensors.norm(ref.grads[0])
             if 0.5 <= seen / true * scale <= 2.0:  # divided by the scale it never carried
                 return Diagnosis("unscaled-backward", {"evidence": Phrase(
                     "diagnosis.unscaled-backward.divided_step",

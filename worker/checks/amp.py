@@ -27,6 +27,7 @@ from worker.checks import (  # noqa: E402
     agree,
     observed,
     snapshots,
+    tensors,  # noqa: E402
 )
 from worker.harness import scenarios  # noqa: E402
 
@@ -47,9 +48,6 @@ class Reference:
     clip_norms: list  # the true (unscaled) gradient norm at every batch
 
 
-def _flat(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).to("cpu", torch.float64)
-
 
 @lru_cache(maxsize=8)
 def _reference(key: str, device: str) -> Reference:
@@ -62,7 +60,7 @@ def _reference(key: str, device: str) -> Reference:
                                   growth_interval=int(params["growth_interval"]))
     snapshots, scales, norms = [], [], []
     for x, y in batches:
-        snapshots.append(_flat(model))
+        snapshots.append(tensors.flat(model.parameters()))
         scales.append(float(scaler.get_scale()))
         optimizer.zero_grad()
         with torch.autocast(device_type, dtype=dtype):
@@ -73,7 +71,7 @@ def _reference(key: str, device: str) -> Reference:
                                                           float(params["max_norm"]))))
         scaler.step(optimizer)
         scaler.update()
-    snapshots.append(_flat(model))
+    snapshots.append(tensors.flat(model.parameters()))
     scales.append(float(scaler.get_scale()))
     return Reference(snapshots, scales, norms)
 
@@ -90,12 +88,6 @@ def prepare(params: dict, device: str) -> None:
     reference(params, device)
 
 
-def _vector(values) -> torch.Tensor:
-    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
-
-
-def _norm(t) -> float:
-    return float(torch.linalg.vector_norm(t))
 
 
 def _count(events, code):
@@ -140,8 +132,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     checks = [_autocast_check(data, wanted), _order_check(data, n, flow)]
     checks.append(_overflow_check(params, mine))
     tol = float(params.get("tolerance", TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]))
-    travelled = _norm(ref.snapshots[-1] - ref.snapshots[0])
-    errors = [(_norm(_vector(s["params"]) - ref.snapshots[i]) / travelled) if s else math.inf
+    travelled = tensors.norm(ref.snapshots[-1] - ref.snapshots[0])
+    errors = [(tensors.norm(tensors.vector(s["params"]) - ref.snapshots[i]) / travelled) if s else math.inf
               for i, s in enumerate(mine)]
     worst = max(range(len(errors)), key=lambda i: errors[i] if math.isfinite(errors[i]) else 1e300)
     error = errors[worst]
@@ -195,10 +187,10 @@ def _true_norms(params, mine):
                 w.numel() for w in weights):
             norms.append(math.nan)
             continue
-        torch.nn.utils.vector_to_parameters(_vector(values).float(), weights)
+        torch.nn.utils.vector_to_parameters(tensors.vector(values).float(), weights)
         model.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
-        norms.append(_norm(torch.cat([w.grad.reshape(-1) for w in weights]).double()))
+        norms.append(tensors.norm(torch.cat([w.grad.reshape(-1) for w in weights]).double()))
     return norms
 
 

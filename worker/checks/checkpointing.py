@@ -9,7 +9,6 @@ gradients are released (``None``) when the step returns.
 """
 
 import json
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -25,6 +24,7 @@ from worker.checks import (  # noqa: E402
     agree,
     observed,
     snapshots,
+    tensors,  # noqa: E402
 )
 from worker.harness import memory, scenarios  # noqa: E402
 
@@ -39,9 +39,6 @@ class Reference:
     peak: int  # naive step, largest over the batches
 
 
-def _flat(tensors):
-    return torch.cat([t.detach().reshape(-1) for t in tensors]).to(torch.float64)
-
 
 @lru_cache(maxsize=8)
 def _reference(key: str) -> Reference:
@@ -55,7 +52,7 @@ def _reference(key: str) -> Reference:
         with memory.LiveTensorMeter(weights) as meter:
             loss_fn(model(x), y).backward()
         peak = max(peak, meter.peak)
-        grads.append(_flat([w.grad for w in weights]))
+        grads.append(tensors.flat([w.grad for w in weights]))
         optimizer.step()
     return Reference(grads, peak)
 
@@ -69,12 +66,6 @@ def prepare(params: dict, device: str) -> None:
     reference(params)
 
 
-def _vector(values) -> torch.Tensor:
-    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float64)
-
-
-def _norm(t) -> float:
-    return float(torch.linalg.vector_norm(t))
 
 
 # the step the supervisor saw (parameters before and after a call, over the learning rate)
@@ -97,9 +88,9 @@ def _observations(params, data):
     after = [*before[1:], seen["final_params"]]
     lr = float(params["lr"])
     for step, a, b in zip(data["steps"], before, after, strict=True):
-        grad = _vector(step["grad"]).nan_to_num()
-        taken = (_vector(a) - _vector(b)).nan_to_num() / lr
-        if _norm(taken - grad) > STEP_AGREES * max(_norm(grad), 1e-12):
+        grad = tensors.vector(step["grad"]).nan_to_num()
+        taken = (tensors.vector(a) - tensors.vector(b)).nan_to_num() / lr
+        if tensors.norm(taken - grad) > STEP_AGREES * max(tensors.norm(grad), 1e-12):
             raise Interfered("the reported gradients differ from the steps observed")
 
 
@@ -107,7 +98,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     _observations(params, data)
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
-    errors = [_norm(_vector(s["grad"]) - g) / _norm(g)
+    errors = [tensors.norm(tensors.vector(s["grad"]) - g) / tensors.norm(g)
               for s, g in zip(data["steps"], ref.grads, strict=False)]
     expected = len(ref.grads)
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
@@ -115,7 +106,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         grads = Check("gradients", False, "check.gradients.steps",
                       {"steps": len(data["steps"]), "expected": expected})
     elif bad is not None:
-        norm = _norm(_vector(data["steps"][bad]["grad"]).nan_to_num()) / _norm(ref.grads[bad])
+        mine = tensors.vector(data["steps"][bad]["grad"]).nan_to_num()
+        norm = tensors.norm(mine) / tensors.norm(ref.grads[bad])
         grads = Check("gradients", False, "check.gradients.failed",
                       {"step": bad + 1, "error": Sci(errors[bad]), "ratio": Sci(norm)})
     else:

@@ -9,7 +9,7 @@ and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 """
 
 from app.submissions.messages import Phrase, Sci
-from worker.checks import Check, Diagnosis, Evaluation, accumulation, agree, observed, snapshots
+from worker.checks import Check, Diagnosis, Evaluation, accumulation, agree, observed, snapshots, tensors
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
@@ -56,11 +56,11 @@ def _accumulation(params, data, device):
     run = data.get("reference_run")
     if run is None:
         return Check("measure_accumulation", False, "check.measure_accumulation.missing", {})
-    steps = [accumulation._vector(s) for s in run["steps"]]
+    steps = [tensors.vector(s) for s in run["steps"]]
     if len(steps) != len(ref.trajectory):
         return Check("measure_accumulation", False, "check.steps.failed",
                      {"steps": len(steps), "reference_steps": len(ref.trajectory)})
-    errors = [accumulation._norm(s - r) / accumulation._norm(r - ref.initial)
+    errors = [tensors.norm(s - r) / tensors.norm(r - ref.initial)
               for s, r in zip(steps, ref.trajectory, strict=True)]
     tol = accumulation.tolerance(ref_params, device)
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)

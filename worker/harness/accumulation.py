@@ -8,11 +8,11 @@ the parameters after it; the gradient every clip saw; per-loss-call unit gradien
 graph) for the checks' decomposition; and peak bytes saved for backward.
 """
 
-import math
 
 import memory
 import scenarios
 import torch
+from instrument import flat, patch_clip, watch_scaler, wrap_method
 
 MAX_EVENTS = 4000
 MAX_STEPS = 64
@@ -20,12 +20,6 @@ MAX_CLIPS = 64
 MAX_CALLS = 96
 
 DEFAULT_SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "accum_steps"]
-
-
-def flat(tensors):
-    """One plain list of floats (JSON: non-finite values become None)."""
-    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
-    return [v if math.isfinite(v) else None for v in values.tolist()]
 
 
 class Recorder:
@@ -113,20 +107,6 @@ class RecordingLoss:
         return loss
 
 
-def _wrap_method(obj, name, before=None, after=None):
-    original = getattr(obj, name)
-
-    def wrapper(*args, **kwargs):
-        if before is not None:
-            before(*args, **kwargs)
-        result = original(*args, **kwargs)
-        if after is not None:
-            after(result)
-        return result
-
-    setattr(obj, name, wrapper)
-
-
 def _instrument(model, optimizer, scaler, batches, rec, api):
     ptrs = {b[0].data_ptr(): i for i, b in enumerate(batches)}
 
@@ -155,47 +135,28 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
         api.sync("step", rec.steps_total, snapshot=True)  # the supervisor reads the parameters
         rec.steps_total += 1
 
-    _wrap_method(optimizer, "step", before_step, after_step)
+    wrap_method(optimizer, "step", before_step, after_step)
 
     def zero(who):
         def before(*args, **kwargs):
             rec.event("Z", who)
         return before
 
-    _wrap_method(optimizer, "zero_grad", zero("optimizer"))
-    _wrap_method(model, "zero_grad", zero("model"))
-
+    wrap_method(optimizer, "zero_grad", zero("optimizer"))
+    wrap_method(model, "zero_grad", zero("model"))
     if scaler is not None:
-        def unscale(*args, **kwargs):
-            rec.event("unscale_")
-            rec.unscaled = True
+        watch_scaler(scaler, rec)
 
-        def update(*args, **kwargs):
-            rec.event("update")
-            rec.unscaled = False
-
-        _wrap_method(scaler, "scale", lambda *a, **k: rec.event("scale"))
-        _wrap_method(scaler, "unscale_", unscale)
-        _wrap_method(scaler, "step", lambda *a, **k: rec.event("scaler.step"))
-        _wrap_method(scaler, "update", update)
-
-    original_clip = torch.nn.utils.clip_grad.clip_grad_norm_
-
-    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
-        if isinstance(parameters, torch.Tensor):
-            parameters = [parameters]
-        parameters = list(parameters)
+    def on_clip(parameters, max_norm, clip):  # the gradient before it is clipped
         rec.event("C", rec.clips_total)
         if rec.clips_total < MAX_CLIPS:
             rec.clips.append({"grad": rec.grads(), "max_norm": float(max_norm),
                               "after_step": rec.steps_total,
                               "unscaled": rec.unscaled if scaler is not None else None})
         rec.clips_total += 1
-        return original_clip(parameters, max_norm, *args, **kwargs)
+        return clip()
 
-    # patched before the learner's file is imported, so `from torch.nn.utils import …` sees it
-    torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
-    torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+    patch_clip(on_clip)
 
 
 def run(job, api):

@@ -9,25 +9,16 @@ optimizer step received, with the batch they belong to (what flowed, not only th
 the checks compare them with the true gradient); the end state.
 """
 
-import math
 
 import scenarios
 import torch
+from instrument import finite, flat, patch_clip, watch_scaler, wrap_method
 
 MAX_EVENTS = 2000
 MAX_SNAPSHOTS = 64
 
 SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "scaler", "device_type", "amp_dtype",
              "max_norm"]
-
-
-def flat(tensors):
-    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
-    return [v if math.isfinite(v) else None for v in values.tolist()]
-
-
-def _finite(value):
-    return value if math.isfinite(value) else None
 
 
 class Recorder:
@@ -53,21 +44,11 @@ class Recorder:
 
     def grad_norm(self):
         grads = [p.grad.detach().reshape(-1).double() for p in self.params if p.grad is not None]
-        return _finite(float(torch.linalg.vector_norm(torch.cat(grads)))) if grads else 0.0
+        return finite(float(torch.linalg.vector_norm(torch.cat(grads)))) if grads else 0.0
 
 
 def _count(table, key):
     table[key] = table.get(key, 0) + 1
-
-
-def _wrap(obj, name, before):
-    original = getattr(obj, name)
-
-    def wrapper(*args, **kwargs):
-        before()
-        return original(*args, **kwargs)
-
-    setattr(obj, name, wrapper)
 
 
 class RecordingLoss:
@@ -112,44 +93,25 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
             module.register_forward_hook(on_linear)
     rec.params[0].register_post_accumulate_grad_hook(lambda p: rec.event("B"))
 
-    def step():
+    def step(*args, **kwargs):
         rec.event("S")
         if len(rec.step_norms) < MAX_SNAPSHOTS:
             rec.step_norms.append({"batch": rec.batch, "norm": rec.grad_norm()})
 
-    _wrap(optimizer, "step", step)
-    _wrap(optimizer, "zero_grad", lambda: rec.event("Z"))
-    _wrap(model, "zero_grad", lambda: rec.event("Z"))
+    wrap_method(optimizer, "step", step)
+    wrap_method(optimizer, "zero_grad", lambda *a, **k: rec.event("Z"))
+    wrap_method(model, "zero_grad", lambda *a, **k: rec.event("Z"))
+    watch_scaler(scaler, rec)
 
-    def unscale():
-        rec.event("unscale_")
-        rec.unscaled = True
-
-    def update():
-        rec.event("update")
-        rec.unscaled = False
-
-    _wrap(scaler, "scale", lambda: rec.event("scale"))
-    _wrap(scaler, "unscale_", unscale)
-    _wrap(scaler, "step", lambda: rec.event("scaler.step"))
-    _wrap(scaler, "update", update)
-
-    original_clip = torch.nn.utils.clip_grad.clip_grad_norm_
-
-    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
-        if isinstance(parameters, torch.Tensor):
-            parameters = [parameters]
-        parameters = list(parameters)
-        norm = original_clip(parameters, max_norm, *args, **kwargs)
+    def on_clip(parameters, max_norm, clip):  # the norm the clip saw
+        norm = clip()
         rec.event("C")
         if len(rec.clips) < MAX_SNAPSHOTS:
-            rec.clips.append({"norm": _finite(float(norm)), "unscaled": rec.unscaled,
+            rec.clips.append({"norm": finite(float(norm)), "unscaled": rec.unscaled,
                               "scale": rec.scale(), "batch": rec.batch})
         return norm
 
-    # patched before the learner's file is imported, so `from torch.nn.utils import …` sees it
-    torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
-    torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+    patch_clip(on_clip)
 
 
 def run(job, api):

@@ -9,19 +9,14 @@ step, whether gradients were still held after each call, and the order of block 
 block (G).
 """
 
-import math
 
 import memory
 import scenarios
 import torch
+from instrument import flat
 from torch.utils import _python_dispatch
 
 MAX_EVENTS = 2000
-
-
-def flat(tensors):
-    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
-    return [v if math.isfinite(v) else None for v in values.tolist()]
 
 
 def _backward_running():

@@ -20,12 +20,12 @@ the large-batch reference the checks hold.
 import copy
 import functools
 import gc
-import math
 import time
 
 import memory
 import scenarios
 import torch
+from instrument import flat
 from torch import nn
 
 CONFIGS = [  # name, low precision?, accumulate?, checkpoint?
@@ -50,11 +50,6 @@ class Blocks(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
-
-
-def flat(tensors):
-    values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
-    return [v if math.isfinite(v) else None for v in values.tolist()]
 
 
 def low_precision(device):

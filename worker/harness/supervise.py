@@ -35,6 +35,7 @@ import struct
 import time
 
 import torch
+from instrument import flat
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -98,9 +99,7 @@ class Shared:
 
     def snapshot(self):
         """The values, as a flat list of floats (None where not finite)."""
-        values = torch.cat([v.reshape(-1).to(torch.float64) for v in self.views]) if self.views \
-            else torch.zeros(0, dtype=torch.float64)
-        return [v if v == v and abs(v) != float("inf") else None for v in values.tolist()]
+        return flat(self.views) if self.views else []
 
 
 class Observer:
