@@ -1,8 +1,9 @@
 """A fork-server template, the sandboxed side of ``worker.forkserver``:
 ``python -I -B template.py CONTROL_FD FILTER_FD CONFIG DEVICE SANDBOX_ID``.
 
-It warms up once (imports torch and every kind's harness; no backward, which would start
-autograd's device threads and, on a GPU host, the CUDA driver; never CUDA), stays
+It warms up once (imports torch and every kind's harness; a tiny CPU step only where torch
+has no GPU support compiled in, since the first backward starts autograd's device threads and,
+on a GPU host, the CUDA driver; never CUDA), stays
 single-threaded, says ``R`` on CONTROL_FD (a SOCK_SEQPACKET socket) and then, for each ``J``
 message, whose five descriptors are one job's (its socket to the worker, its output, trace, done
 pipe and status pipe), forks. The template holds nothing a job could use: no learner's code or
@@ -71,8 +72,16 @@ def check(ret, what):
 
 
 def mount(source, target, fstype, flags, data=None):
-    check(libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(),
-                     flags, data and data.encode()), f"mount {target}")
+    check(
+        libc.mount(
+            source and source.encode(),
+            target.encode(),
+            fstype and fstype.encode(),
+            flags,
+            data and data.encode(),
+        ),
+        f"mount {target}",
+    )
 
 
 # ---------------------------------------------------------------- A: namespaces
@@ -95,12 +104,10 @@ def enter_namespaces():
     is the next child's."""
     uid, gid = os.getuid(), os.getgid()
     check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                       ("gid_map", f"{gid} {gid} 1")):
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
-          "unshare")
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
 
 
 # ---------------------------------------------------------------- B: the job's init
@@ -109,8 +116,12 @@ def enter_namespaces():
 def own_mounts(config):
     """The job's own writable places and /proc, as bwrap gives a single-use sandbox."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for where, size in (("/job", config["tmpfs_bytes"]), ("/job/out", config["out_bytes"]),
-                        ("/tmp", config["tmpfs_bytes"]), ("/dev/shm", config["tmpfs_bytes"])):
+    for where, size in (
+        ("/job", config["tmpfs_bytes"]),
+        ("/job/out", config["out_bytes"]),
+        ("/tmp", config["tmpfs_bytes"]),
+        ("/dev/shm", config["tmpfs_bytes"]),
+    ):
         os.makedirs(where, exist_ok=True)  # /job/out: inside the new /job
         mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0755")
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -310,15 +321,17 @@ def main(argv):
     if filter_fd >= 0:
         with os.fdopen(filter_fd, "rb") as f:
             program = f.read()
-    run.warm_up("cpu", autograd=False)
+    run.quiet.silence()
     import torch
+
+    # a build without CUDA (or ROCm) starts no autograd device threads: the step is safe there
+    run.warm_up("cpu", autograd=torch.version.cuda is None and torch.version.hip is None)
 
     torch.set_num_threads(1)
     if torch.cuda.is_initialized():  # a fork cannot use a context its parent made
         raise SystemExit("template: CUDA was initialised during the warm-up")
     if len(names := threads()) != 1:  # a fork copies one thread: a lock another held stays held
-        raise SystemExit(f"template: {len(names)} threads after warm-up ({', '.join(names)}), "
-                         "forks need one")
+        raise SystemExit(f"template: {len(names)} threads after warm-up ({', '.join(names)}), forks need one")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # each job's A is reaped by the kernel
     gc.freeze()  # the warm-up's objects stay shared with every fork (no refcount-driven copies)
     control.send(b"R")
