@@ -40,8 +40,10 @@ test: install lint typecheck
 	$(VENV)/bin/treino lessons check
 	$(VENV)/bin/pytest
 
+# ruff's rules, then its formatter as a check (`ruff format app worker tests migrations bench` fixes it)
 lint: install
 	$(VENV)/bin/ruff check app worker tests migrations bench
+	$(VENV)/bin/ruff format --check app worker tests migrations bench
 
 # mypy as pyproject's [tool.mypy] says (strict where the contracts live), then the harness again
 # as the program it is in the sandbox: its modules import each other by bare name (run.py puts

@@ -27,37 +27,67 @@ log = logging.getLogger(__name__)
 MACHINE_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
 
 CODES = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 409: "conflict", 413: "too_large", 422: "invalid_input",
-    429: "too_many_requests", 500: "internal_error", 503: "unavailable",
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid_input",
+    429: "too_many_requests",
+    500: "internal_error",
+    503: "unavailable",
 }
 
 
 class FieldError(BaseModel):
     loc: list[str | int] = Field(description="Where: `body`, `query` or `path`, then the field")
     message: str = Field(description="What is wrong with it, in the request's language")
-    type: str = Field(description="The kind of error, e.g. `missing`, `string_too_long`, "
-                                  "`string_pattern_mismatch` (a NUL), `string_unicode` (a lone "
-                                  "surrogate), `less_than_equal` (a number too large)")
+    type: str = Field(
+        description="The kind of error, e.g. `missing`, `string_too_long`, "
+        "`string_pattern_mismatch` (a NUL), `string_unicode` (a lone "
+        "surrogate), `less_than_equal` (a number too large)"
+    )
 
 
 class ErrorOut(BaseModel):
     """The body of every API error."""
 
-    code: str = Field(description="Machine-readable, stable: " + ", ".join(
-        f"`{c}`" for c in sorted({*CODES.values(), "email_taken", "wrong_credentials",
-                                  "token_invalid", "already_active", "throttled"})),
-                      examples=["not_found"])
+    code: str = Field(
+        description="Machine-readable, stable: "
+        + ", ".join(
+            f"`{c}`"
+            for c in sorted(
+                {
+                    *CODES.values(),
+                    "email_taken",
+                    "wrong_credentials",
+                    "token_invalid",
+                    "already_active",
+                    "throttled",
+                }
+            )
+        ),
+        examples=["not_found"],
+    )
     message: str = Field(description="For people, in the request's language")
-    detail: list[FieldError] | None = Field(default=None, description="`invalid_input` only: "
-                                                                      "each field that was refused")
+    detail: list[FieldError] | None = Field(
+        default=None, description="`invalid_input` only: each field that was refused"
+    )
 
 
 class ApiError(HTTPException):
     """An HTTPException with its own machine-readable `code` (else the status's, from CODES)."""
 
-    def __init__(self, status_code: int, message: str | None = None, *, code: str,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status_code: int,
+        message: str | None = None,
+        *,
+        code: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(status_code, message, headers)
         self.code = code
 
@@ -71,17 +101,21 @@ _DESCRIPTIONS = {
     400: "The body could not be read (not UTF-8, or not what its Content-Type says)",
     401: "No valid credentials (or a revoked token)",
     403: "Refused: a cross-site request, or a cookie-signed call without its CSRF token",
-    404: "Not found, or not yours", 409: "Conflict with what is stored",
-    413: "The request body is larger than the server accepts", 422: "Invalid input",
-    429: "Too many requests; see Retry-After", 503: "Not ready",
+    404: "Not found, or not yours",
+    409: "Conflict with what is stored",
+    413: "The request body is larger than the server accepts",
+    422: "Invalid input",
+    429: "Too many requests; see Retry-After",
+    503: "Not ready",
 }
 
 
 def documented(*statuses: int, **descriptions: str) -> dict[int | str, dict[str, Any]]:
     """`responses=` for a route: each status with the ErrorOut body (descriptions by `s401=`)."""
-    return {status: {"model": ErrorOut,
-                     "description": descriptions.get(f"s{status}", _DESCRIPTIONS[status])}
-            for status in statuses}
+    return {
+        status: {"model": ErrorOut, "description": descriptions.get(f"s{status}", _DESCRIPTIONS[status])}
+        for status in statuses
+    }
 
 
 def _titles() -> dict[int, tuple[str, str]]:
@@ -94,8 +128,7 @@ def _titles() -> dict[int, tuple[str, str]]:
         413: (_("Too large"), _("What you sent is larger than the server accepts.")),
         422: (_("Invalid input"), _("Some of what you sent is missing or not valid.")),
         429: (_("Too many requests"), _("Please wait a little and try again.")),
-        500: (_("Something went wrong"), _("An unexpected error happened on our side. Please try "
-                                           "again.")),
+        500: (_("Something went wrong"), _("An unexpected error happened on our side. Please try again.")),
     }
 
 
@@ -133,15 +166,29 @@ def wants_json(request: Request) -> bool:
     return is_api(path) or path in MACHINE_PATHS
 
 
-def error_response(request: Request, status: int, detail: str | None = None, *, code: str | None = None,
-                   fields: list[ErrorDetails] | None = None) -> Response:
+def error_response(
+    request: Request,
+    status: int,
+    detail: str | None = None,
+    *,
+    code: str | None = None,
+    fields: list[ErrorDetails] | None = None,
+) -> Response:
     if wants_json(request):
-        body = ErrorOut(code=code or CODES.get(status, CODES[400 if status < 500 else 500]),
-                        message=detail or _reason(status),
-                        detail=[FieldError(loc=[str(p) if not isinstance(p, int) else p
-                                                for p in e.get("loc", ())],
-                                           message=_invalid_message(e), type=e.get("type", ""))
-                                for e in fields] if fields is not None else None)
+        body = ErrorOut(
+            code=code or CODES.get(status, CODES[400 if status < 500 else 500]),
+            message=detail or _reason(status),
+            detail=[
+                FieldError(
+                    loc=[str(p) if not isinstance(p, int) else p for p in e.get("loc", ())],
+                    message=_invalid_message(e),
+                    type=e.get("type", ""),
+                )
+                for e in fields
+            ]
+            if fields is not None
+            else None,
+        )
         return JSONResponse(body.model_dump(), status_code=status)
     title, message = _titles().get(status, _titles()[400 if status < 500 else 500])
     if not hasattr(request.state, "lang"):
@@ -150,8 +197,12 @@ def error_response(request: Request, status: int, detail: str | None = None, *, 
     if request.method not in SAFE_METHODS:
         # a refused or failed request rolled back: say so, so the learner knows to send it again
         message = " ".join((message, _("Nothing you sent was stored.")))
-    context = {"status": status, "title": title, "message": message,
-               "course": getattr(request.app.state, "course", None)}
+    context = {
+        "status": status,
+        "title": title,
+        "message": message,
+        "course": getattr(request.app.state, "course", None),
+    }
     return render(request, "error.html", context, status_code=status)
 
 
@@ -169,8 +220,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         errors = list(exc.errors())
-        return error_response(request, 422, _invalid_message(errors[0]) if errors else None,
-                              fields=errors)
+        return error_response(request, 422, _invalid_message(errors[0]) if errors else None, fields=errors)
 
     @app.exception_handler(Redirect)
     async def _redirect(request: Request, exc: Redirect) -> Response:

@@ -16,8 +16,10 @@ def is_api(path: str) -> bool:
 
 
 def is_htmx(request: Request) -> bool:
-    return (request.headers.get("HX-Request") == "true"
-            and request.headers.get("HX-History-Restore-Request") != "true")
+    return (
+        request.headers.get("HX-Request") == "true"
+        and request.headers.get("HX-History-Restore-Request") != "true"
+    )
 
 
 def is_https(request: Request) -> bool:
@@ -32,8 +34,13 @@ def client_ip(request: Request) -> str:
 
 def safe_next(value: str | None) -> str:
     """`value` when it is a path on this site, else "/": a `?next=` never leads elsewhere."""
-    if (not value or len(value) > 2000 or not value.startswith("/") or value.startswith("//")
-            or any(c == "\\" or ord(c) < 32 or ord(c) == 127 for c in value)):
+    if (
+        not value
+        or len(value) > 2000
+        or not value.startswith("/")
+        or value.startswith("//")
+        or any(c == "\\" or ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
         return "/"
     parts = urlsplit(value)
     return "/" if parts.scheme or parts.netloc else value

@@ -34,8 +34,7 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
     # GET and HEAD change nothing: their sessions read in autocommit, without BEGIN and COMMIT
     # round trips; a pool of their own, so that no connection switches modes at every request
-    reader = make_engine(settings.database_url, isolation_level="AUTOCOMMIT",
-                         pool_size=settings.db_pool_size)
+    reader = make_engine(settings.database_url, isolation_level="AUTOCOMMIT", pool_size=settings.db_pool_size)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -43,10 +42,15 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
         engine.dispose()
         reader.dispose()
 
-    app = FastAPI(title="treino", summary="A tutor for efficient PyTorch training on small GPUs",
-                  version="0.1.0", lifespan=lifespan, redoc_url=None,  # /docs is the one API page
-                  dependencies=[Depends(verify_csrf)],
-                  generate_unique_id_function=lambda route: route.name)  # operationId: the function
+    app = FastAPI(
+        title="treino",
+        summary="A tutor for efficient PyTorch training on small GPUs",
+        version="0.1.0",
+        lifespan=lifespan,
+        redoc_url=None,  # /docs is the one API page
+        dependencies=[Depends(verify_csrf)],
+        generate_unique_id_function=lambda route: route.name,
+    )  # operationId: the function
     app.state.settings = settings
     templates.env.auto_reload = settings.reload_lessons  # else each page stats its templates
     app.state.course = course
@@ -92,7 +96,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             for status in wanted:
                 given = operation["responses"].get(str(status), {})
                 operation["responses"][str(status)] = {
-                    "description": given.get("description", extra[status]["description"]), **error}
+                    "description": given.get("description", extra[status]["description"]),
+                    **error,
+                }
             for status, response in operation["responses"].items():
                 if status[0] in "45" and "ErrorOut" in str(response.get("content")):
                     response.update(error)  # JSON whatever the route's own answers are

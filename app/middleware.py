@@ -75,8 +75,13 @@ class RequestContext:
     and .csrf_token, and the cookies behind them. A session or token that is no longer valid
     never reaches a route: `ended` answers instead (main.py passes both, from app/accounts)."""
 
-    def __init__(self, app: ASGIApp, *, authenticate: Callable[[Request], Awaitable[Credentials]],
-                 ended: Callable[[Request], Response]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        authenticate: Callable[[Request], Awaitable[Credentials]],
+        ended: Callable[[Request], Response],
+    ) -> None:
         self.app = app
         self.authenticate = authenticate
         self.ended = ended
@@ -100,8 +105,14 @@ class RequestContext:
         identity = auth.csrf_identity or f"visitor:{visitor}"
         scope.setdefault("state", {})
         request_id = logs.new_request_id(request.headers.get("x-request-id"))
-        scope["state"].update(lang=lang, visitor_id=visitor, new_visitor=new_visitor, auth=auth,
-                              request_id=request_id, csrf_token=csrf_token(secret, identity))
+        scope["state"].update(
+            lang=lang,
+            visitor_id=visitor,
+            new_visitor=new_visitor,
+            auth=auth,
+            request_id=request_id,
+            csrf_token=csrf_token(secret, identity),
+        )
         i18n.set_lang(lang)
 
         async def send_with_cookies(message: Message) -> None:
@@ -112,8 +123,14 @@ class RequestContext:
                     cookie.set_cookie(LANG_COOKIE, lang, max_age=YEAR, samesite="lax", secure=secure)
                 state = scope["state"]
                 if state["new_visitor"] and state["visitor_id"]:
-                    cookie.set_cookie(visitor_cookie(secure), state["visitor_id"], max_age=YEAR,
-                                      httponly=True, samesite="lax", secure=secure)
+                    cookie.set_cookie(
+                        visitor_cookie(secure),
+                        state["visitor_id"],
+                        max_age=YEAR,
+                        httponly=True,
+                        samesite="lax",
+                        secure=secure,
+                    )
                 for key, value in cookie.raw_headers:
                     if key == b"set-cookie":
                         headers.append("set-cookie", value.decode("latin-1"))

@@ -7,5 +7,13 @@ from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
 
-__all__ = ["AuthSession", "CardReached", "Draft", "QuizAttempt", "Submission", "ThrottleHit", "User",
-           "WorkerBeat"]
+__all__ = [
+    "AuthSession",
+    "CardReached",
+    "Draft",
+    "QuizAttempt",
+    "Submission",
+    "ThrottleHit",
+    "User",
+    "WorkerBeat",
+]

@@ -28,14 +28,18 @@ CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
-_POLICY = ("default-src 'self'; script-src {script}; style-src {style}; img-src {img}; "
-           "connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'self'; "
-           "form-action 'self'")
+_POLICY = (
+    "default-src 'self'; script-src {script}; style-src {style}; img-src {img}; "
+    "connect-src 'self'; object-src 'none'; frame-ancestors 'none'; base-uri 'self'; "
+    "form-action 'self'"
+)
 CSP = _POLICY.format(script="'self'", style="'self'", img="'self' data:")
 # /docs only: FastAPI's Swagger UI loads from jsDelivr and starts itself with an inline script.
-DOCS_CSP = _POLICY.format(script="'self' 'unsafe-inline' https://cdn.jsdelivr.net",
-                          style="'self' 'unsafe-inline' https://cdn.jsdelivr.net",
-                          img="'self' data: https://fastapi.tiangolo.com")
+DOCS_CSP = _POLICY.format(
+    script="'self' 'unsafe-inline' https://cdn.jsdelivr.net",
+    style="'self' 'unsafe-inline' https://cdn.jsdelivr.net",
+    img="'self' data: https://fastapi.tiangolo.com",
+)
 DOCS_PATHS = ("/docs", "/docs/oauth2-redirect")
 
 
@@ -84,6 +88,11 @@ async def verify_csrf(request: Request) -> None:
         sent = value if isinstance(value, str) else None
     if not sent or not hmac.compare_digest(sent.encode(), request.state.csrf_token.encode()):
         if is_api(request.url.path):
-            raise HTTPException(403, _("Signed in by cookie, this request needs the X-CSRF-Token "
-                                       "header; API clients use a bearer token instead."))
+            raise HTTPException(
+                403,
+                _(
+                    "Signed in by cookie, this request needs the X-CSRF-Token "
+                    "header; API clients use a bearer token instead."
+                ),
+            )
         raise HTTPException(403, _("This form has expired. Reload the page and try again."))

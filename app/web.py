@@ -23,8 +23,12 @@ from app.i18n import gettext as _
 
 LANG_COOKIE = "treino_lang"
 
-_env = Environment(loader=FileSystemLoader(ROOT / "templates"), autoescape=select_autoescape(),
-                   extensions=["jinja2.ext.i18n"], undefined=StrictUndefined)
+_env = Environment(
+    loader=FileSystemLoader(ROOT / "templates"),
+    autoescape=select_autoescape(),
+    extensions=["jinja2.ext.i18n"],
+    undefined=StrictUndefined,
+)
 _env.install_gettext_callables(i18n.gettext, i18n.ngettext, newstyle=True)  # type: ignore[attr-defined]
 templates = Jinja2Templates(env=_env)
 
@@ -49,8 +53,11 @@ def once(context: dict[str, Any], name: str, /, **values: Any) -> Markup:
     of a page that are the same for every visitor (a lesson's cards), so a request renders only
     what is its own. Objects in ``values`` count by identity: a reloaded course renders afresh."""
     lang = context["lang"]
-    key = (name, lang, *((k, v if isinstance(v, str | int | None) else id(v))
-                         for k, v in sorted(values.items())))
+    key = (
+        name,
+        lang,
+        *((k, v if isinstance(v, str | int | None) else id(v)) for k, v in sorted(values.items())),
+    )
     hit = _rendered.get(key)
     if hit is None:
         html = Markup(_env.get_template(name).render(request=context["request"], lang=lang, **values))
@@ -73,28 +80,42 @@ def draft_owner(context: dict[str, Any]) -> str:
 def status_label(status: str) -> str:
     """A submission status as the learner reads it."""
     labels = {
-        "queued": _("Queued"), "running": _("Running"),
-        "passed": _("Passed"), "failed": _("Not yet right"),
-        "error": _("Did not run"), "timeout": _("Took too long"),
-        "rejected": _("Not accepted"), "cancelled": _("Cancelled"),
+        "queued": _("Queued"),
+        "running": _("Running"),
+        "passed": _("Passed"),
+        "failed": _("Not yet right"),
+        "error": _("Did not run"),
+        "timeout": _("Took too long"),
+        "rejected": _("Not accepted"),
+        "cancelled": _("Cancelled"),
     }
     return labels.get(status, status)
 
 
 templates.env.globals.update(
-    path_for=path_for, once=once, langs=LANGS, language_name=i18n.language_name, number=i18n.number,
-    status_label=status_label, draft_owner=draft_owner,
+    path_for=path_for,
+    once=once,
+    langs=LANGS,
+    language_name=i18n.language_name,
+    number=i18n.number,
+    status_label=status_label,
+    draft_owner=draft_owner,
 )
 
 
-def render(request: Request, name: str, context: dict[str, Any] | None = None, *,
-           status_code: int = 200) -> Response:
+def render(
+    request: Request, name: str, context: dict[str, Any] | None = None, *, status_code: int = 200
+) -> Response:
     """Template `name` (a page, or an `_name.html` fragment for htmx) with what every template
     reads: the language, the user, the CSRF token and the page the learner is on."""
     auth = getattr(request.state, "auth", None)
-    ctx = {"lang": request.state.lang, "user": auth.user if auth else None,
-           "csrf_token": getattr(request.state, "csrf_token", ""), "here": here(request),
-           **(context or {})}
+    ctx = {
+        "lang": request.state.lang,
+        "user": auth.user if auth else None,
+        "csrf_token": getattr(request.state, "csrf_token", ""),
+        "here": here(request),
+        **(context or {}),
+    }
     response = templates.TemplateResponse(request, name, ctx, status_code=status_code)
     response.headers.append("Vary", "HX-Request")  # routes answer htmx with a fragment
     return response

@@ -44,8 +44,12 @@ def cli_cold(exercise, runs: int) -> list[float]:
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "worker.cli", "check", exercise.id, str(solution)],
-                       cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "worker.cli", "check", exercise.id, str(solution)],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         times.append((time.perf_counter() - started) * 1000)
     return times
 
@@ -142,8 +146,11 @@ def decision(verdict: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a verdict decides, without what it measured: status, the named mistake, and each
     check's name, outcome and message (its figures, timings among them, left out)."""
     diagnosis = verdict.get("diagnosis") or {}
-    return (verdict["status"], diagnosis.get("id"),
-            tuple((c["name"], c["passed"], c["message"]) for c in verdict["checks"]))
+    return (
+        verdict["status"],
+        diagnosis.get("id"),
+        tuple((c["name"], c["passed"], c["message"]) for c in verdict["checks"]),
+    )
 
 
 def same_verdicts(setup, course) -> tuple[int, list[str]]:
@@ -156,13 +163,20 @@ def same_verdicts(setup, course) -> tuple[int, list[str]]:
     from worker.grading import Grader
     from worker.pool import Pool
 
-    files = [(exercise, path) for exercise in course.exercises
-             for path in [Path(exercise.path) / "solution.py",
-                          *sorted((Path(exercise.path) / "mistakes").glob("*.py"))]]
+    files = [
+        (exercise, path)
+        for exercise in course.exercises
+        for path in [
+            Path(exercise.path) / "solution.py",
+            *sorted((Path(exercise.path) / "mistakes").glob("*.py")),
+        ]
+    ]
     single = Pool(2, functools.partial(sandbox.Sandbox, setup.isolation, setup.device, setup.gpu))
     differ = []
-    with Grader(setup, single) as exec_grader, \
-            Grader(setup, ForkServer(setup.isolation, setup.device, setup.gpu)) as fork_grader:
+    with (
+        Grader(setup, single) as exec_grader,
+        Grader(setup, ForkServer(setup.isolation, setup.device, setup.gpu)) as fork_grader,
+    ):
         exec_grader.prepare(course.exercises)
         for exercise, path in files:
             code = path.read_bytes()

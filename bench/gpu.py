@@ -65,7 +65,7 @@ def ok(passed: bool) -> Status:
 
 # ---------------------------------------------------------------- probes (learner code)
 
-FACTS_PROBE = r'''
+FACTS_PROBE = r"""
 import json, os, time
 import torch
 
@@ -93,12 +93,12 @@ if facts["cuda"]:
                       for i in range(torch.cuda.device_count())]
     facts["free_bytes"], facts["total_bytes"] = torch.cuda.mem_get_info()
 print("GPUCHECK " + json.dumps(facts))
-'''
+"""
 
 # One training step of lesson 4's model, as configured (device, dtype, autocast): bytes saved
 # for backward (the device-independent figure verdicts show), on CUDA max_memory_allocated
 # above what the step starts with, and the median time per step (synchronised on CUDA).
-FIGURES_PROBE = r'''
+FIGURES_PROBE = r"""
 import json, statistics, time
 import torch
 import memory, scenarios
@@ -140,7 +140,7 @@ def figures(device, dtype, amp):
 
 
 print("GPUCHECK " + json.dumps([figures(*config) for config in CONFIGS]))
-'''
+"""
 
 GPU_MEMORY_BOMB = """
 import torch
@@ -158,8 +158,10 @@ while True:
 
 def figures_source(params: dict, configs: list[tuple[str, str, str | None]]) -> str:
     """The figures probe for lesson 4's ``params``, measuring each (device, dtype, autocast)."""
-    return (f"import json\nPARAMS = json.loads({json.dumps(params)!r})\n"
-            f"CONFIGS = json.loads({json.dumps(configs)!r})\nSTEPS = {STEPS}\n" + FIGURES_PROBE)
+    return (
+        f"import json\nPARAMS = json.loads({json.dumps(params)!r})\n"
+        f"CONFIGS = json.loads({json.dumps(configs)!r})\nSTEPS = {STEPS}\n" + FIGURES_PROBE
+    )
 
 
 class ProbeError(RuntimeError):
@@ -170,7 +172,7 @@ def probe_facts(verdict: dict):
     """What a probe printed after MARK; ``ProbeError`` if it did not get that far."""
     for line in verdict.get("output", "").splitlines():
         if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
+            return json.loads(line[len(MARK) :])
     said = "; ".join(c["message"] for c in verdict.get("checks", []))[:300]
     raise ProbeError(f"the probe printed nothing ({verdict['status']}: {said})")
 
@@ -202,24 +204,53 @@ def judge_sandbox(facts: dict, gpu: int, expected_uuid: str | None) -> list[Resu
     owns, ``expected_uuid`` that GPU's UUID as the host knows it (None: unknown)."""
     nodes = facts["nodes"]
     wanted = sorted({f"nvidia{gpu}", "nvidiactl", "nvidia-uvm"})
-    rows = [Result(SANDBOX, f"only the assigned GPU's device nodes are visible (/dev/nvidia{gpu})",
-                   ok(nodes == wanted), ", ".join(nodes) or "none")]
-    rows.append(Result(SANDBOX, "the seccomp filter is in force", ok(facts["seccomp"] == "2"),
-                       f"Seccomp: {facts['seccomp'] or '?'}"))
+    rows = [
+        Result(
+            SANDBOX,
+            f"only the assigned GPU's device nodes are visible (/dev/nvidia{gpu})",
+            ok(nodes == wanted),
+            ", ".join(nodes) or "none",
+        )
+    ]
+    rows.append(
+        Result(
+            SANDBOX,
+            "the seccomp filter is in force",
+            ok(facts["seccomp"] == "2"),
+            f"Seccomp: {facts['seccomp'] or '?'}",
+        )
+    )
     ranges = outer_uids(facts["uid_map"])
     root = not ranges or any(first == 0 for first, _ in ranges)
-    rows.append(Result(SANDBOX, "the job's uid is not root outside the sandbox", ok(not root),
-                       "uid_map " + ("; ".join(" ".join(line.split())
-                                               for line in facts["uid_map"].splitlines()) or "empty")))
+    rows.append(
+        Result(
+            SANDBOX,
+            "the job's uid is not root outside the sandbox",
+            ok(not root),
+            "uid_map "
+            + ("; ".join(" ".join(line.split()) for line in facts["uid_map"].splitlines()) or "empty"),
+        )
+    )
     uuids = [normal_uuid(u) for u in facts.get("uuids", [])]
     seen = f"{len(uuids)} device(s): {', '.join(uuids) or 'none'}"
     if expected_uuid is None:
-        rows.append(Result(SANDBOX, "the job sees one GPU, the assigned one", "failed",
-                           f"{seen}; which GPU /dev/nvidia{gpu} is cannot be told here"))
+        rows.append(
+            Result(
+                SANDBOX,
+                "the job sees one GPU, the assigned one",
+                "failed",
+                f"{seen}; which GPU /dev/nvidia{gpu} is cannot be told here",
+            )
+        )
     else:
-        rows.append(Result(SANDBOX, "the job sees one GPU, the assigned one",
-                           ok(uuids == [normal_uuid(expected_uuid)]),
-                           f"{seen}; /dev/nvidia{gpu} is {normal_uuid(expected_uuid)}"))
+        rows.append(
+            Result(
+                SANDBOX,
+                "the job sees one GPU, the assigned one",
+                ok(uuids == [normal_uuid(expected_uuid)]),
+                f"{seen}; /dev/nvidia{gpu} is {normal_uuid(expected_uuid)}",
+            )
+        )
     return rows
 
 
@@ -271,16 +302,28 @@ def render(about: dict[str, str], results: list[Result]) -> str:
     failed = [r for r in results if r.status == "failed"]
     checked = [r for r in results if r.status != "n/a"]
     if failed:
-        summary = (f"**{len(failed)} of {len(checked)} checks failed**: "
-                   + "; ".join(f"{r.section} — {r.name}" for r in failed) + ".")
+        summary = (
+            f"**{len(failed)} of {len(checked)} checks failed**: "
+            + "; ".join(f"{r.section} — {r.name}" for r in failed)
+            + "."
+        )
     else:
         summary = f"**All {len(checked)} checks passed.**"
-    lines = ["# GPU check", "",
-             "Written by `make gpu-check` (bench/gpu.py) on a machine with CUDA; run it there again "
-             "to refresh this page. Each row is a check (✓/✗) or a figure measured on the way; "
-             "`make gpu-check` exits non-zero when a row failed.", "",
-             summary, "", "## Machine", "", "| | |", "|---|---|",
-             *[f"| {key} | {_cell(value)} |" for key, value in about.items()]]
+    lines = [
+        "# GPU check",
+        "",
+        "Written by `make gpu-check` (bench/gpu.py) on a machine with CUDA; run it there again "
+        "to refresh this page. Each row is a check (✓/✗) or a figure measured on the way; "
+        "`make gpu-check` exits non-zero when a row failed.",
+        "",
+        summary,
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        *[f"| {key} | {_cell(value)} |" for key, value in about.items()],
+    ]
     for section in SECTIONS:
         rows = [r for r in results if r.section == section]
         if rows:
@@ -311,8 +354,11 @@ def run_checks(checks: list[tuple[str, str, Check]]) -> list[Result]:
             results += list(check())
         except Exception as exc:
             message = str(exc).strip().splitlines()
-            results.append(Result(section, name, "failed",
-                                  f"{type(exc).__name__}: {message[0] if message else ''}"[:300]))
+            results.append(
+                Result(
+                    section, name, "failed", f"{type(exc).__name__}: {message[0] if message else ''}"[:300]
+                )
+            )
     return results
 
 
@@ -359,12 +405,12 @@ class GpuCheck:
             about.pop(key)
         return {
             "card": f"{props.name}, compute capability {props.major}.{props.minor}, "
-                    f"{props.total_memory / 1024 ** 3:,.1f} GiB, {props.multi_processor_count} SMs",
+            f"{props.total_memory / 1024**3:,.1f} GiB, {props.multi_processor_count} SMs",
             "driver": driver_version(),
             "torch": f"{torch.__version__} (CUDA {torch.version.cuda}, "
-                     f"cuDNN {torch.backends.cudnn.version()})",
+            f"cuDNN {torch.backends.cudnn.version()})",
             "GPUs on the host": f"{len(host_gpus())}; this run's worker owns /dev/nvidia{self.gpu} "
-                                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
             **about,
         }
 
@@ -381,11 +427,16 @@ class GpuCheck:
 
     def fresh_process(self) -> list[Result]:
         s = self.start_up
-        return [Result(START_UP, "CUDA start-up in a fresh process (what a job would pay without "
-                                 "a warm sandbox)", "passed",
-                       f"init {s['init_ms']:,.0f} ms · context and first allocation "
-                       f"{s['context_ms']:,.0f} ms · first kernel {s['kernel_ms']:,.1f} ms · first "
-                       f"matmul (cuBLAS) {s['matmul_ms']:,.0f} ms")]
+        return [
+            Result(
+                START_UP,
+                "CUDA start-up in a fresh process (what a job would pay without a warm sandbox)",
+                "passed",
+                f"init {s['init_ms']:,.0f} ms · context and first allocation "
+                f"{s['context_ms']:,.0f} ms · first kernel {s['kernel_ms']:,.1f} ms · first "
+                f"matmul (cuBLAS) {s['matmul_ms']:,.0f} ms",
+            )
+        ]
 
     def warm_up(self, runs: int = 2) -> list[Result]:
         """Start → ready of a sandbox, CUDA and CPU in turn: what the warm pool hides."""
@@ -402,10 +453,15 @@ class GpuCheck:
                 finally:
                     box.close()
         cuda, cpu = statistics.median(took["cuda"]), statistics.median(took["cpu"])
-        return [Result(START_UP, "CUDA start-up per sandbox, paid in its warm-up (off the learner's "
-                                 "clock)", "passed",
-                       f"warm-up {cuda:.1f} s on CUDA, {cpu:.1f} s on the CPU: CUDA adds "
-                       f"{cuda - cpu:.1f} s (median of {runs})")]
+        return [
+            Result(
+                START_UP,
+                "CUDA start-up per sandbox, paid in its warm-up (off the learner's clock)",
+                "passed",
+                f"warm-up {cuda:.1f} s on CUDA, {cpu:.1f} s on the CPU: CUDA adds "
+                f"{cuda - cpu:.1f} s (median of {runs})",
+            )
+        ]
 
     def after_fork(self, runs: int = 3) -> list[Result]:
         """Jobs forked from a template (worker/forkserver.py): the template never touches CUDA
@@ -418,31 +474,44 @@ class GpuCheck:
         took: dict[str, list[float]] = {"cuda": [], "cpu": []}
         facts = {}
         for device in took:
-            server = forkserver.ForkServer(self.setup.isolation, device,
-                                           self.gpu if device == "cuda" else None)
+            server = forkserver.ForkServer(
+                self.setup.isolation, device, self.gpu if device == "cuda" else None
+            )
             job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
             try:
                 for _ in range(runs):
                     result = server.run(exercise.check_kind, job, code, exercise.limits)
                     trace = result.trace or {}  # None when the job left none
                     if result.status != "ok" or trace.get("outcome") != "ok":
-                        raise ProbeError(f"a job forked on {device}: {result.status} {result.reason} "
-                                         f"{trace.get('error')} {result.output[-300:]}")
+                        raise ProbeError(
+                            f"a job forked on {device}: {result.status} {result.reason} "
+                            f"{trace.get('error')} {result.output[-300:]}"
+                        )
                     took[device].append(result.wall_ms)
                 if device == "cuda":
                     probe = server.run(exercise.check_kind, job, FACTS_PROBE.encode(), exercise.limits)
-                    facts = probe_facts({"output": (probe.trace or {}).get("output", ""),
-                                         "status": probe.status, "checks": []})
+                    facts = probe_facts(
+                        {
+                            "output": (probe.trace or {}).get("output", ""),
+                            "status": probe.status,
+                            "checks": [],
+                        }
+                    )
             finally:
                 server.close()
         cuda, cpu = statistics.median(took["cuda"]), statistics.median(took["cpu"])
         first = facts.get("first_kernel_ms")
-        return [Result(START_UP, "after a fork of the template: CUDA is initialised in each job, "
-                                 "on its clock", ok(facts.get("cuda") is True),
-                       f"hand-off → trace {cuda:,.0f} ms on CUDA, {cpu:,.0f} ms on the CPU: "
-                       f"+{cuda - cpu:,.0f} ms (median of {runs}, `{PROBE_EXERCISE}`'s solution); "
-                       f"the learner's first kernel then "
-                       + (f"{first:,.1f} ms" if first is not None else "not run"))]
+        return [
+            Result(
+                START_UP,
+                "after a fork of the template: CUDA is initialised in each job, on its clock",
+                ok(facts.get("cuda") is True),
+                f"hand-off → trace {cuda:,.0f} ms on CUDA, {cpu:,.0f} ms on the CPU: "
+                f"+{cuda - cpu:,.0f} ms (median of {runs}, `{PROBE_EXERCISE}`'s solution); "
+                f"the learner's first kernel then "
+                + (f"{first:,.1f} ms" if first is not None else "not run"),
+            )
+        ]
 
     # ------------------------------------------------------------ with a warm pool
 
@@ -452,40 +521,65 @@ class GpuCheck:
         from worker.grading import Grader
 
         cpu = sandbox.Setup(self.setup.isolation, "cpu")
-        with Grader.running(self.settings, POOL_SIZE, setup=self.setup) as self.grader, \
-                Grader.running(self.settings, 0, setup=cpu) as self.cpu_grader:
-            return run_checks([
-                (SANDBOX, "what a job sees", self.sandbox_view),
-                (SANDBOX, "memory limits", self.memory_limits),
-                (START_UP, "CUDA start-up per job in the warm pool", self.per_job),
-                (EXERCISES, "every exercise", self.exercises),
-                (FIGURES, "each solution, CUDA beside the CPU", self.solutions),
-                (FIGURES, "lesson 4's model, one step", self.figures),
-            ])
+        with (
+            Grader.running(self.settings, POOL_SIZE, setup=self.setup) as self.grader,
+            Grader.running(self.settings, 0, setup=cpu) as self.cpu_grader,
+        ):
+            return run_checks(
+                [
+                    (SANDBOX, "what a job sees", self.sandbox_view),
+                    (SANDBOX, "memory limits", self.memory_limits),
+                    (START_UP, "CUDA start-up per job in the warm pool", self.per_job),
+                    (EXERCISES, "every exercise", self.exercises),
+                    (FIGURES, "each solution, CUDA beside the CPU", self.solutions),
+                    (FIGURES, "lesson 4's model, one step", self.figures),
+                ]
+            )
 
     def on_both(self, exercise, code: bytes) -> dict[str, dict]:
         """``code`` graded on the GPU and on the CPU (the same sandbox kind, no GPU bound)."""
         from app.submissions.verdict import render
 
-        return {"cuda": render(self.grader.grade(exercise, code), "en"),
-                "cpu": render(self.cpu_grader.grade(exercise, code), "en")}
+        return {
+            "cuda": render(self.grader.grade(exercise, code), "en"),
+            "cpu": render(self.cpu_grader.grade(exercise, code), "en"),
+        }
 
     def sandbox_view(self) -> list[Result]:
         from worker import sandbox
 
-        rows = [Result(SANDBOX, "learner code runs in bubblewrap", ok(self.setup.isolation == "bwrap"),
-                       self.setup.isolation if self.setup.isolation == "bwrap"
-                       else f"process only: {sandbox.bwrap_problem()}")]
+        rows = [
+            Result(
+                SANDBOX,
+                "learner code runs in bubblewrap",
+                ok(self.setup.isolation == "bwrap"),
+                self.setup.isolation
+                if self.setup.isolation == "bwrap"
+                else f"process only: {sandbox.bwrap_problem()}",
+            )
+        ]
         self.facts = probe_facts(run_probe(self.grader, self.probe_exercise, FACTS_PROBE))
         launcher = str(self.properties.uuid)  # CUDA's device 0 here, under CUDA_VISIBLE_DEVICES
         minor = driver_gpus().get(self.gpu)
         if minor is not None and normal_uuid(minor) != normal_uuid(launcher):
-            rows.append(Result(SANDBOX, "CUDA_VISIBLE_DEVICES and the device nodes agree", "failed",
-                               f"CUDA's device is {normal_uuid(launcher)}, /dev/nvidia{self.gpu} is "
-                               f"{normal_uuid(minor)}"))
+            rows.append(
+                Result(
+                    SANDBOX,
+                    "CUDA_VISIBLE_DEVICES and the device nodes agree",
+                    "failed",
+                    f"CUDA's device is {normal_uuid(launcher)}, /dev/nvidia{self.gpu} is "
+                    f"{normal_uuid(minor)}",
+                )
+            )
         elif minor is not None:
-            rows.append(Result(SANDBOX, "CUDA_VISIBLE_DEVICES and the device nodes agree", "passed",
-                               f"both {normal_uuid(minor)} ({len(host_gpus())} GPU(s) on the host)"))
+            rows.append(
+                Result(
+                    SANDBOX,
+                    "CUDA_VISIBLE_DEVICES and the device nodes agree",
+                    "passed",
+                    f"both {normal_uuid(minor)} ({len(host_gpus())} GPU(s) on the host)",
+                )
+            )
         expected = minor or (launcher if len(host_gpus()) == 1 else None)
         return rows + judge_sandbox(self.facts, self.gpu, expected)
 
@@ -494,21 +588,40 @@ class GpuCheck:
 
         verdict = run_probe(self.grader, self.probe_exercise, GPU_MEMORY_BOMB, wall_seconds=120)
         stopped, seen = judge_memory_stop(verdict, "OutOfMemoryError")
-        rows = [Result(SANDBOX, "a job allocating past the GPU's memory is stopped with a clear "
-                                "verdict", ok(stopped), seen)]
+        rows = [
+            Result(
+                SANDBOX,
+                "a job allocating past the GPU's memory is stopped with a clear verdict",
+                ok(stopped),
+                seen,
+            )
+        ]
         after = probe_facts(run_probe(self.grader, self.probe_exercise, FACTS_PROBE))
         before = self.facts or after
         back = after["free_bytes"] >= before["free_bytes"] - 0.05 * before["total_bytes"]
-        rows.append(Result(SANDBOX, "the next job finds the GPU's memory free again", ok(back),
-                           f"free {after['free_bytes'] / 1024 ** 3:,.1f} of "
-                           f"{after['total_bytes'] / 1024 ** 3:,.1f} GiB (before the bomb: "
-                           f"{before['free_bytes'] / 1024 ** 3:,.1f})"))
+        rows.append(
+            Result(
+                SANDBOX,
+                "the next job finds the GPU's memory free again",
+                ok(back),
+                f"free {after['free_bytes'] / 1024**3:,.1f} of "
+                f"{after['total_bytes'] / 1024**3:,.1f} GiB (before the bomb: "
+                f"{before['free_bytes'] / 1024**3:,.1f})",
+            )
+        )
         how = "its cgroup" if sandbox.Cgroup.available() else "the worker's memory watch (no cgroup here)"
         verdict = run_probe(self.grader, self.probe_exercise, HOST_MEMORY_BOMB)
         stopped, seen = judge_memory_stop(verdict, "(memory)")  # the OOM kill or the watch, named
-        rows.append(Result(SANDBOX, f"a job allocating past its host memory limit "
-                                    f"({self.probe_exercise.limits.memory_mb} MiB) is stopped by {how} "
-                                    "with a clear verdict", ok(stopped), seen))
+        rows.append(
+            Result(
+                SANDBOX,
+                f"a job allocating past its host memory limit "
+                f"({self.probe_exercise.limits.memory_mb} MiB) is stopped by {how} "
+                "with a clear verdict",
+                ok(stopped),
+                seen,
+            )
+        )
         return rows
 
     def per_job(self) -> list[Result]:
@@ -516,13 +629,24 @@ class GpuCheck:
         first = facts["first_kernel_ms"]
         code = (Path(self.probe_exercise.path) / "solution.py").read_bytes()
         verdicts = self.on_both(self.probe_exercise, code)
-        return [Result(START_UP, f"CUDA start-up per job in the warm pool (the context was made in the "
-                                 f"warm-up: first kernel under {FIRST_KERNEL_MS} ms)",
-                       ok(first < FIRST_KERNEL_MS), f"first kernel in the job {first:,.1f} ms"),
-                Result(START_UP, f"hand-off → verdict in the warm pool, `{PROBE_EXERCISE}`'s solution",
-                       ok(all(v["status"] == "passed" for v in verdicts.values())),
-                       " · ".join(f"{d}: {v['status']}, {v['metrics'].get('sandbox_ms', '?')} ms in "
-                                  "the sandbox" for d, v in verdicts.items()))]
+        return [
+            Result(
+                START_UP,
+                f"CUDA start-up per job in the warm pool (the context was made in the "
+                f"warm-up: first kernel under {FIRST_KERNEL_MS} ms)",
+                ok(first < FIRST_KERNEL_MS),
+                f"first kernel in the job {first:,.1f} ms",
+            ),
+            Result(
+                START_UP,
+                f"hand-off → verdict in the warm pool, `{PROBE_EXERCISE}`'s solution",
+                ok(all(v["status"] == "passed" for v in verdicts.values())),
+                " · ".join(
+                    f"{d}: {v['status']}, {v['metrics'].get('sandbox_ms', '?')} ms in the sandbox"
+                    for d, v in verdicts.items()
+                ),
+            ),
+        ]
 
     def exercises(self) -> list[Result]:
         rows = []
@@ -531,11 +655,20 @@ class GpuCheck:
             dtype = exercise.check_params.get("amp_dtype")
             if dtype is not None and dtype != "bfloat16":
                 if self.bf16:
-                    variants.append(dataclasses.replace(
-                        exercise, check_params={**exercise.check_params, "amp_dtype": "bfloat16"}))
+                    variants.append(
+                        dataclasses.replace(
+                            exercise, check_params={**exercise.check_params, "amp_dtype": "bfloat16"}
+                        )
+                    )
                 else:
-                    rows.append(Result(EXERCISES, f"`{exercise.id}`, autocast bfloat16", "n/a",
-                                       "compute capability below 8.0: no bfloat16"))
+                    rows.append(
+                        Result(
+                            EXERCISES,
+                            f"`{exercise.id}`, autocast bfloat16",
+                            "n/a",
+                            "compute capability below 8.0: no bfloat16",
+                        )
+                    )
             for variant in variants:
                 name = f"`{variant.id}`"
                 if "amp_dtype" in variant.check_params:
@@ -544,10 +677,16 @@ class GpuCheck:
                 started = time.monotonic()
                 problems = self.grader.check_exercise(variant)
                 mistakes = len(list((Path(variant.path) / "mistakes").glob("*.py")))
-                measured = ("; ".join(problems) if problems
-                            else f"solution passes, {mistakes} of {mistakes} mistakes named")
-                rows.append(Result(EXERCISES, name, ok(not problems),
-                                   f"{measured} ({time.monotonic() - started:.1f} s)"))
+                measured = (
+                    "; ".join(problems)
+                    if problems
+                    else f"solution passes, {mistakes} of {mistakes} mistakes named"
+                )
+                rows.append(
+                    Result(
+                        EXERCISES, name, ok(not problems), f"{measured} ({time.monotonic() - started:.1f} s)"
+                    )
+                )
         return rows
 
     def solutions(self) -> list[Result]:
@@ -555,15 +694,24 @@ class GpuCheck:
         for exercise in self.course.exercises:
             code = (Path(exercise.path) / "solution.py").read_bytes()
             verdicts = self.on_both(exercise, code)
-            rows.append(Result(FIGURES, f"`{exercise.id}`, its solution",
-                               ok(all(v["status"] == "passed" for v in verdicts.values())),
-                               compare_metrics(verdicts["cuda"], verdicts["cpu"])))
+            rows.append(
+                Result(
+                    FIGURES,
+                    f"`{exercise.id}`, its solution",
+                    ok(all(v["status"] == "passed" for v in verdicts.values())),
+                    compare_metrics(verdicts["cuda"], verdicts["cpu"]),
+                )
+            )
         return rows
 
     def figures(self) -> list[Result]:
         params = self._exercise(FIGURES_EXERCISE).check_params
-        configs = [("cpu", "float64", None), ("cuda", "float64", None), ("cuda", "float32", None),
-                   ("cuda", "float32", "float16")]
+        configs = [
+            ("cpu", "float64", None),
+            ("cuda", "float64", None),
+            ("cuda", "float32", None),
+            ("cuda", "float32", "float16"),
+        ]
         configs += [("cuda", "float32", "bfloat16")] if self.bf16 else []
         found = probe_facts(run_probe(self.grader, self.probe_exercise, figures_source(params, configs)))
         return figures_rows(found, params, self.bf16)
@@ -587,17 +735,29 @@ class GpuCheck:
                     verdicts = conn.execute(select(Submission.verdict)).scalars().all()
             finally:
                 engine.dispose()
-        seen = sorted({f"{v['metrics'].get('device')} ({v['metrics'].get('isolation')})"
-                       for v in verdicts})
+        seen = sorted({f"{v['metrics'].get('device')} ({v['metrics'].get('isolation')})" for v in verdicts})
         on_gpu = all(v["metrics"].get("device") == "cuda" for v in verdicts) and verdicts
-        return [Result(WEB, "a submission through the web (SQLite) and a `treino worker` on the GPU",
-                       ok(bool(on_gpu)),
-                       f"{len(verdicts)} passed, graded on {', '.join(seen)}; submit → verdict "
-                       f"{_ms(times)} (median of {runs}, warm pool)")]
+        return [
+            Result(
+                WEB,
+                "a submission through the web (SQLite) and a `treino worker` on the GPU",
+                ok(bool(on_gpu)),
+                f"{len(verdicts)} passed, graded on {', '.join(seen)}; submit → verdict "
+                f"{_ms(times)} (median of {runs}, warm pool)",
+            )
+        ]
 
 
-FIGURE_KEYS = ("peak_activation_bytes", "reference_peak_activation_bytes", "peak_live_bytes",
-               "naive_peak_live_bytes", "trajectory_error", "speedup", "harness_run_ms", "sandbox_ms")
+FIGURE_KEYS = (
+    "peak_activation_bytes",
+    "reference_peak_activation_bytes",
+    "peak_live_bytes",
+    "naive_peak_live_bytes",
+    "trajectory_error",
+    "speedup",
+    "harness_run_ms",
+    "sandbox_ms",
+)
 
 
 def compare_metrics(cuda: dict, cpu: dict) -> str:
@@ -613,8 +773,9 @@ def compare_metrics(cuda: dict, cpu: dict) -> str:
 
 def figures_rows(found: list[dict], params: dict, bf16: bool) -> list[Result]:
     rows = []
-    what = (f"batch {params['batch_size']}, width {params['width']}, "
-            f"{params['blocks']}×{params['depth']} layers")
+    what = (
+        f"batch {params['batch_size']}, width {params['width']}, {params['blocks']}×{params['depth']} layers"
+    )
     cpu = next((f for f in found if f["device"] == "cpu"), None)
     for f in found:
         name = f"lesson 4's model ({what}), {f['dtype']}" + (f", autocast {f['amp']}" if f["amp"] else "")
@@ -628,8 +789,14 @@ def figures_rows(found: list[dict], params: dict, bf16: bool) -> list[Result]:
             parts.append(f"{cpu['ms_per_step'] / max(f['ms_per_step'], 1e-6):,.1f}× the CPU's speed")
         rows.append(Result(FIGURES, name, "passed", " · ".join(parts)))
     if not bf16:
-        rows.append(Result(FIGURES, "lesson 4's model, autocast bfloat16 on CUDA", "n/a",
-                           "compute capability below 8.0: no bfloat16"))
+        rows.append(
+            Result(
+                FIGURES,
+                "lesson 4's model, autocast bfloat16 on CUDA",
+                "n/a",
+                "compute capability below 8.0: no bfloat16",
+            )
+        )
     return rows
 
 
@@ -667,8 +834,10 @@ def no_cuda(torch) -> str | None:
         return f"torch {torch.__version__} is built without CUDA"
     if not torch.cuda.is_available():
         nodes = host_gpus()
-        return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU "
-                f"({len(nodes)} /dev/nvidiaN node(s) here)")
+        return (
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU "
+            f"({len(nodes)} /dev/nvidiaN node(s) here)"
+        )
     return None
 
 
@@ -696,10 +865,12 @@ def measure_start_up(torch) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()  # this run's clock (main may be called in a long-lived process)
     parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "gpu.md",
-                        help="where the report goes ('-': nowhere)")
-    parser.add_argument("--only", metavar="TEXT",
-                        help="run only the checks whose name holds TEXT (while developing)")
+    parser.add_argument(
+        "--output", type=Path, default=ROOT / "docs" / "gpu.md", help="where the report goes ('-': nowhere)"
+    )
+    parser.add_argument(
+        "--only", metavar="TEXT", help="run only the checks whose name holds TEXT (while developing)"
+    )
     args = parser.parse_args(argv)
     bind_one_gpu()
     torch = import_torch()
@@ -721,8 +892,14 @@ def main(argv: list[str] | None = None) -> int:
     say(f"{check.properties.name}, /dev/nvidia{check.gpu}, sandbox {check.setup.isolation}")
     results = run_checks([c for c in check.checks() if args.only is None or args.only in c[1]])
     took = time.monotonic() - started
-    results.append(Result(RUN, f"the whole check within {LIMIT_SECONDS // 60} minutes",
-                          ok(took <= LIMIT_SECONDS), f"{took / 60:.1f} min"))
+    results.append(
+        Result(
+            RUN,
+            f"the whole check within {LIMIT_SECONDS // 60} minutes",
+            ok(took <= LIMIT_SECONDS),
+            f"{took / 60:.1f} min",
+        )
+    )
     about["check took"] = f"{took / 60:.1f} min"
     text = render(about, results)
     print(text)

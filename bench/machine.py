@@ -9,8 +9,10 @@ from importlib.metadata import version
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                        platform.processor() or "unknown")
+            return next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                platform.processor() or "unknown",
+            )
     except OSError:
         return platform.processor() or "unknown"
 
@@ -18,7 +20,7 @@ def _cpu_model() -> str:
 def _memory_gib() -> float:
     with open("/proc/meminfo") as f:
         kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
-    return kib / 1024 ** 2
+    return kib / 1024**2
 
 
 def describe(isolation: str, device: str, pool_size: int, postgres: str) -> dict[str, str]:

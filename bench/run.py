@@ -23,28 +23,63 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--in-process", type=int, default=20, metavar="N", help="in-process runs")
     parser.add_argument("--cold", type=int, default=5, metavar="N", help="cold-sandbox runs")
     parser.add_argument("--warm", type=int, default=10, metavar="N", help="warm-pool runs")
-    parser.add_argument("--submissions", type=int, default=20, metavar="N",
-                        help="end-to-end submissions per database")
-    parser.add_argument("--page-seconds", type=float, default=5, metavar="S",
-                        help="load per page and database")
-    parser.add_argument("--queue-jobs", type=int, default=12, metavar="N",
-                        help="submissions sent at once for the throughput figures")
-    parser.add_argument("--forked", type=int, default=10, metavar="N",
-                        help="fork-server runs in this process (the breakdown)")
-    parser.add_argument("--cli-cold", type=int, default=3, metavar="N",
-                        help="`treino check` runs, each a new process (the cold reference)")
-    parser.add_argument("--resubmits", type=int, default=forks.RESUBMITS, metavar="N",
-                        help="back-to-back submissions by one learner, per database (fork path)")
-    parser.add_argument("--learners", type=int, default=forks.LEARNERS, metavar="N",
-                        help="learners submitting at once, per database (fork path)")
-    parser.add_argument("--no-same-verdicts", action="store_true",
-                        help="skip grading every exercise's files both ways")
-    parser.add_argument("--only", choices=("all", "forks"), default="all",
-                        help="forks: only the fork path's figures and the cold references")
-    parser.add_argument("--backends", default="sqlite,postgresql",
-                        help="databases for the HTTP figures (PostgreSQL is skipped if unreachable)")
-    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md",
-                        help="where the report goes ('-': nowhere)")
+    parser.add_argument(
+        "--submissions", type=int, default=20, metavar="N", help="end-to-end submissions per database"
+    )
+    parser.add_argument(
+        "--page-seconds", type=float, default=5, metavar="S", help="load per page and database"
+    )
+    parser.add_argument(
+        "--queue-jobs",
+        type=int,
+        default=12,
+        metavar="N",
+        help="submissions sent at once for the throughput figures",
+    )
+    parser.add_argument(
+        "--forked", type=int, default=10, metavar="N", help="fork-server runs in this process (the breakdown)"
+    )
+    parser.add_argument(
+        "--cli-cold",
+        type=int,
+        default=3,
+        metavar="N",
+        help="`treino check` runs, each a new process (the cold reference)",
+    )
+    parser.add_argument(
+        "--resubmits",
+        type=int,
+        default=forks.RESUBMITS,
+        metavar="N",
+        help="back-to-back submissions by one learner, per database (fork path)",
+    )
+    parser.add_argument(
+        "--learners",
+        type=int,
+        default=forks.LEARNERS,
+        metavar="N",
+        help="learners submitting at once, per database (fork path)",
+    )
+    parser.add_argument(
+        "--no-same-verdicts", action="store_true", help="skip grading every exercise's files both ways"
+    )
+    parser.add_argument(
+        "--only",
+        choices=("all", "forks"),
+        default="all",
+        help="forks: only the fork path's figures and the cold references",
+    )
+    parser.add_argument(
+        "--backends",
+        default="sqlite,postgresql",
+        help="databases for the HTTP figures (PostgreSQL is skipped if unreachable)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=ROOT / "docs" / "benchmarks.md",
+        help="where the report goes ('-': nowhere)",
+    )
     return parser.parse_args(argv)
 
 
@@ -88,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     code = (Path(exercise.path) / "solution.py").read_bytes()
     postgres = _postgres_version()
     backends = [b for b in args.backends.split(",") if b and (b != "postgresql" or postgres)]
-    about = machine.describe(setup.isolation, setup.device, settings.pool_size,
-                             postgres or "not reachable")
+    about = machine.describe(setup.isolation, setup.device, settings.pool_size, postgres or "not reachable")
     results = report.Results(exercise.id)
 
     everything = args.only == "all"
@@ -155,17 +189,16 @@ def _exec_stacks(args, results, exercise, code: bytes, backends: list[str], pool
             settle.wait_quiet(worker.pid, stack.warm)
             for name, path in (("lesson", lesson_path), ("static", report.STATIC_FILE)):
                 say(f"{backend}: {path} for {args.page_seconds:g} s")
-                results.rps[(name, backend)] = traffic.requests_per_second(
-                    stack, path, args.page_seconds)
+                results.rps[(name, backend)] = traffic.requests_per_second(stack, path, args.page_seconds)
             say(f"{backend}: {args.submissions} submissions end to end")
-            results.e2e[backend] = traffic.end_to_end(stack, exercise.id, code.decode(),
-                                                      args.submissions)
+            results.e2e[backend] = traffic.end_to_end(stack, exercise.id, code.decode(), args.submissions)
             results.pick_up[backend] = traffic.pick_up_ms(stack)
             if backend == "postgresql":
                 for count in (1, 2):
                     if len(stack.workers) < count:
                         stack.add_worker()
                     say(f"{backend}: {args.queue_jobs} submissions at once, {count} worker(s)")
-                    results.per_minute[count] = traffic.throughput(stack, exercise.id,
-                                                                   code.decode(), args.queue_jobs)
+                    results.per_minute[count] = traffic.throughput(
+                        stack, exercise.id, code.decode(), args.queue_jobs
+                    )
             say(f"{backend}: stopping")

@@ -29,8 +29,10 @@ from worker.grading import Grader  # noqa: E402
 
 
 def p50(samples: list[float]) -> str:
-    return (f"p50 {statistics.median(samples):7.1f} ms  "
-            f"(min {min(samples):.1f}, max {max(samples):.1f}, n={len(samples)})")
+    return (
+        f"p50 {statistics.median(samples):7.1f} ms  "
+        f"(min {min(samples):.1f}, max {max(samples):.1f}, n={len(samples)})"
+    )
 
 
 def _unhardened(command: list[str]) -> None:
@@ -38,8 +40,12 @@ def _unhardened(command: list[str]) -> None:
     filter; for the cost of the uid switch, the private view and the filter."""
     args = sandbox._bwrap_args("cpu", None, os.getuid(), 0)
     cut = args.index("--seccomp")
-    subprocess.run([*args[:cut], *args[cut + 2:], *command], env=sandbox._environment("/job"),
-                   check=True, stdin=subprocess.DEVNULL)
+    subprocess.run(
+        [*args[:cut], *args[cut + 2 :], *command],
+        env=sandbox._environment("/job"),
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def start_cost(runs: int) -> None:

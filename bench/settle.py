@@ -24,8 +24,11 @@ def _stat(pid: int) -> tuple[int, float] | None:
 
 def tree(root: int) -> dict[int, float]:
     """CPU seconds of ``root`` and each of its descendants."""
-    stats = {pid: s for name in os.listdir("/proc") if name.isdigit()
-             and (s := _stat(pid := int(name))) is not None}
+    stats = {
+        pid: s
+        for name in os.listdir("/proc")
+        if name.isdigit() and (s := _stat(pid := int(name))) is not None
+    }
     found, frontier = {}, [root]
     while frontier:
         pid = frontier.pop()
@@ -50,8 +53,15 @@ def sandboxes(pids) -> int:
     return count
 
 
-def wait_quiet(root: int, warm: int, *, include_root: bool = True, busy: float = 0.05,
-               window: float = 0.4, timeout: float = 120) -> float:
+def wait_quiet(
+    root: int,
+    warm: int,
+    *,
+    include_root: bool = True,
+    busy: float = 0.05,
+    window: float = 0.4,
+    timeout: float = 120,
+) -> float:
     """Wait until ``root``'s tree holds ``warm`` harness processes and used under ``busy`` of a
     core over two windows in a row; the seconds waited (``timeout`` at most)."""
     started = time.monotonic()

@@ -20,8 +20,9 @@ from sqlalchemy.engine import make_url
 
 from app.config import ROOT
 
-POSTGRES_URL = os.environ.get("TREINO_BENCH_POSTGRES_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+POSTGRES_URL = os.environ.get(
+    "TREINO_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 
 
 def free_port() -> int:
@@ -57,9 +58,15 @@ class Process:
         self.name = name
         self.log = logs / f"{name}.log"
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "worker.cli", *args], cwd=ROOT,
-                                         env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "worker.cli", *args],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     @property
     def pid(self) -> int:
@@ -96,13 +103,22 @@ class Stack:
     def __enter__(self) -> "Stack":
         try:
             self.url = self._exit.enter_context(scratch_database(self.backend, self.folder))
-            self.env = {**os.environ, "TREINO_DATABASE_URL": self.url,
-                        "TREINO_POOL_SIZE": str(self.pool_size), "TREINO_LOG_FORMAT": "text",
-                        "TREINO_SANDBOX_START": self.start,
-                        # what is measured is grading, not the fair-use limit of one address
-                        "TREINO_SUBMISSIONS_PER_IP": "100000"}
-            subprocess.run([sys.executable, "-m", "worker.cli", "db", "upgrade"], cwd=ROOT,
-                           env=self.env, check=True, capture_output=True)
+            self.env = {
+                **os.environ,
+                "TREINO_DATABASE_URL": self.url,
+                "TREINO_POOL_SIZE": str(self.pool_size),
+                "TREINO_LOG_FORMAT": "text",
+                "TREINO_SANDBOX_START": self.start,
+                # what is measured is grading, not the fair-use limit of one address
+                "TREINO_SUBMISSIONS_PER_IP": "100000",
+            }
+            subprocess.run(
+                [sys.executable, "-m", "worker.cli", "db", "upgrade"],
+                cwd=ROOT,
+                env=self.env,
+                check=True,
+                capture_output=True,
+            )
             self.port = free_port()
             self.base = f"http://127.0.0.1:{self.port}"
             self.web = self._start("web", ["serve", "--no-worker", "--port", str(self.port)])

@@ -22,8 +22,7 @@ def new_client(stack: Stack) -> httpx2.Client:
 
 def submit(client: httpx2.Client, exercise_id: str, code: str) -> int:
     lesson, exercise = exercise_id.split("/")
-    response = client.post(f"/api/lessons/{lesson}/exercises/{exercise}/submissions",
-                           json={"code": code})
+    response = client.post(f"/api/lessons/{lesson}/exercises/{exercise}/submissions", json={"code": code})
     if response.status_code != 202:
         raise RuntimeError(f"submission refused: {response.status_code} {response.text[:200]}")
     return response.json()["id"]
@@ -70,7 +69,9 @@ def job_times(stack: Stack) -> list[tuple[datetime, datetime, datetime]]:
         with engine.connect() as conn:
             rows = conn.execute(
                 select(Submission.created_at, Submission.started_at, Submission.finished_at)
-                .where(Submission.finished_at.is_not(None)).order_by(Submission.id)).all()
+                .where(Submission.finished_at.is_not(None))
+                .order_by(Submission.id)
+            ).all()
     finally:
         engine.dispose()
     return [(_aware(a), _aware(b), _aware(c)) for a, b, c in rows]
@@ -103,8 +104,9 @@ def throughput(stack: Stack, exercise_id: str, code: str, jobs: int) -> float:
 # ---------------------------------------------------------------- page load
 
 
-async def _connection(host: str, port: int, request: bytes, stop: float, limit: int,
-                      counts: list[int]) -> None:
+async def _connection(
+    host: str, port: int, request: bytes, stop: float, limit: int, counts: list[int]
+) -> None:
     """One keep-alive connection asking ``request`` again and again until ``stop``."""
     reader, writer = await asyncio.open_connection(host, port)
     try:
@@ -112,34 +114,41 @@ async def _connection(host: str, port: int, request: bytes, stop: float, limit: 
             writer.write(request)
             head = await reader.readuntil(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
-            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
             await reader.readexactly(length)
             counts[0 if status == 200 else 1] += 1
     finally:
         writer.close()
 
 
-async def _load(host: str, port: int, request: bytes, seconds: float, limit: int,
-                connections: int) -> tuple[int, int, float]:
+async def _load(
+    host: str, port: int, request: bytes, seconds: float, limit: int, connections: int
+) -> tuple[int, int, float]:
     counts = [0, 0]
     started = time.monotonic()
-    await asyncio.gather(*(_connection(host, port, request, started + seconds, limit, counts)
-                           for _ in range(connections)))
+    await asyncio.gather(
+        *(_connection(host, port, request, started + seconds, limit, counts) for _ in range(connections))
+    )
     return counts[0], counts[1], time.monotonic() - started
 
 
-def requests_per_second(stack: Stack, path: str, seconds: float, limit: int = 100_000,
-                        connections: int = 8) -> float:
+def requests_per_second(
+    stack: Stack, path: str, seconds: float, limit: int = 100_000, connections: int = 8
+) -> float:
     """GET ``path`` over ``connections`` keep-alive connections for ``seconds`` (or ``limit``
     requests), as one returning visitor; 200s per second."""
     with new_client(stack) as client:
         client.get(path).raise_for_status()  # the visitor's cookie, and a warm cache
         cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
-    request = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{stack.port}\r\nCookie: {cookie}\r\n"
-               "Accept: text/html\r\n\r\n").encode()
-    ok, failed, took = asyncio.run(_load("127.0.0.1", stack.port, request, seconds, limit,
-                                         connections))
+    request = (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{stack.port}\r\nCookie: {cookie}\r\n"
+        "Accept: text/html\r\n\r\n"
+    ).encode()
+    ok, failed, took = asyncio.run(_load("127.0.0.1", stack.port, request, seconds, limit, connections))
     if failed:
         raise RuntimeError(f"{path}: {failed} of {ok + failed} responses were not 200")
     return ok / took

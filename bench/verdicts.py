@@ -43,9 +43,14 @@ def _as_in_a_sandbox():
 
 def in_process_once(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool]:
     """The harness's ``runtime.main`` on a temporary job dir, then the checks on its trace."""
-    job = {"entry": exercise.entry, "params": exercise.check_params, "device": device,
-           "kind": exercise.check_kind, "output_limit": exercise.limits.output_kb * 1024,
-           "trace_limit": sandbox.TRACE_LIMIT}
+    job = {
+        "entry": exercise.entry,
+        "params": exercise.check_params,
+        "device": device,
+        "kind": exercise.check_kind,
+        "output_limit": exercise.limits.output_kb * 1024,
+        "trace_limit": sandbox.TRACE_LIMIT,
+    }
     checks = kind_module(exercise.check_kind)
     with tempfile.TemporaryDirectory(prefix="treino-bench-job-") as work, _as_in_a_sandbox():
         # worker/harness/runtime.py by its bare name, as the sandbox imports it: a module only on

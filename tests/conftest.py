@@ -46,16 +46,14 @@ def arm_csrf(client: TestClient) -> TestClient:
 
 
 def sign_up(client: TestClient, email: str, password: str = PASSWORD):
-    response = client.post("/sign-up", data={"email": email, "password": password},
-                           follow_redirects=False)
+    response = client.post("/sign-up", data={"email": email, "password": password}, follow_redirects=False)
     assert response.status_code == 303, response.text
     arm_csrf(client)
     return response
 
 
 def sign_in(client: TestClient, email: str, password: str = PASSWORD):
-    response = client.post("/sign-in", data={"email": email, "password": password},
-                           follow_redirects=False)
+    response = client.post("/sign-in", data={"email": email, "password": password}, follow_redirects=False)
     assert response.status_code == 303, response.text
     arm_csrf(client)
     return response
@@ -87,8 +85,10 @@ def _postgres_bindir() -> Path | None:
     on_path = shutil.which("initdb")
     if on_path:
         return Path(on_path).resolve().parent
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
-                   key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
+    )
     return found[-1].parent if found else None
 
 
@@ -112,7 +112,8 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(
             f"PostgreSQL tier skipped ({left_out} tests): no PostgreSQL server binaries (initdb) on PATH "
             "or in /usr/lib/postgresql/*/bin; `make system-deps` as root installs them (Debian: "
-            "postgresql), or set TREINO_TEST_DATABASE_URL to a server of yours")
+            "postgresql), or set TREINO_TEST_DATABASE_URL to a server of yours"
+        )
 
 
 @contextmanager
@@ -129,15 +130,47 @@ def _throwaway_postgres(bindir: Path) -> Iterator[str]:
     data, log = root / "data", root / "server.log"
     server = None
     try:
-        init = subprocess.run([bindir / "initdb", "-D", data, "-U", "postgres", "--auth=trust", "--no-sync",
-                               "--encoding=UTF8", "--locale=C"], cwd=root, capture_output=True, text=True,
-                              **as_user)
+        init = subprocess.run(
+            [
+                bindir / "initdb",
+                "-D",
+                data,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "--encoding=UTF8",
+                "--locale=C",
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            **as_user,
+        )
         assert init.returncode == 0, f"initdb failed:\n{init.stdout}{init.stderr}"
         with open(log, "wb") as out:
             server = subprocess.Popen(
-                [bindir / "postgres", "-D", data, "-k", root, "-c", "listen_addresses=",
-                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
-                cwd=root, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **as_user)
+                [
+                    bindir / "postgres",
+                    "-D",
+                    data,
+                    "-k",
+                    root,
+                    "-c",
+                    "listen_addresses=",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                ],
+                cwd=root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                **as_user,
+            )
         url = f"postgresql+psycopg://postgres@/postgres?host={root}"
         probe = create_engine(url, poolclass=NullPool)
         deadline = time.monotonic() + 120
@@ -239,8 +272,7 @@ def client(app) -> Iterator[TestClient]:
 @pytest.fixture
 def db_app(database_url: str, _course: Course):
     """The app on SQLite and, in a second run, on the real PostgreSQL."""
-    app = create_app(Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None),
-                     course=_course)
+    app = create_app(Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None), course=_course)
     yield app
     for factory in (app.state.sessionmaker, app.state.reader):  # tests may query outside the lifespan
         factory.kw["bind"].dispose()

@@ -40,8 +40,12 @@ def test_a_connection_the_server_closed_is_replaced_not_failed(postgres_url):
             assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": killed}).scalar()
         deadline = time.monotonic() + 30
         with admin.connect() as conn:  # the backend is gone once the server says so
-            while conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"),
-                               {"pid": killed}).scalar() and time.monotonic() < deadline:
+            while (
+                conn.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": killed}
+                ).scalar()
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
         with engine.connect() as conn:
             assert conn.execute(text("SELECT pg_backend_pid()")).scalar() != killed

@@ -13,8 +13,12 @@ COMPOSE = ROOT / "docker-compose.yml"
 
 def test_compose_file_validates_against_the_compose_spec():
     checker = shutil.which("check-jsonschema", path=str(ROOT / ".venv" / "bin")) or "check-jsonschema"
-    result = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [checker, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -33,6 +37,9 @@ def test_compose_has_no_default_secrets_and_reserves_a_gpu_for_the_worker():
 
 
 def test_env_example_leaves_every_secret_empty():
-    values = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
-                  if line and not line.startswith("#"))
+    values = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert values["TREINO_SECRET_KEY"] == "" and values["POSTGRES_PASSWORD"] == ""

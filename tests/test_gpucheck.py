@@ -21,9 +21,15 @@ from bench.gpu import Result  # noqa: E402
 NO_CUDA = gpu.no_cuda(torch)
 needs_cuda = pytest.mark.skipif(NO_CUDA is not None, reason=f"needs CUDA: {NO_CUDA}")
 GPU = "8f3c0d2e-1111-2222-3333-444455556666"
-GOOD_FACTS = {"nodes": ["nvidia-uvm", "nvidia3", "nvidiactl"], "seccomp": "2",
-              "uid_map": "     60949      60949          1\n", "visible": None, "cuda": True,
-              "uuids": [GPU], "first_kernel_ms": 0.4}
+GOOD_FACTS = {
+    "nodes": ["nvidia-uvm", "nvidia3", "nvidiactl"],
+    "seccomp": "2",
+    "uid_map": "     60949      60949          1\n",
+    "visible": None,
+    "cuda": True,
+    "uuids": [GPU],
+    "first_kernel_ms": 0.4,
+}
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +66,14 @@ def test_without_cuda_it_says_so_in_one_line_exits_0_and_writes_nothing(tmp_path
     before = docs.read_bytes() if docs.exists() else None
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU for it, whatever this machine has
     for extra in ([], ["--output", str(tmp_path / "gpu.md")]):
-        done = subprocess.run([sys.executable, "-m", "bench.gpu", *extra], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.gpu", *extra],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert len(lines) == 1 and lines[0].startswith("no CUDA: "), done.stdout
@@ -71,8 +83,13 @@ def test_without_cuda_it_says_so_in_one_line_exits_0_and_writes_nothing(tmp_path
 
 
 def test_make_gpu_check_runs_that_entry_point():
-    done = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", "gpu-check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "-m bench.gpu" in done.stdout.splitlines()[-1]
 
@@ -95,8 +112,7 @@ def test_the_report_leads_with_what_failed_and_lists_every_row():
     page = gpu.render({"card": "NVIDIA Test, compute capability 7.5"}, results)
     lines = page.splitlines()
     assert lines[0] == "# GPU check"
-    assert ("**1 of 3 checks failed**: Sandbox on the GPU — only the assigned GPU's device nodes."
-            in lines)
+    assert "**1 of 3 checks failed**: Sandbox on the GPU — only the assigned GPU's device nodes." in lines
     assert "| card | NVIDIA Test, compute capability 7.5 |" in lines
     assert "| only the assigned GPU's device nodes | ✗ **failed** | nvidia0, nvidia1 \\| x |" in lines
     assert "| `amp/loop`, autocast bfloat16 | — n/a | compute capability below 8.0 |" in lines
@@ -105,14 +121,22 @@ def test_the_report_leads_with_what_failed_and_lists_every_row():
     headings = [line for line in lines if line.startswith("## ")]
     assert headings == ["## Machine", f"## {gpu.SANDBOX}", f"## {gpu.EXERCISES}", f"## {gpu.FIGURES}"]
     # the sandbox section holds both of its rows, in the order they were found
-    sandbox = lines[lines.index(f"## {gpu.SANDBOX}"):lines.index(f"## {gpu.EXERCISES}")]
+    sandbox = lines[lines.index(f"## {gpu.SANDBOX}") : lines.index(f"## {gpu.EXERCISES}")]
     assert [line.split(" | ")[0] for line in sandbox if line.startswith("| ") and "---" not in line] == [
-        "| Check", "| the seccomp filter is in force", "| only the assigned GPU's device nodes"]
+        "| Check",
+        "| the seccomp filter is in force",
+        "| only the assigned GPU's device nodes",
+    ]
 
 
 def test_the_report_says_when_everything_passed():
-    page = gpu.render({}, [Result(gpu.RUN, "the whole check within 8 minutes", "passed", "3.1 min"),
-                           Result(gpu.FIGURES, "bf16", "n/a")])
+    page = gpu.render(
+        {},
+        [
+            Result(gpu.RUN, "the whole check within 8 minutes", "passed", "3.1 min"),
+            Result(gpu.FIGURES, "bf16", "n/a"),
+        ],
+    )
     assert "**All 1 checks passed.**" in page.splitlines()
 
 
@@ -120,10 +144,12 @@ def test_a_check_that_raises_is_one_failed_row_and_the_others_still_run():
     def broken():
         raise RuntimeError("the pool could not start\nsecond line")
 
-    results = gpu.run_checks([
-        (gpu.SANDBOX, "what a job sees", broken),
-        (gpu.WEB, "a submission", lambda: [Result(gpu.WEB, "a submission", "passed", "120 ms")]),
-    ])
+    results = gpu.run_checks(
+        [
+            (gpu.SANDBOX, "what a job sees", broken),
+            (gpu.WEB, "a submission", lambda: [Result(gpu.WEB, "a submission", "passed", "120 ms")]),
+        ]
+    )
     assert results == [
         Result(gpu.SANDBOX, "what a job sees", "failed", "RuntimeError: the pool could not start"),
         Result(gpu.WEB, "a submission", "passed", "120 ms"),
@@ -131,8 +157,7 @@ def test_a_check_that_raises_is_one_failed_row_and_the_others_still_run():
 
 
 @pytest.mark.parametrize("status, code", [("passed", 0), ("failed", 1)])
-def test_on_cuda_the_report_is_written_and_a_failed_row_fails_the_run(tmp_path, monkeypatch, status,
-                                                                       code):
+def test_on_cuda_the_report_is_written_and_a_failed_row_fails_the_run(tmp_path, monkeypatch, status, code):
     class Checks:  # what GpuCheck gives main, without a GPU
         properties, gpu, setup = SimpleNamespace(name="Fake"), 0, SimpleNamespace(isolation="bwrap")
 
@@ -165,17 +190,20 @@ def test_a_job_that_sees_only_its_gpu_under_the_filter_passes():
     assert rows[0].measured == "nvidia-uvm, nvidia3, nvidiactl"
 
 
-@pytest.mark.parametrize("change, failing", [
-    ({"nodes": ["nvidia-uvm", "nvidia-uvm-tools", "nvidia3", "nvidiactl"]}, 0),
-    ({"nodes": ["nvidia-uvm", "nvidia0", "nvidia3", "nvidiactl"]}, 0),
-    ({"nodes": ["nvidia-uvm", "nvidiactl"]}, 0),
-    ({"seccomp": "0"}, 1),
-    ({"uid_map": "         0          0 4294967295\n"}, 2),
-    ({"uid_map": "     65534          0          1\n"}, 2),  # root's bwrap without a uid switch
-    ({"uid_map": ""}, 2),
-    ({"uuids": [GPU, "0000-other"]}, 3),
-    ({"uuids": ["0000-other"]}, 3),
-])
+@pytest.mark.parametrize(
+    "change, failing",
+    [
+        ({"nodes": ["nvidia-uvm", "nvidia-uvm-tools", "nvidia3", "nvidiactl"]}, 0),
+        ({"nodes": ["nvidia-uvm", "nvidia0", "nvidia3", "nvidiactl"]}, 0),
+        ({"nodes": ["nvidia-uvm", "nvidiactl"]}, 0),
+        ({"seccomp": "0"}, 1),
+        ({"uid_map": "         0          0 4294967295\n"}, 2),
+        ({"uid_map": "     65534          0          1\n"}, 2),  # root's bwrap without a uid switch
+        ({"uid_map": ""}, 2),
+        ({"uuids": [GPU, "0000-other"]}, 3),
+        ({"uuids": ["0000-other"]}, 3),
+    ],
+)
 def test_each_way_a_job_could_see_too_much_fails_its_row(change, failing):
     rows = gpu.judge_sandbox({**GOOD_FACTS, **change}, 3, GPU)
     assert [i for i, r in enumerate(rows) if r.status == "failed"] == [failing], rows
@@ -191,14 +219,15 @@ def test_outer_uids_reads_every_range():
 
 
 def _verdict(status, message, ms=900):
-    return {"status": status, "checks": [{"message": message}], "metrics": {"sandbox_ms": ms},
-            "output": ""}
+    return {"status": status, "checks": [{"message": message}], "metrics": {"sandbox_ms": ms}, "output": ""}
 
 
 def test_a_memory_bomb_counts_as_stopped_only_with_the_named_cause():
     oom = "Your code raised OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
     assert gpu.judge_memory_stop(_verdict("error", oom), "OutOfMemoryError") == (
-        True, f"error after 0.9 s: {oom[:160]}")
+        True,
+        f"error after 0.9 s: {oom[:160]}",
+    )
     crashed = "The program was stopped before it could report (memory): it may have used too much memory"
     assert gpu.judge_memory_stop(_verdict("error", crashed), "(memory)")[0]
     cpu = crashed.replace("(memory)", "(cpu)")
@@ -209,7 +238,7 @@ def test_a_memory_bomb_counts_as_stopped_only_with_the_named_cause():
 def test_a_probe_that_printed_nothing_says_what_happened_instead():
     with pytest.raises(gpu.ProbeError, match=r"printed nothing \(error: Your code raised NameError"):
         gpu.probe_facts(_verdict("error", "Your code raised NameError: x"))
-    assert gpu.probe_facts({"output": "hello\nGPUCHECK {\"a\": 1}\n"}) == {"a": 1}
+    assert gpu.probe_facts({"output": 'hello\nGPUCHECK {"a": 1}\n'}) == {"a": 1}
 
 
 def test_the_host_gpus_and_the_drivers_list(tmp_path):
@@ -223,17 +252,32 @@ def test_the_host_gpus_and_the_drivers_list(tmp_path):
         (gpus / bus).mkdir(parents=True)
         (gpus / bus / "information").write_text(
             f"Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-{minor}abc\nBus Location: \t {bus}\n"
-            f"Device Minor: \t {minor}\nGPU Excluded:\t No\n")
+            f"Device Minor: \t {minor}\nGPU Excluded:\t No\n"
+        )
     assert gpu.driver_gpus(str(gpus)) == {0: "GPU-0abc", 1: "GPU-1abc"}
     assert gpu.driver_gpus(str(tmp_path / "absent")) == {}
 
 
 def test_the_figures_compare_the_devices():
-    found = [{"device": "cpu", "dtype": "float64", "amp": None, "saved_bytes": 3072, "ms_per_step": 2.0},
-             {"device": "cuda", "dtype": "float64", "amp": None, "saved_bytes": 3072,
-              "cuda_peak_bytes": 4096, "ms_per_step": 0.5},
-             {"device": "cuda", "dtype": "float32", "amp": "bfloat16", "saved_bytes": 1024,
-              "cuda_peak_bytes": 2048, "ms_per_step": 0.4}]
+    found = [
+        {"device": "cpu", "dtype": "float64", "amp": None, "saved_bytes": 3072, "ms_per_step": 2.0},
+        {
+            "device": "cuda",
+            "dtype": "float64",
+            "amp": None,
+            "saved_bytes": 3072,
+            "cuda_peak_bytes": 4096,
+            "ms_per_step": 0.5,
+        },
+        {
+            "device": "cuda",
+            "dtype": "float32",
+            "amp": "bfloat16",
+            "saved_bytes": 1024,
+            "cuda_peak_bytes": 2048,
+            "ms_per_step": 0.4,
+        },
+    ]
     params = {"batch_size": 64, "width": 16, "blocks": 6, "depth": 3}
     rows = gpu.figures_rows(found, params, bf16=True)
     assert [r.measured for r in rows] == [
@@ -251,7 +295,8 @@ def test_solution_figures_name_what_differs_between_the_devices():
     cuda_v = {"status": "passed", "metrics": {"peak_activation_bytes": 480, "sandbox_ms": 41}}
     cpu_v = {"status": "passed", "metrics": {"peak_activation_bytes": 480, "sandbox_ms": 30}}
     assert gpu.compare_metrics(cuda_v, cpu_v) == (
-        "passed on CUDA, passed on the CPU · peak_activation_bytes 480 on both · sandbox_ms 41 vs 30")
+        "passed on CUDA, passed on the CPU · peak_activation_bytes 480 on both · sandbox_ms 41 vs 30"
+    )
 
 
 # ---------------------------------------------------------------- the probes, in the real sandbox
@@ -281,8 +326,7 @@ def test_the_probes_run_in_the_real_sandbox(course, cpu_grader):
 @needs_cuda
 def test_on_cuda_a_job_sees_only_its_gpu_under_the_filter(course, cuda_grader):
     setup = cuda_grader.setup
-    facts = gpu.probe_facts(gpu.run_probe(cuda_grader, course.exercise(gpu.PROBE_EXERCISE),
-                                          gpu.FACTS_PROBE))
+    facts = gpu.probe_facts(gpu.run_probe(cuda_grader, course.exercise(gpu.PROBE_EXERCISE), gpu.FACTS_PROBE))
     expected = gpu.driver_gpus().get(setup.gpu) or str(torch.cuda.get_device_properties(0).uuid)
     rows = gpu.judge_sandbox(facts, setup.gpu, expected)
     assert [r for r in rows if r.status != "passed"] == []

@@ -69,15 +69,18 @@ def test_query_parameter_wins_and_is_remembered(client):
     assert _lang(client.get("/")) == "en"
 
 
-@pytest.mark.parametrize(("header", "lang"), [
-    ("pt-BR,pt;q=0.9,en;q=0.8", "pt-BR"),
-    ("pt", "pt-BR"),
-    ("fr-FR, en;q=0.5, pt;q=0.4", "en"),
-    ("en;q=0.2, pt-BR;q=0.9", "pt-BR"),
-    ("de, fr", "en"),
-    ("", "en"),
-    (";;;q=abc,,", "en"),
-])
+@pytest.mark.parametrize(
+    ("header", "lang"),
+    [
+        ("pt-BR,pt;q=0.9,en;q=0.8", "pt-BR"),
+        ("pt", "pt-BR"),
+        ("fr-FR, en;q=0.5, pt;q=0.4", "en"),
+        ("en;q=0.2, pt-BR;q=0.9", "pt-BR"),
+        ("de, fr", "en"),
+        ("", "en"),
+        (";;;q=abc,,", "en"),
+    ],
+)
 def test_accept_language_when_nothing_was_chosen(client, header, lang):
     assert _lang(client.get("/", headers={"Accept-Language": header})) == lang
 

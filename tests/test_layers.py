@@ -16,13 +16,16 @@ def _trees() -> dict[Path, ast.Module]:
 
 def test_whether_a_request_is_the_apis_is_decided_only_by_is_api():
     """No `path.startswith("/api/")` of its own: is_api (app/http.py) answers for every module."""
-    deciding = [f"{path.relative_to(ROOT)}:{node.lineno}"
-                for path, tree in _trees().items() if path != APP / "http.py"
-                for node in ast.walk(tree)
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "startswith"
-                and any(isinstance(arg, ast.Constant) and str(arg.value).startswith("/api")
-                        for arg in node.args)]
+    deciding = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path, tree in _trees().items()
+        if path != APP / "http.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "startswith"
+        and any(isinstance(arg, ast.Constant) and str(arg.value).startswith("/api") for arg in node.args)
+    ]
     assert deciding == []
 
 
@@ -48,10 +51,13 @@ def _imported(tree: ast.AST, *, in_functions: bool = True) -> set[str]:
 
 def test_no_base_module_of_app_imports_a_domain():
     assert {"accounts", "lessons", "submissions"} <= DOMAINS
-    upward = {path.name: sorted(name for name in _imported(tree)
-                                if name.split(".")[:2] in [["app", domain] for domain in DOMAINS])
-              for path, tree in _trees().items()
-              if path.parent == APP and path.name not in MAY_IMPORT_DOMAINS}
+    upward = {
+        path.name: sorted(
+            name for name in _imported(tree) if name.split(".")[:2] in [["app", domain] for domain in DOMAINS]
+        )
+        for path, tree in _trees().items()
+        if path.parent == APP and path.name not in MAY_IMPORT_DOMAINS
+    }
     assert {name: found for name, found in upward.items() if found} == {}
 
 
@@ -63,9 +69,14 @@ def test_the_modules_of_app_import_one_another_without_a_cycle():
     """Imports at the top of each module (those inside a function run later, and may point
     anywhere): graphlib's CycleError names the cycle."""
     trees = {_module(path): tree for path, tree in _trees().items()}
-    graph = {name: {imported for imported in _imported(tree, in_functions=False)
-                    if imported in trees and imported != name}
-             for name, tree in trees.items()}
+    graph = {
+        name: {
+            imported
+            for imported in _imported(tree, in_functions=False)
+            if imported in trees and imported != name
+        }
+        for name, tree in trees.items()
+    }
     assert list(TopologicalSorter(graph).static_order())
 
 
@@ -80,8 +91,11 @@ def test_a_domains_services_know_nothing_of_http_and_leave_the_commit_to_the_req
         if path.parent == APP or path.name in HTTP_SIDE:
             continue
         http = {name for name in _imported(tree) if name.split(".")[0] in ("fastapi", "starlette")}
-        commits = {f"commit() at line {node.lineno}" for node in ast.walk(tree)
-                   if isinstance(node, ast.Attribute) and node.attr == "commit"}
+        commits = {
+            f"commit() at line {node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "commit"
+        }
         if http | commits:
             found[str(path.relative_to(ROOT))] = sorted(http | commits)
     assert found == {}

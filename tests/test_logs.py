@@ -15,8 +15,10 @@ API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 def test_every_response_has_a_request_id_and_a_proxys_sane_one_is_kept(client):
     first, second = client.get("/healthz"), client.get("/healthz")
     assert first.headers["x-request-id"] != second.headers["x-request-id"]
-    assert client.get("/healthz", headers={"X-Request-ID": "lb-1234abcd"}).headers["x-request-id"] \
+    assert (
+        client.get("/healthz", headers={"X-Request-ID": "lb-1234abcd"}).headers["x-request-id"]
         == "lb-1234abcd"
+    )
     forged = client.get("/healthz", headers={"X-Request-ID": "bad id\nwith newline"})
     assert forged.headers["x-request-id"] != "bad id\nwith newline"
 

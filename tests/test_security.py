@@ -37,7 +37,8 @@ def test_an_unsafe_request_without_the_token_is_refused(bare, quiz_url, htmx):
     response = bare.post(url, data=data, headers=HTMX if htmx else {})
     assert response.status_code == 403
     assert html(response).select_one("main .lead").get_text(strip=True) == (
-        "This form has expired. Reload the page and try again. Nothing you sent was stored.")
+        "This form has expired. Reload the page and try again. Nothing you sent was stored."
+    )
 
 
 @pytest.mark.parametrize("token", ["", "nope", "A" * 43])
@@ -67,22 +68,27 @@ def test_account_forms_need_the_token_too(bare, path):
     assert response.status_code == 403
 
 
-@pytest.mark.parametrize("headers", [
-    {"Origin": "https://evil.example"},
-    {"Origin": "null"},
-    {"Origin": "https://testserver"},  # the right host, the wrong scheme
-    {"Sec-Fetch-Site": "cross-site"},
-    {"Sec-Fetch-Site": "same-site"},
-    {"Sec-Fetch-Site": "cross-site", "Origin": "http://testserver"},
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "https://testserver"},  # the right host, the wrong scheme
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": "http://testserver"},
+    ],
+)
 def test_a_request_from_another_site_is_refused_even_with_the_token(client, quiz_url, headers):
     url, data = quiz_url
     response = client.post(url, data=data, headers={**HTMX, **headers})
     assert response.status_code == 403
     assert html(response).select_one("main .lead").get_text(strip=True) == (
-        "This request came from another site and was refused. Nothing you sent was stored.")
-    response = client.post("/api/accounts", json={"email": "a@example.com", "password": PASSWORD},
-                           headers=headers)
+        "This request came from another site and was refused. Nothing you sent was stored."
+    )
+    response = client.post(
+        "/api/accounts", json={"email": "a@example.com", "password": PASSWORD}, headers=headers
+    )
     assert response.status_code == 403
 
 
@@ -94,15 +100,18 @@ def test_a_same_origin_request_passes(client, quiz_url, headers):
 
 def test_bearer_calls_need_no_csrf_but_cookie_calls_to_the_api_do(client, app):
     sign_up(client, "ana@example.com")
-    response = client.post("/api/tokens", json={"email": "ana@example.com", "password": PASSWORD},
-                           headers={"X-CSRF-Token": ""})
+    response = client.post(
+        "/api/tokens", json={"email": "ana@example.com", "password": PASSWORD}, headers={"X-CSRF-Token": ""}
+    )
     assert response.status_code == 403, "signed in by cookie: the API wants the token as well"
     assert "X-CSRF-Token" in response.json()["message"]
     with TestClient(app) as api:
-        token = api.post("/api/tokens", json={"email": "ana@example.com", "password": PASSWORD}
-                         ).json()["token"]
-        response = api.delete("/api/tokens", headers={"Authorization": f"Bearer {token}",
-                                                      "Origin": "https://evil.example"})
+        token = api.post("/api/tokens", json={"email": "ana@example.com", "password": PASSWORD}).json()[
+            "token"
+        ]
+        response = api.delete(
+            "/api/tokens", headers={"Authorization": f"Bearer {token}", "Origin": "https://evil.example"}
+        )
         assert response.status_code == 204
 
 
@@ -113,8 +122,20 @@ def test_get_never_changes_anything(client):
 
 # ---------------------------------------------------------------- headers
 
-@pytest.mark.parametrize("path", ["/", "/lessons/bottleneck", "/sign-in", "/nope", "/api/lessons",
-                                  "/api/nope", "/static/css/app.css", "/openapi.json"])
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/lessons/bottleneck",
+        "/sign-in",
+        "/nope",
+        "/api/lessons",
+        "/api/nope",
+        "/static/css/app.css",
+        "/openapi.json",
+    ],
+)
 def test_every_response_carries_the_security_headers(client, path):
     response = client.get(path)
     assert response.headers["Content-Security-Policy"] == CSP
@@ -153,8 +174,9 @@ def test_over_https_cookies_are_secure_and_hsts_is_sent(app):
     with TestClient(app, base_url="https://testserver") as secure:
         arm_csrf(secure)
         response = sign_up(secure, "ana@example.com")
-        cookie = next(c for c in response.headers.get_list("set-cookie")
-                      if c.startswith("__Host-treino_session="))
+        cookie = next(
+            c for c in response.headers.get_list("set-cookie") if c.startswith("__Host-treino_session=")
+        )
         attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
         assert {"httponly", "secure", "samesite=lax", "path=/"} <= attributes
         assert not any(a.startswith("domain") for a in attributes)
@@ -167,6 +189,7 @@ def test_over_https_cookies_are_secure_and_hsts_is_sent(app):
 
 
 # ---------------------------------------------------------------- identity cookies
+
 
 def _set_visitor(response) -> str | None:
     """The visitor id a response issues, if it issues one."""
@@ -194,6 +217,7 @@ def test_a_visitor_id_the_server_did_not_issue_is_replaced_never_adopted(app, ch
         client.post(url, data=data, headers=HTMX)
     with app.state.sessionmaker() as db:
         from app.quizzes.models import QuizAttempt
+
         assert [a.visitor_id for a in db.query(QuizAttempt)] == [issued]
 
 
@@ -210,8 +234,9 @@ def test_an_issued_visitor_id_is_kept_and_rotated_at_sign_up_and_sign_in(client)
     client.post("/sign-out")
     arm_csrf(client)
     before = client.cookies["treino_visitor"]
-    response = client.post("/sign-in", data={"email": "ana@example.com", "password": PASSWORD},
-                           follow_redirects=False)
+    response = client.post(
+        "/sign-in", data={"email": "ana@example.com", "password": PASSWORD}, follow_redirects=False
+    )
     assert response.status_code == 303
     assert _set_visitor(response) not in (None, before)
 
@@ -220,14 +245,19 @@ def test_sign_out_clears_the_pages_storage_and_the_visitor(client):
     sign_up(client, "ana@example.com")
     response = client.post("/sign-out", follow_redirects=False)
     assert response.headers["Clear-Site-Data"] == '"storage"'
-    assert any(c.startswith('treino_visitor=""') and "max-age=0" in c.lower()
-               for c in response.headers.get_list("set-cookie"))
+    assert any(
+        c.startswith('treino_visitor=""') and "max-age=0" in c.lower()
+        for c in response.headers.get_list("set-cookie")
+    )
 
 
 def test_over_https_the_visitor_cookie_is_host_prefixed(app):
     with TestClient(app, base_url="https://testserver") as secure:
-        cookie = next(c for c in secure.get("/").headers.get_list("set-cookie")
-                      if c.startswith("__Host-treino_visitor="))
+        cookie = next(
+            c
+            for c in secure.get("/").headers.get_list("set-cookie")
+            if c.startswith("__Host-treino_visitor=")
+        )
         attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
         assert {"httponly", "secure", "path=/"} <= attributes
         assert not any(a.startswith("domain") for a in attributes)
@@ -240,11 +270,15 @@ def test_over_https_the_visitor_cookie_is_host_prefixed(app):
 
 # ---------------------------------------------------------------- sign-in throttling, passwords
 
+
 def test_failed_sign_ins_elsewhere_cannot_lock_the_owner_out(app, monkeypatch):
     from app.accounts import service
+
     monkeypatch.setattr(service, "SIGN_IN_FAILURES_PER_EMAIL", 3)
-    with TestClient(app, client=("203.0.113.9", 5000)) as attacker, \
-            TestClient(app, client=("198.51.100.7", 5000)) as owner:
+    with (
+        TestClient(app, client=("203.0.113.9", 5000)) as attacker,
+        TestClient(app, client=("198.51.100.7", 5000)) as owner,
+    ):
         owner.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
         wrong = {"email": "ana@example.com", "password": "not the password"}
         assert [attacker.post("/api/tokens", json=wrong).status_code for _ in range(4)] == [401] * 3 + [429]
@@ -266,10 +300,13 @@ def test_a_password_of_spaces_only_is_refused(client, password):
 
 # ---------------------------------------------------------------- /metrics, fair use per client IP
 
+
 def test_metrics_can_be_closed_with_a_token(settings, _course):
     from app.main import create_app
-    closed = create_app(settings.model_copy(update={"metrics_token": SecretStr("s3cret-scrape")}),
-                        course=_course)
+
+    closed = create_app(
+        settings.model_copy(update={"metrics_token": SecretStr("s3cret-scrape")}), course=_course
+    )
     with TestClient(closed) as client:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-scrape"}):
             response = client.get("/metrics", headers=headers)
@@ -287,6 +324,7 @@ def test_cookie_less_visitors_from_one_address_cannot_flood_the_queue(settings, 
     from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
     from app.main import create_app
+
     app = create_app(settings.model_copy(update={"submissions_per_ip": 3}), course=_course)
     proxied = ProxyHeadersMiddleware(app, trusted_hosts="127.0.0.1")
     url = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"

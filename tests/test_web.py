@@ -11,5 +11,9 @@ def test_an_error_page_says_nothing_was_stored_only_where_something_was_sent(cli
     sent = html(response).select_one("main .lead").get_text(strip=True)
     assert sent.endswith("Nothing you sent was stored.")
     pt = client.post("/lessons/no-such-lesson/quiz/q1", params={"lang": "pt-BR"}, data={"option": "a"})
-    assert html(pt).select_one("main .lead").get_text(strip=True).endswith(
-        "Nada do que você enviou foi guardado.")
+    assert (
+        html(pt)
+        .select_one("main .lead")
+        .get_text(strip=True)
+        .endswith("Nada do que você enviou foi guardado.")
+    )

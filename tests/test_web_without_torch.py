@@ -21,7 +21,12 @@ print("torch" in sys.modules)
 
 
 def test_serving_pages_does_not_import_torch(tmp_path):
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "db.sqlite")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "db.sqlite")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

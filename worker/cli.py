@@ -25,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve the tutor (migrates the database first)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--no-worker", action="store_true",
-                       help="do not supervise a grading worker alongside the web")
+    serve.add_argument(
+        "--no-worker", action="store_true", help="do not supervise a grading worker alongside the web"
+    )
     serve.set_defaults(run=_serve)
 
     sub.add_parser("worker", help="run one grading worker").set_defaults(run=_worker)
@@ -44,12 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     lessons = sub.add_parser("lessons", help="course content chores")
     lessons_sub = lessons.add_subparsers(dest="lessons", required=True)
     lessons_sub.add_parser("check", help="validate every lesson, quiz and exercise").set_defaults(
-        run=_lessons_check)
+        run=_lessons_check
+    )
 
     accounts = sub.add_parser("accounts", help="account chores for an operator")
     accounts_sub = accounts.add_subparsers(dest="accounts", required=True)
     reset = accounts_sub.add_parser(
-        "reset-password", help="print a one-time link (valid for an hour) to choose a new password")
+        "reset-password", help="print a one-time link (valid for an hour) to choose a new password"
+    )
     reset.add_argument("email", metavar="EMAIL")
     reset.set_defaults(run=_reset_password)
 
@@ -88,8 +91,14 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     # through supervised_worker's cleanup: the worker and its sandboxes go too
     signal.signal(signal.SIGTERM, _exit_on_signal)
     with contextlib.nullcontext() if args.no_worker else supervised_worker():
-        uvicorn.run(app, host=args.host, port=args.port, proxy_headers=True, log_config=None,
-                    forwarded_allow_ips=settings.forwarded_allow_ips)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            proxy_headers=True,
+            log_config=None,
+            forwarded_allow_ips=settings.forwarded_allow_ips,
+        )
     return 0
 
 
@@ -149,8 +158,7 @@ def _reset_password(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     print(f"{settings.public_url.rstrip('/')}/reset-password?token={token}")
-    print(f"treino: give this link to {email}: it sets a new password once, within an hour",
-          file=sys.stderr)
+    print(f"treino: give this link to {email}: it sets a new password once, within an hour", file=sys.stderr)
     return 0
 
 
@@ -161,9 +169,11 @@ def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
     if _glossary_problems(settings):
         return 1
     exercises = course.exercises
-    print(f"treino: {len(course.lessons)} lessons, "
-          f"{sum(len(lesson.questions) for lesson in course.lessons)} quick-check questions, "
-          f"{len(exercises)} exercises: content OK")
+    print(
+        f"treino: {len(course.lessons)} lessons, "
+        f"{sum(len(lesson.questions) for lesson in course.lessons)} quick-check questions, "
+        f"{len(exercises)} exercises: content OK"
+    )
     failures = 0
     # warm sandboxes: torch is imported while the previous file runs
     with Grader.running(settings) as grader:
@@ -215,8 +225,9 @@ def supervised_worker():
     def supervise() -> None:
         while not stop.is_set():
             # the worker (and so its sandboxes) ends with this thread, however the web ends
-            proc = subprocess.Popen([sys.executable, "-m", "worker.cli", "worker"],
-                                    preexec_fn=_terminate_with_parent)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "worker.cli", "worker"], preexec_fn=_terminate_with_parent
+            )
             child[:] = [proc]
             while proc.poll() is None and not stop.wait(0.5):
                 pass

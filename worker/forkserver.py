@@ -68,8 +68,7 @@ def problem(isolation: str) -> str | None:
     the template's own launcher and the namespaces and mounts of one job."""
     if isolation != "bwrap":
         return None  # the process-only sandbox makes no namespaces
-    command = [sys.executable, "-I", "-B", "/harness/template.py", "--probe",
-               sandbox.template_config(True)]
+    command = [sys.executable, "-I", "-B", "/harness/template.py", "--probe", sandbox.template_config(True)]
     try:
         done = sandbox.run_isolated(command, timeout=30, forks=True)
     except (OSError, subprocess.SubprocessError, sandbox.SandboxUnavailable) as exc:
@@ -139,20 +138,23 @@ class ForkedJob:
         if not ready:
             raise TemplateTrouble(f"template {self.template.id}: no job within {timeout:.0f} s")
         data, ancillary, _, _ = self.sock.recvmsg(1, socket.CMSG_SPACE(UCRED.size))
-        creds = [UCRED.unpack(payload[:UCRED.size]) for level, kind, payload in ancillary
-                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS]
+        creds = [
+            UCRED.unpack(payload[: UCRED.size])
+            for level, kind, payload in ancillary
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS
+        ]
         if data != b"P" or not creds:
             raise TemplateTrouble(f"template {self.template.id}: no job ({data!r})")
         pid, uid, _ = creds[0]
         identity = self.template.identity
         expected = identity.uid if identity is not None else os.getuid()
         if uid != expected or not _descends(pid, self.template.proc.pid):
-            raise TemplateTrouble(f"template {self.template.id}: a job of uid {uid}, pid {pid} "
-                                  "that is not its own")
+            raise TemplateTrouble(
+                f"template {self.template.id}: a job of uid {uid}, pid {pid} that is not its own"
+            )
         return pid
 
-    def run(self, kind: str, job: dict, code: bytes, limits: Limits,
-            cancel: Cancel | None = None) -> Result:
+    def run(self, kind: str, job: dict, code: bytes, limits: Limits, cancel: Cancel | None = None) -> Result:
         """Wait for the fork (forked ahead, it is there), put it in its cgroup, hand the job
         over, wait for its end."""
         asked = time.monotonic()
@@ -171,14 +173,28 @@ class ForkedJob:
         data = sandbox.request(kind, job, code, limits, device, self.cgroup is not None, **extra)
         started = time.monotonic()
         sandbox.send_request(self.sock, data)
-        end = sandbox.wait_for_end(self.pid, self.done, limits.wall_seconds,
-                                   limits.memory_mb * 1024 * 1024, cancel, self.cgroup is None,
-                                   device == "cuda")
+        end = sandbox.wait_for_end(
+            self.pid,
+            self.done,
+            limits.wall_seconds,
+            limits.memory_mb * 1024 * 1024,
+            cancel,
+            self.cgroup is None,
+            device == "cuda",
+        )
         wall_ms = round((time.monotonic() - started) * 1000)
         self.kill()
-        result = sandbox.outcome(end, wall_ms, self.output, 0, self.trace, limits,
-                                 self._returncode(0 if end == "done" else STATUS_SECONDS),
-                                 self.cgroup, self.id)
+        result = sandbox.outcome(
+            end,
+            wall_ms,
+            self.output,
+            0,
+            self.trace,
+            limits,
+            self._returncode(0 if end == "done" else STATUS_SECONDS),
+            self.cgroup,
+            self.id,
+        )
         return dataclasses.replace(result, start_ms=round((started - asked) * 1000))
 
     def _returncode(self, timeout: float) -> int | None:
@@ -233,8 +249,14 @@ class ForkServer:
     """One template, kept running by a thread of its own (bubblewrap's --die-with-parent follows
     the thread that started it), and a fork of it per job."""
 
-    def __init__(self, isolation: str, device: str, gpu: int | None = None,
-                 start: Callable[[], Sandbox] | None = None, fallback_size: int = 2) -> None:
+    def __init__(
+        self,
+        isolation: str,
+        device: str,
+        gpu: int | None = None,
+        start: Callable[[], Sandbox] | None = None,
+        fallback_size: int = 2,
+    ) -> None:
         """Start the template; returns once it is started (not yet warm). Should templates never
         get warm here (``WARM_UP_FAILURES`` in a row: say, a library that starts threads in
         every process), jobs go to a pool of ``fallback_size`` single-use sandboxes instead."""
@@ -311,10 +333,15 @@ class ForkServer:
             self._cold_starts += 1
             give_up = self._cold_starts >= WARM_UP_FAILURES and self._fallback is None
         if give_up:
-            log.error("%s templates in a row did not warm up (the last said: %s): jobs run in "
-                      "single-use sandboxes from now on", self._cold_starts, template.tail() or "nothing")
-            fallback = Pool(self.fallback_size, functools.partial(Sandbox, self.isolation,
-                                                                  self.device, self.gpu))
+            log.error(
+                "%s templates in a row did not warm up (the last said: %s): jobs run in "
+                "single-use sandboxes from now on",
+                self._cold_starts,
+                template.tail() or "nothing",
+            )
+            fallback = Pool(
+                self.fallback_size, functools.partial(Sandbox, self.isolation, self.device, self.gpu)
+            )
             with self._changed:
                 self._fallback = fallback
                 self._changed.notify_all()
@@ -346,8 +373,7 @@ class ForkServer:
         if standby is not None:
             sandbox.release(standby)
 
-    def run(self, kind: str, job: dict, code: bytes, limits: Limits,
-            cancel: Cancel | None = None) -> Result:
+    def run(self, kind: str, job: dict, code: bytes, limits: Limits, cancel: Cancel | None = None) -> Result:
         """Run one job in a fork of the template; in a cold single-use sandbox if the template
         fails it (the template is then replaced)."""
         template = self._current()
@@ -373,10 +399,19 @@ class ForkServer:
         self._fork_ahead(template)
         return result
 
-    def _cold(self, template: Sandbox, why: Exception, kind: str, job: dict, code: bytes,
-              limits: Limits, cancel: Cancel | None) -> Result:
-        log.error("%s; the job runs in a single-use sandbox (template said: %s)", why,
-                  template.tail() or "nothing")
+    def _cold(
+        self,
+        template: Sandbox,
+        why: Exception,
+        kind: str,
+        job: dict,
+        code: bytes,
+        limits: Limits,
+        cancel: Cancel | None,
+    ) -> Result:
+        log.error(
+            "%s; the job runs in a single-use sandbox (template said: %s)", why, template.tail() or "nothing"
+        )
         self._replace(template)
         return Sandbox(self.isolation, self.device, self.gpu).run(kind, job, code, limits, cancel)
 

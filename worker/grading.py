@@ -30,11 +30,22 @@ from worker.checks import Check, Diagnosis, Interfered, Kind, Prepare, Summarize
 log = logging.getLogger("treino.grading")
 
 
-def _record(exercise: Exercise, status: VerdictStatus, checks: list[Check] | tuple[()] = (),
-            diagnosis: Diagnosis | None = None, metrics: dict[str, Any] | None = None,
-            output: str = "") -> Record:
-    return record(exercise.id, status, [check_record(c.name, c.passed, c.message, c.values) for c in checks],
-                  None if diagnosis is None else (diagnosis.id, diagnosis.values), metrics, output)
+def _record(
+    exercise: Exercise,
+    status: VerdictStatus,
+    checks: list[Check] | tuple[()] = (),
+    diagnosis: Diagnosis | None = None,
+    metrics: dict[str, Any] | None = None,
+    output: str = "",
+) -> Record:
+    return record(
+        exercise.id,
+        status,
+        [check_record(c.name, c.passed, c.message, c.values) for c in checks],
+        None if diagnosis is None else (diagnosis.id, diagnosis.values),
+        metrics,
+        output,
+    )
 
 
 def _cap(output: str, limit_kb: int) -> str:
@@ -46,8 +57,9 @@ def validate(exercise: Exercise, code: bytes) -> Check | None:
     """Why ``code`` is refused before running, or None."""
     limit = exercise.limits.code_kb
     if len(code) > limit * 1024:
-        return Check("input", False, "rejected.too_large",
-                     {"size": round(len(code) / 1024, 1), "limit": limit})
+        return Check(
+            "input", False, "rejected.too_large", {"size": round(len(code) / 1024, 1), "limit": limit}
+        )
     if b"\x00" in code:
         return Check("input", False, "rejected.not_text", {})
     try:
@@ -62,26 +74,47 @@ def syntax_error(code: bytes) -> dict[str, Any] | None:
     try:
         compile(code.decode("utf-8"), "submission.py", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as exc:
-        return {"phase": "syntax", "type": type(exc).__name__, "message": exc.msg,
-                "line": exc.lineno, "code": (exc.text or "").strip()[:200]}
+        return {
+            "phase": "syntax",
+            "type": type(exc).__name__,
+            "message": exc.msg,
+            "line": exc.lineno,
+            "code": (exc.text or "").strip()[:200],
+        }
     except (RecursionError, MemoryError):
-        return {"phase": "syntax", "type": "SyntaxError", "message": "too deeply nested",
-                "line": 0, "code": ""}
+        return {
+            "phase": "syntax",
+            "type": "SyntaxError",
+            "message": "too deeply nested",
+            "line": 0,
+            "code": "",
+        }
     return None
 
 
 def _error_check(error: dict[str, Any], entry: str) -> Check:
     phase, kind = error.get("phase"), error.get("type", "")
     if phase == "syntax":
-        return Check("run", False, "error.syntax",
-                     {"line": error.get("line") or 0, "message": error.get("message", ""),
-                      "code": error.get("code", "")})
+        return Check(
+            "run",
+            False,
+            "error.syntax",
+            {
+                "line": error.get("line") or 0,
+                "message": error.get("message", ""),
+                "code": error.get("code", ""),
+            },
+        )
     if kind == "MissingFunction":
         return Check("run", False, "error.missing_function", {"entry": entry})
     if kind == "WrongSignature":
         expected = error.get("expected", [])
-        return Check("run", False, "error.signature",
-                     {"entry": entry, "count": len(expected), "expected": ", ".join(expected)})
+        return Check(
+            "run",
+            False,
+            "error.signature",
+            {"entry": entry, "count": len(expected), "expected": ", ".join(expected)},
+        )
     if kind == "ModuleNotFoundError" and error.get("module"):
         return Check("run", False, "error.import", {"module": error["module"]})
     if phase == "harness":
@@ -98,8 +131,14 @@ def _error_check(error: dict[str, Any], entry: str) -> Check:
 class Runner(Protocol):
     """What hands a job to a sandbox: a ``Pool`` of single-use sandboxes, or a fork server."""
 
-    def run(self, kind: str, job: dict[str, Any], code: bytes, limits: Limits,
-            cancel: sandbox.Cancel | None = None) -> sandbox.Result: ...
+    def run(
+        self,
+        kind: str,
+        job: dict[str, Any],
+        code: bytes,
+        limits: Limits,
+        cancel: sandbox.Cancel | None = None,
+    ) -> sandbox.Result: ...
 
     def warm(self) -> int: ...
 
@@ -115,8 +154,9 @@ class Grader:
 
     @classmethod
     @contextlib.contextmanager
-    def running(cls, settings: Settings, pool_size: int | None = None, *,
-                setup: sandbox.Setup | None = None) -> Iterator["Grader"]:
+    def running(
+        cls, settings: Settings, pool_size: int | None = None, *, setup: sandbox.Setup | None = None
+    ) -> Iterator["Grader"]:
         """A grader of ``settings``' sandbox and device (or of ``setup``) for the duration: its
         jobs forked from a template (``TREINO_SANDBOX_START=fork``, where that works), or from a
         warm pool of ``pool_size`` single-use sandboxes (default ``TREINO_POOL_SIZE``; 0: a cold
@@ -143,15 +183,17 @@ class Grader:
     def device(self) -> str:
         return self.setup.device
 
-    def grade(self, exercise: Exercise, code: bytes, *, run_only: bool = False,
-              cancel: sandbox.Cancel | None = None) -> Record:
+    def grade(
+        self, exercise: Exercise, code: bytes, *, run_only: bool = False, cancel: sandbox.Cancel | None = None
+    ) -> Record:
         """The verdict record of ``code`` for ``exercise``. ``run_only``: run it and measure,
         judge nothing (status "passed" then means "it ran"); ``cancel`` ends the run at once.
         Always strict JSON, and at most ``verdict.MAX_BYTES``."""
         return seal(self._grade(exercise, code, run_only, cancel), exercise.limits.output_kb)
 
-    def _grade(self, exercise: Exercise, code: bytes, run_only: bool,
-               cancel: sandbox.Cancel | None) -> Record:
+    def _grade(
+        self, exercise: Exercise, code: bytes, run_only: bool, cancel: sandbox.Cancel | None
+    ) -> Record:
         refused = validate(exercise, code)
         if refused is not None:
             return _record(exercise, "rejected", [refused])
@@ -164,19 +206,26 @@ class Grader:
         checks_module = kind_module(exercise.check_kind)
         result = self.pool.run(exercise.check_kind, job, code, limits, cancel)
         # "process" means the learner's code ran without isolation: pages say so plainly
-        metrics: dict[str, Any] = {"device": device, "sandbox_ms": result.wall_ms,
-                                   "isolation": self.setup.isolation}
+        metrics: dict[str, Any] = {
+            "device": device,
+            "sandbox_ms": result.wall_ms,
+            "isolation": self.setup.isolation,
+        }
         output = _cap(result.output, limits.output_kb)
         if result.status == "timeout":
             check = Check("run", False, "error.timeout", {"seconds": limits.wall_seconds})
             return _record(exercise, "timeout", [check], metrics=metrics, output=output)
         if result.status == "crashed":
-            check = (Check("run", False, "error.interfered", {}) if result.reason == sandbox.INVALID_TRACE
-                     else Check("run", False, "error.crashed", {"reason": result.reason}))
+            check = (
+                Check("run", False, "error.interfered", {})
+                if result.reason == sandbox.INVALID_TRACE
+                else Check("run", False, "error.crashed", {"reason": result.reason})
+            )
             return _record(exercise, "error", [check], metrics=metrics, output=output)
         try:
-            return _judge(exercise, result.trace or {}, result.output, checks_module, metrics, device,
-                          run_only)
+            return _judge(
+                exercise, result.trace or {}, result.output, checks_module, metrics, device, run_only
+            )
         except Interfered as exc:  # what the child reported is not what the harness observed
             log.info("%s: interference: %s", exercise.id, exc)
         except Exception:  # a trace the harness did not write (the learner forged it): no verdict
@@ -218,13 +267,21 @@ class Grader:
             if rec["status"] == "passed":
                 problems.append(f"{exercise.id}: mistakes/{path.name} passes")
             elif found != path.stem:
-                problems.append(f"{exercise.id}: mistakes/{path.name} is diagnosed as {found} "
-                                f"({rec['status']})")
+                problems.append(
+                    f"{exercise.id}: mistakes/{path.name} is diagnosed as {found} ({rec['status']})"
+                )
         return problems
 
 
-def _judge(exercise: Exercise, trace: dict[str, Any], process_output: str, checks_module: Kind,
-           metrics: dict[str, Any], device: str, run_only: bool) -> Record:
+def _judge(
+    exercise: Exercise,
+    trace: dict[str, Any],
+    process_output: str,
+    checks_module: Kind,
+    metrics: dict[str, Any],
+    device: str,
+    run_only: bool,
+) -> Record:
     limits = exercise.limits
     # the learner's prints, then anything written to the process's own stdout/stderr
     output = _cap(trace.get("output", "") + process_output, limits.output_kb)
@@ -241,8 +298,7 @@ def _judge(exercise: Exercise, trace: dict[str, Any], process_output: str, check
         metrics = {**measured, **metrics, "check_ms": round((time.perf_counter() - started) * 1000)}
         return _record(exercise, "passed", metrics=metrics, output=output)
     evaluation = checks_module.evaluate(exercise.check_params, trace["data"], device)
-    metrics = {**evaluation.metrics, **metrics,
-               "check_ms": round((time.perf_counter() - started) * 1000)}
+    metrics = {**evaluation.metrics, **metrics, "check_ms": round((time.perf_counter() - started) * 1000)}
     status: VerdictStatus = "passed" if evaluation.passed else "failed"
     return _record(exercise, status, evaluation.checks, evaluation.diagnosis, metrics, output)
 
@@ -258,19 +314,33 @@ def format_verdict(stored: Mapping[str, Any], lang: str = "en") -> str:
     lines = [f"{text(f'verdict.status.{status}', lang)} — {verdict['exercise']}"]
     diagnosis = verdict.get("diagnosis")
     if diagnosis:
-        lines += ["", f"{text('verdict.diagnosis', lang)}: {diagnosis['title']} ({diagnosis['id']})",
-                  f"  {diagnosis['explanation']}"]
+        lines += [
+            "",
+            f"{text('verdict.diagnosis', lang)}: {diagnosis['title']} ({diagnosis['id']})",
+            f"  {diagnosis['explanation']}",
+        ]
     if verdict["checks"]:
-        lines += [""] + [f"  {MARKS[c['status']]} {c['name']}: {c['message']}"
-                         for c in verdict["checks"]]
+        lines += [""] + [f"  {MARKS[c['status']]} {c['name']}: {c['message']}" for c in verdict["checks"]]
     metrics = verdict.get("metrics") or {}
-    shown = [(key, metrics[key]) for key in (
-        "optimizer_steps", "update_ratio", "peak_activation_bytes",
-        "reference_peak_activation_bytes", "device", "sandbox_ms", "check_ms") if key in metrics]
+    shown = [
+        (key, metrics[key])
+        for key in (
+            "optimizer_steps",
+            "update_ratio",
+            "peak_activation_bytes",
+            "reference_peak_activation_bytes",
+            "device",
+            "sandbox_ms",
+            "check_ms",
+        )
+        if key in metrics
+    ]
     if shown:
         lines += ["", text("verdict.metrics", lang) + ":"]
-        lines += [f"  {text(f'metric.{key}', lang)}: "
-                  f"{number(value, lang) if value is not None else '—'}" for key, value in shown]
+        lines += [
+            f"  {text(f'metric.{key}', lang)}: {number(value, lang) if value is not None else '—'}"
+            for key, value in shown
+        ]
     if verdict.get("output"):
         lines += ["", text("verdict.output", lang) + ":"]
         lines += ["  " + line for line in verdict["output"].rstrip("\n").splitlines()]

@@ -14,8 +14,12 @@ log = logging.getLogger("treino.nvml")
 
 
 class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2), as the _v3 query fills it
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
 
 
 @functools.cache
@@ -47,6 +51,9 @@ def used_by(pids: set[int]) -> int:
         infos = (_ProcessInfo * size.value)()
         if lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(size), infos) != 0:
             continue
-        total += sum(info.usedGpuMemory for info in infos[: size.value] if info.pid in pids
-                     and info.usedGpuMemory != 2**64 - 1)  # NVML_VALUE_NOT_AVAILABLE
+        total += sum(
+            info.usedGpuMemory
+            for info in infos[: size.value]
+            if info.pid in pids and info.usedGpuMemory != 2**64 - 1
+        )  # NVML_VALUE_NOT_AVAILABLE
     return total

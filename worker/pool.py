@@ -93,8 +93,14 @@ class Pool:
             self._out += 1
         return box if box is not None else self._start()
 
-    def run(self, kind: str, job: dict[str, Any], code: bytes, limits: Limits,
-            cancel: sandbox.Cancel | None = None) -> sandbox.Result:
+    def run(
+        self,
+        kind: str,
+        job: dict[str, Any],
+        code: bytes,
+        limits: Limits,
+        cancel: sandbox.Cancel | None = None,
+    ) -> sandbox.Result:
         """Run one job in a sandbox of this pool (a cold one if none is warm)."""
         try:
             result = self.take().run(kind, job, code, limits, cancel)

@@ -44,13 +44,15 @@ def _claimable(now: datetime):
 def _last_served():
     """When the job's client last had a job started (NULL: never, or no client known)."""
     earlier = aliased(Submission)
-    return (select(func.max(earlier.started_at))
-            .where(earlier.client == Submission.client, earlier.started_at.is_not(None))
-            .correlate(Submission).scalar_subquery())
+    return (
+        select(func.max(earlier.started_at))
+        .where(earlier.client == Submission.client, earlier.started_at.is_not(None))
+        .correlate(Submission)
+        .scalar_subquery()
+    )
 
 
-def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta,
-          max_attempts: int) -> Job | None:
+def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta, max_attempts: int) -> Job | None:
     """Take the next queued (or abandoned) job, or None. Clients are served in turn: the job
     of the client served longest ago comes first (a client never served, first of all), the
     oldest job among equals; so one address sending many jobs waits behind its own."""
@@ -68,11 +70,22 @@ def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta,
         row = session.execute(
             update(Submission)
             .where(Submission.id == oldest, _claimable(now))
-            .values(status=Status.RUNNING, lease_owner=worker, lease_expires_at=now + lease,
-                    attempts=Submission.attempts + 1,
-                    started_at=now)
-            .returning(Submission.id, Submission.exercise, Submission.mode, Submission.code,
-                       Submission.lang, Submission.attempts, Submission.request_id)
+            .values(
+                status=Status.RUNNING,
+                lease_owner=worker,
+                lease_expires_at=now + lease,
+                attempts=Submission.attempts + 1,
+                started_at=now,
+            )
+            .returning(
+                Submission.id,
+                Submission.exercise,
+                Submission.mode,
+                Submission.code,
+                Submission.lang,
+                Submission.attempts,
+                Submission.request_id,
+            )
             .execution_options(synchronize_session=False)
         ).first()
     return Job(*row) if row else None
@@ -90,8 +103,9 @@ def renew(sessions: sessionmaker[Session], job_id: int, worker: str, lease: time
     with sessions.begin() as session:
         result = session.execute(
             update(Submission)
-            .where(Submission.id == job_id, Submission.lease_owner == worker,
-                   Submission.status == Status.RUNNING)
+            .where(
+                Submission.id == job_id, Submission.lease_owner == worker, Submission.status == Status.RUNNING
+            )
             .values(lease_expires_at=utcnow() + lease)
             .execution_options(synchronize_session=False)
         )
@@ -106,10 +120,17 @@ def finish(sessions: sessionmaker[Session], job_id: int, worker: str, verdict: R
     with sessions.begin() as session:
         result = session.execute(
             update(Submission)
-            .where(Submission.id == job_id, Submission.lease_owner == worker,
-                   Submission.status == Status.RUNNING)
-            .values(status=verdict["status"], verdict=verdict, finished_at=utcnow(),
-                    active_owner=None, lease_owner=None, lease_expires_at=None)
+            .where(
+                Submission.id == job_id, Submission.lease_owner == worker, Submission.status == Status.RUNNING
+            )
+            .values(
+                status=verdict["status"],
+                verdict=verdict,
+                finished_at=utcnow(),
+                active_owner=None,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
             .execution_options(synchronize_session=False)
         )
     return _one_row(result)
@@ -121,16 +142,27 @@ def give_up_abandoned(sessions: sessionmaker[Session], max_attempts: int) -> int
     with sessions.begin() as session:
         rows = session.execute(
             select(Submission.id, Submission.exercise).where(
-                Submission.status == Status.RUNNING, Submission.lease_expires_at < now,
-                Submission.attempts >= max_attempts)
+                Submission.status == Status.RUNNING,
+                Submission.lease_expires_at < now,
+                Submission.attempts >= max_attempts,
+            )
         ).all()
         for job_id, exercise in rows:
             session.execute(
                 update(Submission)
-                .where(Submission.id == job_id, Submission.status == Status.RUNNING,
-                       Submission.lease_expires_at < now)
-                .values(status=Status.ERROR, finished_at=now, active_owner=None, lease_owner=None,
-                        lease_expires_at=None, verdict=trouble(exercise, "worker-trouble"))
+                .where(
+                    Submission.id == job_id,
+                    Submission.status == Status.RUNNING,
+                    Submission.lease_expires_at < now,
+                )
+                .values(
+                    status=Status.ERROR,
+                    finished_at=now,
+                    active_owner=None,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    verdict=trouble(exercise, "worker-trouble"),
+                )
                 .execution_options(synchronize_session=False)
             )
     return len(rows)

@@ -36,9 +36,17 @@ CANCEL_SECONDS = 1.0  # how soon a cancelled job's sandbox is stopped
 
 
 class Worker:
-    def __init__(self, settings: Settings, grade: Grade, course: Course | None = None, *,
-                 isolation: str = "process", device: str = "cpu",
-                 warm: Callable[[], int] = lambda: 0, limits: str = "cgroup") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        grade: Grade,
+        course: Course | None = None,
+        *,
+        isolation: str = "process",
+        device: str = "cpu",
+        warm: Callable[[], int] = lambda: 0,
+        limits: str = "cgroup",
+    ) -> None:
         self.settings = settings
         self.isolation, self.device, self.warm, self.limits = isolation, device, warm, limits
         self._last_beat = 0.0
@@ -72,9 +80,17 @@ class Worker:
     def beat(self, busy: bool) -> None:
         """Say this worker is alive, how it isolates code, on which device, how many are warm."""
         with self.sessions.begin() as session:
-            session.merge(WorkerBeat(name=self.name, isolation=self.isolation, device=self.device,
-                                     warm=self.warm(), busy=int(busy), limits=self.limits,
-                                     seen_at=utcnow()))
+            session.merge(
+                WorkerBeat(
+                    name=self.name,
+                    isolation=self.isolation,
+                    device=self.device,
+                    warm=self.warm(),
+                    busy=int(busy),
+                    limits=self.limits,
+                    seen_at=utcnow(),
+                )
+            )
         self._last_beat = time.monotonic()
 
     def run_once(self) -> bool:
@@ -101,16 +117,16 @@ class Worker:
         except Exception:  # the database refused this verdict: the job still ends, as ours
             log.exception("job %s: verdict not stored", job.id)
             try:
-                stored = queue.finish(self.sessions, job.id, self.name,
-                                      trouble(job.exercise, "verdict-refused"))
+                stored = queue.finish(
+                    self.sessions, job.id, self.name, trouble(job.exercise, "verdict-refused")
+                )
             except Exception:  # the database is away: the lease runs out, the job is tried again
                 log.exception("job %s: left to its lease", job.id)
                 return
         if stored:
             log.info("job %s finished: %s", job.id, verdict["status"])
         else:
-            log.warning("job %s: no longer ours (cancelled, or the lease was lost): verdict dropped",
-                        job.id)
+            log.warning("job %s: no longer ours (cancelled, or the lease was lost): verdict dropped", job.id)
 
     def _grade(self, job: queue.Job, cancel: Cancel) -> Record:
         exercise = self.course.exercise(job.exercise)
@@ -163,8 +179,9 @@ class Worker:
             return
         import psycopg
 
-        conn = psycopg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False),
-                               autocommit=True)
+        conn = psycopg.connect(
+            url.set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True
+        )
         try:
             conn.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
 
@@ -192,13 +209,25 @@ def main(settings: Settings) -> int:
     from worker import sandbox
     from worker.grading import Grader  # torch-side imports only in the worker
 
-    with Grader.running(settings) as grader, Worker(
-        settings, grader.grade, isolation=grader.setup.isolation, device=grader.device,
-        warm=grader.pool.warm, limits="cgroup" if sandbox.Cgroup.available() else "watchdog",
-    ) as worker:
+    with (
+        Grader.running(settings) as grader,
+        Worker(
+            settings,
+            grader.grade,
+            isolation=grader.setup.isolation,
+            device=grader.device,
+            warm=grader.pool.warm,
+            limits="cgroup" if sandbox.Cgroup.available() else "watchdog",
+        ) as worker,
+    ):
         grader.prepare(worker.course.exercises)  # while the pool warms up
-        log.info("worker %s: sandbox %s, device %s, %d warm", worker.name, grader.setup.isolation,
-                 grader.device, settings.pool_size)
+        log.info(
+            "worker %s: sandbox %s, device %s, %d warm",
+            worker.name,
+            grader.setup.isolation,
+            grader.device,
+            settings.pool_size,
+        )
         signal.signal(signal.SIGTERM, worker.stop)
         signal.signal(signal.SIGINT, worker.stop)
         worker.run()

@@ -84,8 +84,18 @@ UID_LOCKS = Path("/run/treino-sandbox")
 BWRAP = "bwrap"
 # /proc entries that are host knobs or host information: read-only, or hidden behind /dev/null
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
-PROC_HIDDEN = ("kcore", "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
-               "kallsyms", "kpagecount", "kpageflags", "kpagecgroup")
+PROC_HIDDEN = (
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kallsyms",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+)
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
 
@@ -149,10 +159,15 @@ def run_isolated(command: list[str], timeout: float, forks: bool = False) -> sub
     identity = Identity()
     filter_fd = seccomp.fd(seccomp.TEMPLATE_ALLOWS if forks else ())
     try:
-        return subprocess.run([*_bwrap_args("cpu", None, identity.uid, filter_fd, forks), *command],
-                              env=_environment("/job"), capture_output=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, pass_fds=(filter_fd,),
-                              preexec_fn=functools.partial(_enter, identity))
+        return subprocess.run(
+            [*_bwrap_args("cpu", None, identity.uid, filter_fd, forks), *command],
+            env=_environment("/job"),
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(filter_fd,),
+            preexec_fn=functools.partial(_enter, identity),
+        )
     finally:
         os.close(filter_fd)
         identity.release()
@@ -193,14 +208,15 @@ def assigned_gpu(dev: str = "/dev") -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if visible:
         if not re.fullmatch(r"\d+", visible):
-            raise SandboxUnavailable("a worker owns one GPU: set CUDA_VISIBLE_DEVICES to one "
-                                     f"device number (it is {visible!r})")
+            raise SandboxUnavailable(
+                f"a worker owns one GPU: set CUDA_VISIBLE_DEVICES to one device number (it is {visible!r})"
+            )
         return int(visible)
-    nodes = sorted(int(m.group(1)) for name in os.listdir(dev)
-                   if (m := re.fullmatch(r"nvidia(\d+)", name)))
+    nodes = sorted(int(m.group(1)) for name in os.listdir(dev) if (m := re.fullmatch(r"nvidia(\d+)", name)))
     if len(nodes) != 1:
-        raise SandboxUnavailable(f"{len(nodes)} GPUs visible: set CUDA_VISIBLE_DEVICES to the "
-                                 "one this worker owns")
+        raise SandboxUnavailable(
+            f"{len(nodes)} GPUs visible: set CUDA_VISIBLE_DEVICES to the one this worker owns"
+        )
     return nodes[0]
 
 
@@ -212,8 +228,10 @@ def setup(sandbox: str = "auto", device: str = "auto") -> Setup:
     chosen = resolve_device(device)
     gpu = assigned_gpu() if chosen == "cuda" and kind == "bwrap" else None
     if kind == "process":
-        log.warning("sandbox: process only, learner code is NOT isolated (%s)",
-                    "TREINO_SANDBOX=process" if sandbox == "process" else bwrap_problem())
+        log.warning(
+            "sandbox: process only, learner code is NOT isolated (%s)",
+            "TREINO_SANDBOX=process" if sandbox == "process" else bwrap_problem(),
+        )
     else:
         log.info("sandbox: bwrap; device: %s%s", chosen, "" if gpu is None else f" (/dev/nvidia{gpu})")
     return Setup(kind, chosen, gpu)
@@ -244,8 +262,9 @@ def _readonly_paths() -> list[str]:
             paths.append(os.path.realpath(sys.executable))
         elif prefix not in paths:
             paths.append(prefix)
-    paths += [p for p in ("/usr/lib", "/usr/lib64", "/usr/lib32")
-              if os.path.isdir(p) and not os.path.islink(p)]
+    paths += [
+        p for p in ("/usr/lib", "/usr/lib64", "/usr/lib32") if os.path.isdir(p) and not os.path.islink(p)
+    ]
     paths.append("/etc/ld.so.cache")
     return paths
 
@@ -280,8 +299,7 @@ def _gpu_args(gpu: int, dev: str = "/dev", ldconfig: str | None = None) -> list[
     return [*args, "--ro-bind-try", "/sys", "/sys"]  # NVML and the driver read topology there
 
 
-def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int,
-                forks: bool = False) -> list[str]:
+def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int, forks: bool = False) -> list[str]:
     """bwrap's command line. ``uid`` is the job's host uid and its uid inside too: mapped onto
     itself, with no intermediate namespace (bwrap nests one for ``--dev``, whose own root would
     then show in the job's uid_map), so ``/proc/self/uid_map`` names the real outer uid.
@@ -291,18 +309,47 @@ def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int,
     where the one in view has locked over-mounts; each job masks its own fresh one the same
     way, ``PROC_READ_ONLY`` and ``PROC_HIDDEN``)."""
     args = [
-        BWRAP, "--unshare-user", "--uid", str(uid), "--gid", str(uid),
-        "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-        "--unshare-cgroup-try", *([] if forks else ["--disable-userns"]), "--die-with-parent",
-        "--new-session", "--hostname", "sandbox", "--seccomp", str(seccomp_fd),
+        BWRAP,
+        "--unshare-user",
+        "--uid",
+        str(uid),
+        "--gid",
+        str(uid),
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        *([] if forks else ["--disable-userns"]),
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+        "--seccomp",
+        str(seccomp_fd),
     ]
     # the writable tmpfs first: a read-only path may live under /tmp (a checkout there)
-    args += ["--proc", "/proc",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",  # DataLoader workers pass batches there
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/job",
-             # the trace's own room: a full work dir must not cost the learner their verdict
-             "--size", str(2 * TRACE_LIMIT), "--tmpfs", "/job/out"]
+    args += [
+        "--proc",
+        "/proc",
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/dev/shm",  # DataLoader workers pass batches there
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/job",
+        # the trace's own room: a full work dir must not cost the learner their verdict
+        "--size",
+        str(2 * TRACE_LIMIT),
+        "--tmpfs",
+        "/job/out",
+    ]
     for name in () if forks else PROC_READ_ONLY:  # its own /proc's entries, read-only onto themselves
         if os.path.exists(f"/proc/{name}"):
             args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
@@ -311,8 +358,12 @@ def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int,
             args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
     for name in DEVICES:
         args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
-    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for link, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         args += ["--symlink", target, f"/dev/{link}"]
     for path in _readonly_paths():
         args += ["--ro-bind", path, path]
@@ -453,8 +504,9 @@ class Cgroup:
         try:
             return cls._create(name)
         except OSError as exc:
-            cls._say_once(f"cannot create cgroups ({exc.strerror or exc}): no memory or pids "
-                          "limit beyond rlimits")
+            cls._say_once(
+                f"cannot create cgroups ({exc.strerror or exc}): no memory or pids limit beyond rlimits"
+            )
             return None
 
     @classmethod
@@ -695,18 +747,26 @@ def _cause(returncode: int | None) -> str:
     return "no-trace"
 
 
-def request(kind: str, job: dict, code: bytes, limits: Limits, device: str, cgroup: bool,
-            **extra: object) -> bytes:
+def request(
+    kind: str, job: dict, code: bytes, limits: Limits, device: str, cgroup: bool, **extra: object
+) -> bytes:
     """The request a job's harness receives (``run.receive``): the job, the code, its limits."""
     address_space = None if cgroup or device == "cuda" else limits.memory_mb
     job = {**job, "kind": kind, "output_limit": limits.output_kb * 1024, "trace_limit": TRACE_LIMIT}
-    return json.dumps({"job": job, "code": code.decode("utf-8"), **extra,
-                       "limits": {"cpu_seconds": limits.cpu_seconds,
-                                  "address_space_mb": address_space,
-                                  # torch's allocator refuses past it at once; the watch here
-                                  # (NVML) is the backstop for a job that lifts it
-                                  "gpu_memory_mb": limits.memory_mb if device == "cuda" else None}
-                       }).encode("utf-8")
+    return json.dumps(
+        {
+            "job": job,
+            "code": code.decode("utf-8"),
+            **extra,
+            "limits": {
+                "cpu_seconds": limits.cpu_seconds,
+                "address_space_mb": address_space,
+                # torch's allocator refuses past it at once; the watch here
+                # (NVML) is the backstop for a job that lifts it
+                "gpu_memory_mb": limits.memory_mb if device == "cuda" else None,
+            },
+        }
+    ).encode("utf-8")
 
 
 def send_request(sock: socket.socket, data: bytes) -> None:
@@ -720,8 +780,9 @@ def send_request(sock: socket.socket, data: bytes) -> None:
     sock.close()
 
 
-def wait_for_end(pid: int, done: int, timeout: float, memory_bytes: int, cancel: "Cancel | None",
-                 watch: bool, gpu: bool) -> str:
+def wait_for_end(
+    pid: int, done: int, timeout: float, memory_bytes: int, cancel: "Cancel | None", watch: bool, gpu: bool
+) -> str:
     """Until the harness says it is done (on the ``done`` pipe) or process ``pid`` ends, woken by
     the kernel (a pidfd and the pipe: Popen.wait polls, up to 50 ms late): ``"done"``; or
     ``"timeout"`` once ``timeout`` passed, ``"cancelled"`` when ``cancel`` is set, ``"memory"``
@@ -759,12 +820,20 @@ def wait_for_end(pid: int, done: int, timeout: float, memory_bytes: int, cancel:
         os.close(pidfd)
 
 
-def outcome(end: str, wall_ms: int, output_fd: int, skip: int, trace_fd: int, limits: Limits,
-            returncode: int | None, cgroup: "Cgroup | None", label: str) -> Result:
+def outcome(
+    end: str,
+    wall_ms: int,
+    output_fd: int,
+    skip: int,
+    trace_fd: int,
+    limits: Limits,
+    returncode: int | None,
+    cgroup: "Cgroup | None",
+    label: str,
+) -> Result:
     """The job's result from how it ended and what it left in its memory files (the output from
     byte ``skip``); the trace is parsed as the untrusted input it is."""
-    output = _decode_capped(os.pread(output_fd, limits.output_kb * 1024 + 1, skip),
-                            limits.output_kb * 1024)
+    output = _decode_capped(os.pread(output_fd, limits.output_kb * 1024 + 1, skip), limits.output_kb * 1024)
     if end == "timeout":
         return Result("timeout", None, wall_ms, output, returncode)
     if end in ("memory", "cancelled"):
@@ -783,9 +852,16 @@ def outcome(end: str, wall_ms: int, output_fd: int, skip: int, trace_fd: int, li
 
 def template_config(isolate: bool) -> str:
     """What a template's jobs make of their sandbox (``worker/harness/template.py``), as JSON."""
-    return json.dumps({"isolate": isolate, "tmpfs_bytes": TMPFS_BYTES, "out_bytes": 2 * TRACE_LIMIT,
-                       "proc_read_only": PROC_READ_ONLY, "proc_hidden": PROC_HIDDEN},
-                      separators=(",", ":"))
+    return json.dumps(
+        {
+            "isolate": isolate,
+            "tmpfs_bytes": TMPFS_BYTES,
+            "out_bytes": 2 * TRACE_LIMIT,
+            "proc_read_only": PROC_READ_ONLY,
+            "proc_hidden": PROC_HIDDEN,
+        },
+        separators=(",", ":"),
+    )
 
 
 class Sandbox:
@@ -795,8 +871,9 @@ class Sandbox:
     running the harness's ``template.py``, which forks a sandbox per job (``worker.forkserver``)
     instead of running one itself."""
 
-    def __init__(self, isolation: str = "process", device: str = "cpu",
-                 gpu: int | None = None, template: bool = False) -> None:
+    def __init__(
+        self, isolation: str = "process", device: str = "cpu", gpu: int | None = None, template: bool = False
+    ) -> None:
         self.isolation, self.device, self.template = isolation, device, template
         self.id = secrets.token_hex(6)
         self.started = time.monotonic()
@@ -805,12 +882,13 @@ class Sandbox:
         self.identity = Identity() if isolation == "bwrap" else None
         self.cgroup = Cgroup.create(f"treino-{self.id}")
         if self.cgroup is not None:
-            self.cgroup.limit(4 * 1024 ** 3, PIDS)  # for the warm-up; the job's come at hand-off
+            self.cgroup.limit(4 * 1024**3, PIDS)  # for the warm-up; the job's come at hand-off
         self._output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
         self._trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
         # a template's control socket carries one message (and a job's descriptors) per job
         self._sock, child_sock = socket.socketpair(
-            socket.AF_UNIX, socket.SOCK_SEQPACKET if template else socket.SOCK_STREAM)
+            socket.AF_UNIX, socket.SOCK_SEQPACKET if template else socket.SOCK_STREAM
+        )
         self._done, child_done = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
         try:
             self.proc = self._spawn(child_sock.fileno(), child_done, gpu)
@@ -832,16 +910,21 @@ class Sandbox:
             cwd = "/"
         else:
             self._root = Path(tempfile.mkdtemp(prefix="treino-job-"))
-            shutil.copytree(HARNESS, self._root / "harness",
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                HARNESS, self._root / "harness", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
             (self._root / "job").mkdir()
             work, harness, prefix = str(self._root / "job"), str(self._root / "harness"), []
             cwd = work
         if self.template:
             job_filter = seccomp.fd() if self.isolation == "bwrap" else -1
             own += [job_filter] if job_filter >= 0 else []
-            program = [f"{harness}/template.py", str(child_sock), str(job_filter),
-                       template_config(self.isolation == "bwrap")]
+            program = [
+                f"{harness}/template.py",
+                str(child_sock),
+                str(job_filter),
+                template_config(self.isolation == "bwrap"),
+            ]
             fds = [child_sock]
         else:
             program = [f"{harness}/run.py", work, str(child_sock), str(self._trace), str(child_done)]
@@ -854,9 +937,16 @@ class Sandbox:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         try:
             return subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                stdout=self._output, stderr=self._output, start_new_session=True,
-                pass_fds=fds + own, close_fds=True, preexec_fn=self._child_setup(),
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self._output,
+                stderr=self._output,
+                start_new_session=True,
+                pass_fds=fds + own,
+                close_fds=True,
+                preexec_fn=self._child_setup(),
             )
         finally:
             for fd in own:
@@ -927,8 +1017,9 @@ class Sandbox:
 
     # ------------------------------------------------------------ the job
 
-    def run(self, kind: str, job: dict, code: bytes, limits: Limits,
-            cancel: "Cancel | None" = None) -> Result:
+    def run(
+        self, kind: str, job: dict, code: bytes, limits: Limits, cancel: "Cancel | None" = None
+    ) -> Result:
         """Hand one job over and wait for its end (or ``cancel``); the sandbox is gone afterwards."""
         if self._used or self.template:
             raise RuntimeError("a sandbox runs one job only (a template forks them)")
@@ -945,15 +1036,21 @@ class Sandbox:
             data = request(kind, job, code, limits, self.device, self.cgroup is not None)
             started = time.monotonic()
             send_request(self._sock, data)
-            end = wait_for_end(self.proc.pid, self._done,
-                               max(0.0, limits.wall_seconds - (time.monotonic() - started)),
-                               limits.memory_mb * 1024 * 1024, cancel, self.cgroup is None,
-                               self.device == "cuda")
+            end = wait_for_end(
+                self.proc.pid,
+                self._done,
+                max(0.0, limits.wall_seconds - (time.monotonic() - started)),
+                limits.memory_mb * 1024 * 1024,
+                cancel,
+                self.cgroup is None,
+                self.device == "cuda",
+            )
             wall_ms = round((time.monotonic() - started) * 1000)
             self._kill()  # nothing in it runs again: the trace and the output stay as they are now
             returncode = self.proc.wait() if end != "done" else self.proc.poll()
-            return outcome(end, wall_ms, self._output, skip, self._trace, limits, returncode,
-                           self.cgroup, self.id)
+            return outcome(
+                end, wall_ms, self._output, skip, self._trace, limits, returncode, self.cgroup, self.id
+            )
         finally:
             release(self)
 
@@ -1007,6 +1104,7 @@ def release(box: "Sandbox | forkserver.ForkedJob") -> None:
 
 def _reap(box: "Sandbox | forkserver.ForkedJob") -> None:
     """Close a used sandbox (wait for its killed tree, remove its cgroup) in the background."""
+
     def close() -> None:
         try:
             box.close()

@@ -30,8 +30,11 @@ async def require_user(request: Request) -> User:
     if user := request.state.auth.user:
         return user
     if is_api(request.url.path):
-        raise HTTPException(401, _("Sign in first: send the header Authorization: Bearer <token>."),
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401,
+            _("Sign in first: send the header Authorization: Bearer <token>."),
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     raise Redirect(sign_in_url(request))
 
 
@@ -47,6 +50,7 @@ def sign_in_url(request: Request, *, expired: bool = False) -> str:
 
 # ---------------------------------------------------------------- the session cookie
 
+
 def session_cookie(secure: bool) -> str:
     """The session cookie's name: `__Host-` over HTTPS, so no subdomain or plain-HTTP page can set it."""
     return f"__Host-{SESSION_COOKIE}" if secure else SESSION_COOKIE
@@ -54,8 +58,14 @@ def session_cookie(secure: bool) -> str:
 
 def set_session_cookie(request: Request, response: Response, token: str) -> None:
     secure = is_https(request)
-    response.set_cookie(session_cookie(secure), token, max_age=int(SESSION_LIFETIME.total_seconds()),
-                        httponly=True, samesite="lax", secure=secure)
+    response.set_cookie(
+        session_cookie(secure),
+        token,
+        max_age=int(SESSION_LIFETIME.total_seconds()),
+        httponly=True,
+        samesite="lax",
+        secure=secure,
+    )
 
 
 def clear_session_cookie(request: Request, response: Response) -> None:
@@ -73,6 +83,7 @@ def forget_browser(request: Request, response: Response) -> None:
 
 
 # ---------------------------------------------------------------- the middleware's hooks
+
 
 async def authenticate_request(request: Request) -> Auth:
     """The session cookie anywhere, a bearer token under /api/; static files need neither. Its
@@ -102,8 +113,12 @@ def session_ended(request: Request) -> Response:
     if not is_api(request.url.path):
         response = redirect(request, sign_in_url(request, expired=True))
     else:
-        response = error_response(request, 401, _("Your session has ended or the token was revoked. "
-                                                  "Sign in again."), code="token_invalid")
+        response = error_response(
+            request,
+            401,
+            _("Your session has ended or the token was revoked. Sign in again."),
+            code="token_invalid",
+        )
         response.headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
     if request.state.auth.via == "cookie":
         clear_session_cookie(request, response)

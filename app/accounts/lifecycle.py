@@ -42,8 +42,12 @@ def reset_token(user: User, secret: str, now: datetime | None = None) -> str:
 
 
 def _invalid() -> AccountError:
-    return AccountError(_("This link does not work any more: it was used already, it is older than an "
-                          "hour, or it was copied incompletely. Ask for a new one."))
+    return AccountError(
+        _(
+            "This link does not work any more: it was used already, it is older than an "
+            "hour, or it was copied incompletely. Ask for a new one."
+        )
+    )
 
 
 def user_for_token(session: Session, token: str, secret: str) -> User:
@@ -80,19 +84,26 @@ def export(session: Session, user: User) -> dict[str, Any]:
     }
     for table in owned_tables():
         rows = session.execute(select(table).where(table.c.user_id == user.id).order_by(table.c.id))
-        data[table.name] = [{key: _plain(value) for key, value in row.items()
-                             if key not in ("user_id", "visitor_id")} for row in rows.mappings()]
+        data[table.name] = [
+            {key: _plain(value) for key, value in row.items() if key not in ("user_id", "visitor_id")}
+            for row in rows.mappings()
+        ]
     return data
 
 
 def delete_account(session: Session, user: User, password: str, *, ip: str, visitor_id: str) -> None:
     """Delete the account (its password proves the owner) and every row it or this browser's
     anonymous visitor owns: progress, answers, drafts, submissions, sessions."""
-    confirm_password(session, user, password, ip=ip, message=_("The password is not right."),
-                     field="password")
+    confirm_password(
+        session, user, password, ip=ip, message=_("The password is not right."), field="password"
+    )
     for table in owned_tables():
-        session.execute(delete(table).where(or_(
-            table.c.user_id == user.id,
-            (table.c.visitor_id == visitor_id) & table.c.user_id.is_(None))))
+        session.execute(
+            delete(table).where(
+                or_(
+                    table.c.user_id == user.id, (table.c.visitor_id == visitor_id) & table.c.user_id.is_(None)
+                )
+            )
+        )
     end_sessions(session, user)
     session.execute(delete(User).where(User.id == user.id))

@@ -28,8 +28,11 @@ class SmtpMailer:
         message.set_content(body)
         context = ssl.create_default_context()
         assert s.smtp_host
-        smtp = (smtplib.SMTP_SSL(s.smtp_host, s.smtp_port, timeout=20, context=context)
-                if s.smtp_tls == "ssl" else smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=20))
+        smtp = (
+            smtplib.SMTP_SSL(s.smtp_host, s.smtp_port, timeout=20, context=context)
+            if s.smtp_tls == "ssl"
+            else smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=20)
+        )
         with smtp:
             if s.smtp_tls == "starttls":
                 smtp.starttls(context=context)

@@ -18,7 +18,8 @@ class Owned:
     """
 
     user_id: Mapped[int | None] = mapped_column(
-        ForeignKey("users.id", ondelete="CASCADE"), nullable=True, index=True)
+        ForeignKey("users.id", ondelete="CASCADE"), nullable=True, index=True
+    )
     visitor_id: Mapped[str] = mapped_column(String(64), index=True)
 
 

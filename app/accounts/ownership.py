@@ -66,6 +66,8 @@ def owned_tables() -> list[Table]:
 def adopt(session: Session, user: User, visitor_id: str) -> None:
     """Give `user` every anonymous row of `visitor_id`, in every Owned table."""
     for table in owned_tables():
-        session.execute(update(table)
-                        .where(table.c.visitor_id == visitor_id, table.c.user_id.is_(None))
-                        .values(user_id=user.id))
+        session.execute(
+            update(table)
+            .where(table.c.visitor_id == visitor_id, table.c.user_id.is_(None))
+            .values(user_id=user.id)
+        )

@@ -46,15 +46,26 @@ def check_new_password(password: str, email: str, field: str = "password") -> No
     if not password.strip():
         raise AccountError(_("A password cannot be only spaces."), field)
     if len(password) < PASSWORD_MIN:
-        raise AccountError(ngettext("Use at least %(num)d character.", "Use at least %(num)d characters.",
-                                    PASSWORD_MIN) % {"num": PASSWORD_MIN}, field)
+        raise AccountError(
+            ngettext("Use at least %(num)d character.", "Use at least %(num)d characters.", PASSWORD_MIN)
+            % {"num": PASSWORD_MIN},
+            field,
+        )
     if len(password) > PASSWORD_MAX:
-        raise AccountError(ngettext("Use at most %(num)d character.", "Use at most %(num)d characters.",
-                                    PASSWORD_MAX) % {"num": PASSWORD_MAX}, field)
+        raise AccountError(
+            ngettext("Use at most %(num)d character.", "Use at most %(num)d characters.", PASSWORD_MAX)
+            % {"num": PASSWORD_MAX},
+            field,
+        )
     lowered = password.lower()
     if lowered in common_passwords() or lowered == email or lowered == email.split("@")[0]:
-        raise AccountError(_("This password is too common or too easy to guess. A few unrelated "
-                             "words make a strong one that is easy to remember."), field)
+        raise AccountError(
+            _(
+                "This password is too common or too easy to guess. A few unrelated "
+                "words make a strong one that is easy to remember."
+            ),
+            field,
+        )
 
 
 def hash_password(password: str) -> str:
@@ -65,7 +76,7 @@ def verify(password: str, stored_hash: str | None) -> tuple[bool, str | None]:
     """(whether `password` matches, a new hash to store when the stored one is outdated). With no
     stored hash (no such account) it takes as long and fails, so timing tells nobody who is
     registered."""
-    password = password[:PASSWORD_MAX + 1]
+    password = password[: PASSWORD_MAX + 1]
     if stored_hash is None:
         _hasher.verify(password, _dummy_hash())
         return False, None

@@ -26,15 +26,24 @@ router = APIRouter()
 FormText = Annotated[str, Form(pattern=TEXT_PATTERN)]
 
 
-def _form_page(request: Request, template: str, status_code: int = 200, *,
-               error: AccountError | Throttled | None = None, **context) -> Response:
+def _form_page(
+    request: Request,
+    template: str,
+    status_code: int = 200,
+    *,
+    error: AccountError | Throttled | None = None,
+    **context,
+) -> Response:
     """An account form, with the refusal beside its field (or above the form)."""
     errors = {}
     if error is not None:
         errors[getattr(error, "field", None) or "form"] = str(error)
-    response = render(request, template, {"email": "", "errors": errors,
-                                          "password_min": PASSWORD_MIN, **context},
-                      status_code=status_code)
+    response = render(
+        request,
+        template,
+        {"email": "", "errors": errors, "password_min": PASSWORD_MIN, **context},
+        status_code=status_code,
+    )
     if isinstance(error, Throttled):
         response.headers["Retry-After"] = str(error.retry_after)
     return response
@@ -57,12 +66,24 @@ def sign_up_page(request: Request, next: str = "/"):
 
 
 @router.post("/sign-up", response_class=HTMLResponse, include_in_schema=False)
-def sign_up(request: Request, session: SessionDep, learner: LearnerDep, email: FormText = "",
-            password: FormText = "", next: FormText = "/"):
+def sign_up(
+    request: Request,
+    session: SessionDep,
+    learner: LearnerDep,
+    email: FormText = "",
+    password: FormText = "",
+    next: FormText = "/",
+):
     next_url = safe_next(next)
     try:
-        user = service.create_account(session, email, password, lang=request.state.lang,
-                                      visitor_id=learner.visitor_id, ip=client_ip(request))
+        user = service.create_account(
+            session,
+            email,
+            password,
+            lang=request.state.lang,
+            visitor_id=learner.visitor_id,
+            ip=client_ip(request),
+        )
     except AccountError as e:
         return _form_page(request, "sign_up.html", 422, error=e, email=email, next_url=next_url)
     except Throttled as e:
@@ -81,8 +102,9 @@ def sign_in_page(request: Request, next: str = "/", expired: bool = False, reset
 
 
 @router.post("/sign-in", response_class=HTMLResponse, include_in_schema=False)
-def sign_in(request: Request, session: SessionDep, email: FormText = "", password: FormText = "",
-            next: FormText = "/"):
+def sign_in(
+    request: Request, session: SessionDep, email: FormText = "", password: FormText = "", next: FormText = "/"
+):
     next_url = safe_next(next)
     try:
         user = service.check_password(session, email, password, ip=client_ip(request))
@@ -109,11 +131,22 @@ def account_page(request: Request, user: UserDep, changed: bool = False):
 
 
 @router.post("/account/password", response_class=HTMLResponse, include_in_schema=False)
-def change_password(request: Request, session: SessionDep, user: UserDep,
-                    current_password: FormText = "", new_password: FormText = ""):
+def change_password(
+    request: Request,
+    session: SessionDep,
+    user: UserDep,
+    current_password: FormText = "",
+    new_password: FormText = "",
+):
     try:
-        service.change_password(session, user, current_password, new_password,
-                                keep_session=request.state.auth.session_id, ip=client_ip(request))
+        service.change_password(
+            session,
+            user,
+            current_password,
+            new_password,
+            keep_session=request.state.auth.session_id,
+            ip=client_ip(request),
+        )
     except AccountError as e:
         return _form_page(request, "account.html", 422, error=e, notice=None)
     except Throttled as e:
@@ -122,6 +155,7 @@ def change_password(request: Request, session: SessionDep, user: UserDep,
 
 
 # ---------------------------------------------------------------- a forgotten password, leaving
+
 
 def _mailer(request: Request):
     state = request.app.state
@@ -145,22 +179,33 @@ def forgot_password(request: Request, session: SessionDep, email: FormText = "")
     if sender is None:
         return _form_page(request, "forgot_password.html", 503, can_mail=False, sent=False)
     try:
-        throttling.spend(session, f"reset-ip:{client_ip(request)}", lifecycle.RESETS_PER_IP,
-                         lifecycle.RESET_WINDOW)
+        throttling.spend(
+            session, f"reset-ip:{client_ip(request)}", lifecycle.RESETS_PER_IP, lifecycle.RESET_WINDOW
+        )
         user = service.find_user(session, email)
         if user is not None:
-            throttling.spend(session, f"reset-email:{user.id}", lifecycle.RESETS_PER_EMAIL,
-                             lifecycle.RESET_WINDOW)
+            throttling.spend(
+                session, f"reset-email:{user.id}", lifecycle.RESETS_PER_EMAIL, lifecycle.RESET_WINDOW
+            )
     except Throttled as e:
-        return _form_page(request, "forgot_password.html", 429, error=e, can_mail=True, sent=False,
-                          email=email)
+        return _form_page(
+            request, "forgot_password.html", 429, error=e, can_mail=True, sent=False, email=email
+        )
     if user is not None:
-        link = (f"{request.url_for('reset_password_page')}?"
-                f"{urlencode({'token': lifecycle.reset_token(user, _secret(request))})}")
-        sender.send(user.email, _("Your treino password"), _(
-            "Someone, probably you, asked to choose a new password for your treino account.\n\n"
-            "Open this link within an hour to choose it (it works once):\n%(link)s\n\n"
-            "If it was not you, ignore this message: your password stays as it is.") % {"link": link})
+        link = (
+            f"{request.url_for('reset_password_page')}?"
+            f"{urlencode({'token': lifecycle.reset_token(user, _secret(request))})}"
+        )
+        sender.send(
+            user.email,
+            _("Your treino password"),
+            _(
+                "Someone, probably you, asked to choose a new password for your treino account.\n\n"
+                "Open this link within an hour to choose it (it works once):\n%(link)s\n\n"
+                "If it was not you, ignore this message: your password stays as it is."
+            )
+            % {"link": link},
+        )
     return _form_page(request, "forgot_password.html", can_mail=True, sent=True)
 
 
@@ -179,8 +224,14 @@ def reset_password(request: Request, session: SessionDep, token: FormText = "", 
         lifecycle.reset_password(session, token, password, _secret(request))
     except AccountError as e:
         valid = e.field == "password"
-        return _form_page(request, "reset_password.html", 422 if valid else 400, error=e,
-                          token=token if valid else "", valid=valid)
+        return _form_page(
+            request,
+            "reset_password.html",
+            422 if valid else 400,
+            error=e,
+            token=token if valid else "",
+            valid=valid,
+        )
     return RedirectResponse(f"{request.app.url_path_for('sign_in_page')}?reset=1", status_code=303)
 
 
@@ -188,15 +239,22 @@ def reset_password(request: Request, session: SessionDep, token: FormText = "", 
 def export_account(session: SessionDep, user: UserDep) -> Response:
     """Everything the account owns, as a JSON file."""
     body = json.dumps(lifecycle.export(session, user), ensure_ascii=False, indent=2)
-    return Response(body, media_type="application/json", headers={
-        "Content-Disposition": 'attachment; filename="treino-account.json"', "Cache-Control": "no-store"})
+    return Response(
+        body,
+        media_type="application/json",
+        headers={
+            "Content-Disposition": 'attachment; filename="treino-account.json"',
+            "Cache-Control": "no-store",
+        },
+    )
 
 
 @router.post("/account/delete", response_class=HTMLResponse, include_in_schema=False)
 def delete_account(request: Request, session: SessionDep, user: UserDep, password: FormText = ""):
     try:
-        lifecycle.delete_account(session, user, password, ip=client_ip(request),
-                                 visitor_id=request.state.visitor_id)
+        lifecycle.delete_account(
+            session, user, password, ip=client_ip(request), visitor_id=request.state.visitor_id
+        )
     except AccountError as e:
         return _form_page(request, "account.html", 422, error=e, notice=None, delete_error=True)
     except Throttled as e:
@@ -209,16 +267,34 @@ def delete_account(request: Request, session: SessionDep, user: UserDep, passwor
 
 # ---------------------------------------------------------------- the API twins
 
-@router.post("/api/accounts", status_code=201, response_model=AccountOut, tags=["accounts"],
-             responses=documented(409, 422, 429, s409="`email_taken`: the address cannot be used",
-                                  s422="Invalid address or weak password",
-                                  s429="`throttled`: too many sign-ups from this client address"))
-def create_account(request: Request, body: NewAccount, session: SessionDep,
-                   learner: LearnerDep) -> AccountOut:
+
+@router.post(
+    "/api/accounts",
+    status_code=201,
+    response_model=AccountOut,
+    tags=["accounts"],
+    responses=documented(
+        409,
+        422,
+        429,
+        s409="`email_taken`: the address cannot be used",
+        s422="Invalid address or weak password",
+        s429="`throttled`: too many sign-ups from this client address",
+    ),
+)
+def create_account(
+    request: Request, body: NewAccount, session: SessionDep, learner: LearnerDep
+) -> AccountOut:
     """Create an account. Then get a token from `POST /api/tokens`."""
     try:
-        user = service.create_account(session, body.email, body.password, lang=request.state.lang,
-                                      visitor_id=learner.visitor_id, ip=client_ip(request))
+        user = service.create_account(
+            session,
+            body.email,
+            body.password,
+            lang=request.state.lang,
+            visitor_id=learner.visitor_id,
+            ip=client_ip(request),
+        )
     except EmailTaken as e:
         raise ApiError(409, str(e), code="email_taken") from None
     except AccountError as e:
@@ -228,17 +304,27 @@ def create_account(request: Request, body: NewAccount, session: SessionDep,
     return AccountOut(email=user.email, lang=user.lang)
 
 
-@router.post("/api/tokens", status_code=201, response_model=TokenOut, tags=["accounts"],
-             responses=documented(401, 429, s401="`wrong_credentials`: wrong e-mail or password",
-                                  s429="`throttled`: too many failed attempts; see Retry-After"))
+@router.post(
+    "/api/tokens",
+    status_code=201,
+    response_model=TokenOut,
+    tags=["accounts"],
+    responses=documented(
+        401,
+        429,
+        s401="`wrong_credentials`: wrong e-mail or password",
+        s429="`throttled`: too many failed attempts; see Retry-After",
+    ),
+)
 def create_token(request: Request, body: Credentials, session: SessionDep) -> TokenOut:
     """Sign in: a bearer token for the other `/api` calls."""
     try:
         user = service.check_password(session, body.email, body.password, ip=client_ip(request))
     except AccountError as e:
         session.commit()  # the failure counts although the answer is an error
-        raise ApiError(401, str(e), code="wrong_credentials",
-                       headers={"WWW-Authenticate": "Bearer"}) from None
+        raise ApiError(
+            401, str(e), code="wrong_credentials", headers={"WWW-Authenticate": "Bearer"}
+        ) from None
     except Throttled as e:
         raise too_many(str(e), e.retry_after) from None
     token = sessions.start_session(session, user, kind="api", visitor_id=request.state.visitor_id)
@@ -246,19 +332,31 @@ def create_token(request: Request, body: Credentials, session: SessionDep) -> To
     return TokenOut(token=token, expires_at=utcnow() + SESSION_LIFETIME)
 
 
-@router.delete("/api/tokens", status_code=204, tags=["accounts"],
-               responses=documented(401, s401="No valid bearer token was sent"))
+@router.delete(
+    "/api/tokens",
+    status_code=204,
+    tags=["accounts"],
+    responses=documented(401, s401="No valid bearer token was sent"),
+)
 def revoke_token(request: Request, session: SessionDep, user: UserDep) -> Response:
     """Revoke the bearer token this request was sent with."""
     if request.state.auth.via != "bearer":
-        raise ApiError(401, _("Send the token to revoke as Authorization: Bearer <token>."),
-                       code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            _("Send the token to revoke as Authorization: Bearer <token>."),
+            code="unauthorized",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     sessions.end_session(session, request.state.auth.session_id)
     return Response(status_code=204)
 
 
-@router.get("/api/account", response_model=AccountOut, tags=["accounts"],
-            responses=documented(401, s401="Not signed in"))
+@router.get(
+    "/api/account",
+    response_model=AccountOut,
+    tags=["accounts"],
+    responses=documented(401, s401="Not signed in"),
+)
 def read_account(user: UserDep) -> AccountOut:
     """The signed-in account."""
     return AccountOut(email=user.email, lang=user.lang)

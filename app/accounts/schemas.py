@@ -15,11 +15,20 @@ class NewAccount(BaseModel):
     """Sign-up. The document states the rules the server applies (with messages of its own): an
     address, and a password of 8 to 1024 characters, not only spaces, and not a common one."""
 
-    email: str = Field(examples=["ana@example.com"], pattern=TEXT_PATTERN, json_schema_extra={
-        "maxLength": EMAIL_MAX, "pattern": r"^[^@\s\x00]+@[^@\s.\x00]+(\.[^@\s.\x00]+)+$"})
-    password: str = Field(examples=["four unrelated words here"], pattern=TEXT_PATTERN,
-                          json_schema_extra={"minLength": PASSWORD_MIN, "maxLength": PASSWORD_MAX,
-                                             "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$"})
+    email: str = Field(
+        examples=["ana@example.com"],
+        pattern=TEXT_PATTERN,
+        json_schema_extra={"maxLength": EMAIL_MAX, "pattern": r"^[^@\s\x00]+@[^@\s.\x00]+(\.[^@\s.\x00]+)+$"},
+    )
+    password: str = Field(
+        examples=["four unrelated words here"],
+        pattern=TEXT_PATTERN,
+        json_schema_extra={
+            "minLength": PASSWORD_MIN,
+            "maxLength": PASSWORD_MAX,
+            "pattern": r"^[^\x00]*[^\x00\s][^\x00]*$",
+        },
+    )
 
 
 class AccountOut(BaseModel):

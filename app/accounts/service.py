@@ -44,8 +44,9 @@ class EmailTaken(AccountError):
     """Sign-up with an address that already has an account."""
 
 
-def create_account(session: Session, email: str, password: str, *, lang: str, visitor_id: str,
-                   ip: str) -> User:
+def create_account(
+    session: Session, email: str, password: str, *, lang: str, visitor_id: str, ip: str
+) -> User:
     """A new account that owns what the visitor did so far."""
     email = normalize_email(email)
     if len(email) > EMAIL_MAX or not _EMAIL.match(email):
@@ -53,8 +54,9 @@ def create_account(session: Session, email: str, password: str, *, lang: str, vi
     check_new_password(password, email)
     key = f"signup-ip:{ip}"
     throttling.check(session, key, SIGN_UPS_PER_IP, SIGN_UP_WINDOW)
-    taken = EmailTaken(_("This e-mail address cannot be used for a new account. If it is yours, "
-                         "sign in instead."), "email")
+    taken = EmailTaken(
+        _("This e-mail address cannot be used for a new account. If it is yours, sign in instead."), "email"
+    )
     if session.scalar(select(User.id).where(User.email == email)) is not None:
         raise taken
     user = User(email=email, password_hash=hash_password(password), lang=lang)
@@ -78,8 +80,7 @@ def check_password(session: Session, email: str, password: str, *, ip: str) -> U
     client address, in the session: a caller that answers the refusal with an error (and so a
     rollback) commits first, or the failure is not counted."""
     email = normalize_email(email)[:EMAIL_MAX]
-    keys = [(_email_key(email, ip), SIGN_IN_FAILURES_PER_EMAIL),
-            (f"signin-ip:{ip}", SIGN_IN_FAILURES_PER_IP)]
+    keys = [(_email_key(email, ip), SIGN_IN_FAILURES_PER_EMAIL), (f"signin-ip:{ip}", SIGN_IN_FAILURES_PER_IP)]
     waits = [throttling.retry_after(session, key, limit, SIGN_IN_WINDOW) for key, limit in keys]
     if any(waits):
         raise Throttled(max(w for w in waits if w))
@@ -100,8 +101,9 @@ def _email_key(email: str, ip: str) -> str:
     return f"signin-email-ip:{digest}"
 
 
-def confirm_password(session: Session, user: User, password: str, *, ip: str, message: str,
-                     field: str) -> None:
+def confirm_password(
+    session: Session, user: User, password: str, *, ip: str, message: str, field: str
+) -> None:
     """AccountError(`message`, `field`) unless `password` is `user`'s (throttled as a sign-in):
     what changing the password or deleting the account asks first."""
     try:
@@ -110,12 +112,19 @@ def confirm_password(session: Session, user: User, password: str, *, ip: str, me
         raise AccountError(message, field) from None
 
 
-def change_password(session: Session, user: User, current: str, new: str, *, keep_session: int | None,
-                    ip: str) -> None:
+def change_password(
+    session: Session, user: User, current: str, new: str, *, keep_session: int | None, ip: str
+) -> None:
     """Set a new password (the current one proves it is the owner) and end every other session
     and API token of the account."""
-    confirm_password(session, user, current, ip=ip, message=_("The current password is not right."),
-                     field="current_password")
+    confirm_password(
+        session,
+        user,
+        current,
+        ip=ip,
+        message=_("The current password is not right."),
+        field="current_password",
+    )
     check_new_password(new, user.email, "new_password")
     session.get_one(User, user.id).password_hash = hash_password(new)
     end_sessions(session, user, keep=keep_session)

@@ -48,15 +48,22 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def start_session(session: Session, user: User, *, kind: Literal["browser", "api"],
-                  visitor_id: str) -> str:
+def start_session(session: Session, user: User, *, kind: Literal["browser", "api"], visitor_id: str) -> str:
     """Sign `user` in: adopt the visitor's rows, store a new session, return its token (shown
     once: only its hash is kept)."""
     adopt(session, user, visitor_id)
     token = secrets.token_urlsafe(32)
     now = utcnow()
-    session.add(AuthSession(user_id=user.id, token_hash=_digest(token), kind=kind, created_at=now,
-                            last_seen_at=now, expires_at=now + SESSION_LIFETIME))
+    session.add(
+        AuthSession(
+            user_id=user.id,
+            token_hash=_digest(token),
+            kind=kind,
+            created_at=now,
+            last_seen_at=now,
+            expires_at=now + SESSION_LIFETIME,
+        )
+    )
     return token
 
 
@@ -67,8 +74,7 @@ def end_session(session: Session, session_id: int | None) -> None:
 
 def end_sessions(session: Session, user: User, *, keep: int | None = None) -> None:
     """Sign `user` out everywhere (every browser and API token), except the session `keep`."""
-    session.execute(delete(AuthSession).where(AuthSession.user_id == user.id,
-                                              AuthSession.id != (keep or -1)))
+    session.execute(delete(AuthSession).where(AuthSession.user_id == user.id, AuthSession.id != (keep or -1)))
 
 
 def authenticate(session: Session, token: str, via: Via, asked_lang: str | None) -> Auth:
@@ -76,7 +82,8 @@ def authenticate(session: Session, token: str, via: Via, asked_lang: str | None)
     signed in (`?lang=`) is kept on the account."""
     kind = "browser" if via == "cookie" else "api"
     row = session.execute(
-        select(AuthSession, User).join(User, AuthSession.user_id == User.id)
+        select(AuthSession, User)
+        .join(User, AuthSession.user_id == User.id)
         .where(AuthSession.token_hash == _digest(token), AuthSession.kind == kind)
     ).first()
     if row is None:

@@ -21,9 +21,14 @@ class Throttled(Exception):
 
     def __init__(self, retry_after: int) -> None:
         minutes = max(1, ceil(retry_after / 60))
-        super().__init__(ngettext("Too many attempts. Try again in %(num)d minute.",
-                                  "Too many attempts. Try again in %(num)d minutes.", minutes)
-                         % {"num": minutes})
+        super().__init__(
+            ngettext(
+                "Too many attempts. Try again in %(num)d minute.",
+                "Too many attempts. Try again in %(num)d minutes.",
+                minutes,
+            )
+            % {"num": minutes}
+        )
         self.retry_after = retry_after
 
 
@@ -42,9 +47,11 @@ def check(session: Session, key: str, limit: int, window: timedelta) -> None:
 def retry_after(session: Session, key: str, limit: int, window: timedelta) -> int | None:
     """Seconds until `key` may be used again, or None when it is under its limit."""
     now = utcnow()
-    times = session.scalars(select(ThrottleHit.created_at)
-                            .where(ThrottleHit.key == key, ThrottleHit.created_at > now - window)
-                            .order_by(ThrottleHit.created_at)).all()
+    times = session.scalars(
+        select(ThrottleHit.created_at)
+        .where(ThrottleHit.key == key, ThrottleHit.created_at > now - window)
+        .order_by(ThrottleHit.created_at)
+    ).all()
     if len(times) < limit:
         return None
     return max(1, ceil((aware(times[-limit]) + window - now).total_seconds()))
@@ -53,8 +60,7 @@ def retry_after(session: Session, key: str, limit: int, window: timedelta) -> in
 def hit(session: Session, key: str, window: timedelta) -> None:
     """Count one use of `key` (and forget the uses older than `window`)."""
     now = utcnow()
-    session.execute(delete(ThrottleHit).where(ThrottleHit.key == key,
-                                              ThrottleHit.created_at <= now - window))
+    session.execute(delete(ThrottleHit).where(ThrottleHit.key == key, ThrottleHit.created_at <= now - window))
     session.add(ThrottleHit(key=key, created_at=now))
 
 

@@ -28,12 +28,16 @@ class DraftOut(BaseModel):
 
 def _fits(exercise, code: str) -> None:
     if len(code.encode("utf-8")) > exercise.limits.code_kb * 1024:
-        raise HTTPException(422, _("This draft is larger than the exercise accepts (%(kb)d KB).")
-                            % {"kb": exercise.limits.code_kb})
+        raise HTTPException(
+            422,
+            _("This draft is larger than the exercise accepts (%(kb)d KB).")
+            % {"kb": exercise.limits.code_kb},
+        )
 
 
-@router.get("/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut,
-            include_in_schema=False)  # the page's own: a visitor's cookie and CSRF token
+@router.get(
+    "/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut, include_in_schema=False
+)  # the page's own: a visitor's cookie and CSRF token
 def read_draft(exercise: ExerciseDep, learner: LearnerDep, session: SessionDep) -> DraftOut:
     """The learner's draft of this exercise; 404 when there is none."""
     draft = service.get(session, learner, exercise.id)
@@ -42,10 +46,10 @@ def read_draft(exercise: ExerciseDep, learner: LearnerDep, session: SessionDep) 
     return DraftOut(code=draft.code, updated_at=aware(draft.updated_at).isoformat())
 
 
-@router.put("/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut,
-            include_in_schema=False)
-def save_draft(body: DraftIn, exercise: ExerciseDep, learner: LearnerDep,
-               session: SessionDep) -> DraftOut:
+@router.put(
+    "/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut, include_in_schema=False
+)
+def save_draft(body: DraftIn, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep) -> DraftOut:
     """Save (upsert) the learner's draft of this exercise."""
     _fits(exercise, body.code)
     draft = service.save(session, learner, exercise.id, body.code)
@@ -53,11 +57,19 @@ def save_draft(body: DraftIn, exercise: ExerciseDep, learner: LearnerDep,
 
 
 @router.post("/lessons/{slug}/exercises/{exercise_slug}/draft/reset", include_in_schema=False)
-def reset_draft(request: Request, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep,
-                confirm: Annotated[str, Form()] = ""):
+def reset_draft(
+    request: Request,
+    exercise: ExerciseDep,
+    learner: LearnerDep,
+    session: SessionDep,
+    confirm: Annotated[str, Form()] = "",
+):
     """Put the starter back (the page asked first: `confirm=yes`)."""
     if confirm != "yes":
         return JSONResponse({"detail": _("Confirm the reset first.")}, status_code=422)
     service.save(session, learner, exercise.id, exercise.starter)
-    return redirect(request, str(request.app.url_path_for(
-        "exercise_page", slug=exercise.lesson, exercise_slug=exercise.slug)) + "?reset=1")
+    return redirect(
+        request,
+        str(request.app.url_path_for("exercise_page", slug=exercise.lesson, exercise_slug=exercise.slug))
+        + "?reset=1",
+    )

@@ -9,8 +9,11 @@ from app.drafts.models import Draft
 def get(session: Session, learner: Learner, exercise_id: str) -> Draft | None:
     """The learner's newest draft of the exercise."""
     return session.scalar(
-        select(Draft).where(owned_by(Draft, learner), Draft.exercise == exercise_id)
-        .order_by(Draft.updated_at.desc(), Draft.id.desc()).limit(1))
+        select(Draft)
+        .where(owned_by(Draft, learner), Draft.exercise == exercise_id)
+        .order_by(Draft.updated_at.desc(), Draft.id.desc())
+        .limit(1)
+    )
 
 
 def save(session: Session, learner: Learner, exercise_id: str, code: str) -> Draft:
@@ -21,7 +24,8 @@ def save(session: Session, learner: Learner, exercise_id: str, code: str) -> Dra
         session.add(draft)
     else:
         draft.code, draft.updated_at = code, utcnow()
-        session.execute(delete(Draft).where(owned_by(Draft, learner), Draft.exercise == exercise_id,
-                                            Draft.id != draft.id))
+        session.execute(
+            delete(Draft).where(owned_by(Draft, learner), Draft.exercise == exercise_id, Draft.id != draft.id)
+        )
     session.flush()
     return draft

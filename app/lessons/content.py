@@ -179,6 +179,7 @@ def _unique(ids: list[str], what: str) -> None:
 
 # ---------------------------------------------------------------- the loaded course
 
+
 @dataclass(frozen=True)
 class Card:
     anchor: str
@@ -287,6 +288,7 @@ class Course:
 
 # ---------------------------------------------------------------- loading
 
+
 def load_course(root: Path) -> Course:
     if not root.is_dir():
         raise ContentError(f"{root}: lessons folder not found")
@@ -322,9 +324,11 @@ def _load_lesson(path: Path, number: int, slug: str) -> Lesson:
         for q in quiz.questions
     )
     ex_root = path / "exercises"
-    exercises = tuple(
-        _load_exercise(p, slug) for p in sorted(ex_root.iterdir()) if p.is_dir()
-    ) if ex_root.is_dir() else ()
+    exercises = (
+        tuple(_load_exercise(p, slug) for p in sorted(ex_root.iterdir()) if p.is_dir())
+        if ex_root.is_dir()
+        else ()
+    )
     return Lesson(number, slug, path, texts, questions, exercises)
 
 
@@ -336,7 +340,7 @@ def _load_lesson_text(path: Path) -> LessonText:
     if end < 0:
         raise ContentError(f"{path}: front matter is not closed by a '---' line")
     meta = _validate(path, LessonMeta, _parse_yaml(path, source[4:end]))
-    body = source[end + 5:]
+    body = source[end + 5 :]
     sections = _split_cards(path, body)
     cards: list[Card] = []
     anchors: set[str] = set()
@@ -344,14 +348,21 @@ def _load_lesson_text(path: Path) -> LessonText:
         further = bool(FURTHER.search(heading))
         heading = FURTHER.sub("", heading)
         if cards and cards[-1].further and not further:
-            raise ContentError(f"{path}: card {heading!r} comes after a {{.further}} card; "
-                               "\"Go further\" cards go last")
+            raise ContentError(
+                f'{path}: card {heading!r} comes after a {{.further}} card; "Go further" cards go last'
+            )
         anchor = _anchor(heading, anchors)
-        cards.append(Card(anchor, render_inline(heading), render_markdown(text), _count_fences(text),
-                          further))
+        cards.append(
+            Card(anchor, render_inline(heading), render_markdown(text), _count_fences(text), further)
+        )
     return LessonText(
-        meta.title, meta.subtitle, meta.summary, render_inline(meta.summary), meta.minutes,
-        tuple(render_inline(r) for r in meta.recap), tuple(cards),
+        meta.title,
+        meta.subtitle,
+        meta.summary,
+        render_inline(meta.summary),
+        meta.minutes,
+        tuple(render_inline(r) for r in meta.recap),
+        tuple(cards),
     )
 
 
@@ -404,11 +415,14 @@ def _check_parallel(path: Path, reference: LessonText, other: LessonText) -> Non
                 f"{path}: card {i} has {b.code_blocks} code blocks, the {LANGS[0]} one {a.code_blocks}"
             )
         if a.further != b.further:
-            raise ContentError(f"{path}: card {i} is {'' if b.further else 'not '}a {{.further}} card, "
-                               f"the {LANGS[0]} one is {'' if a.further else 'not '}one")
+            raise ContentError(
+                f"{path}: card {i} is {'' if b.further else 'not '}a {{.further}} card, "
+                f"the {LANGS[0]} one is {'' if a.further else 'not '}one"
+            )
     if len(other.recap_html) != len(reference.recap_html):
-        raise ContentError(f"{path}: recap has {len(other.recap_html)} lines, the {LANGS[0]} one "
-                           f"{len(reference.recap_html)}")
+        raise ContentError(
+            f"{path}: recap has {len(other.recap_html)} lines, the {LANGS[0]} one {len(reference.recap_html)}"
+        )
 
 
 def _load_exercise(path: Path, lesson_slug: str) -> Exercise:

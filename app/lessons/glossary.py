@@ -55,14 +55,17 @@ class Glossary:
         (YAML files: their `pt-BR` values; .po catalogs: their msgstr)."""
         found: list[str] = []
         files = sorted(lessons_dir.glob(f"*/lesson.{LANG}.md")) + sorted(
-            p for p in lessons_dir.rglob("*.yaml") if p.name != GLOSSARY_FILE)
+            p for p in lessons_dir.rglob("*.yaml") if p.name != GLOSSARY_FILE
+        )
         for path in [*files, *extra]:
             for where, text in _texts(path):
                 text = self.glosses.sub(" ", _strip(text))
                 for rule in self.rules:
                     for match in rule.pattern.finditer(text):
-                        found.append(f"{path}: {where}: \"{match[0]}\" is not the course's word; write "
-                                     f"\"{rule.word}\" ({rule.english}), see lessons/{GLOSSARY_FILE}")
+                        found.append(
+                            f'{path}: {where}: "{match[0]}" is not the course\'s word; write '
+                            f'"{rule.word}" ({rule.english}), see lessons/{GLOSSARY_FILE}'
+                        )
         return found
 
 
@@ -73,8 +76,7 @@ def load(path: Path) -> Glossary:
         for variant in term.refuse:
             # a whole word: letters, digits, _ and - on either side make it part of another word
             body = re.escape(variant).replace(r"\ ", r"\s+")
-            rules.append(Rule(term.pt_BR, term.en,
-                              re.compile(rf"(?<![\w-]){body}(?![\w-])", re.IGNORECASE)))
+            rules.append(Rule(term.pt_BR, term.en, re.compile(rf"(?<![\w-]){body}(?![\w-])", re.IGNORECASE)))
     english = "|".join(re.escape(term.en) for term in spec.terms)
     return Glossary(tuple(rules), re.compile(rf"\((?:{english})(?:e?s)?\)", re.IGNORECASE))
 

@@ -19,8 +19,9 @@ def course_page(request: Request, course: CourseDep, session: SessionDep, learne
 
 
 @router.get("/lessons/{slug}", response_class=HTMLResponse, include_in_schema=False)
-def lesson_page(request: Request, lesson: LessonDep, course: CourseDep, session: SessionDep,
-                learner: LearnerDep):
+def lesson_page(
+    request: Request, lesson: LessonDep, course: CourseDep, session: SessionDep, learner: LearnerDep
+):
     return render(request, "lesson.html", lesson_context(session, learner, course, lesson))
 
 
@@ -33,12 +34,19 @@ def lesson_context(session, learner: Learner, course, lesson) -> dict:
 def list_lessons(request: Request, course: CourseDep) -> CourseOut:
     """The course in the asked language (`?lang=en|pt-BR`; anything else falls back)."""
     lang = request.state.lang
-    return CourseOut(lang=lang, lessons=[
-        LessonOut(
-            number=lesson.number, slug=lesson.slug, title=lesson.text(lang).title,
-            subtitle=lesson.text(lang).subtitle, summary=lesson.text(lang).summary,
-            minutes=lesson.text(lang).minutes, url=str(request.url_for("lesson_page", slug=lesson.slug)),
-            exercises=[ExerciseOut(id=ex.id, title=ex.title[lang]) for ex in lesson.exercises],
-        )
-        for lesson in course.lessons
-    ])
+    return CourseOut(
+        lang=lang,
+        lessons=[
+            LessonOut(
+                number=lesson.number,
+                slug=lesson.slug,
+                title=lesson.text(lang).title,
+                subtitle=lesson.text(lang).subtitle,
+                summary=lesson.text(lang).summary,
+                minutes=lesson.text(lang).minutes,
+                url=str(request.url_for("lesson_page", slug=lesson.slug)),
+                exercises=[ExerciseOut(id=ex.id, title=ex.title[lang]) for ex in lesson.exercises],
+            )
+            for lesson in course.lessons
+        ],
+    )

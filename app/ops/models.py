@@ -13,7 +13,7 @@ class WorkerBeat(Base):
 
     name: Mapped[str] = mapped_column(String(80), primary_key=True)
     isolation: Mapped[str] = mapped_column(String(16))  # bwrap | process
-    device: Mapped[str] = mapped_column(String(16))     # cpu | cuda:N
+    device: Mapped[str] = mapped_column(String(16))  # cpu | cuda:N
     warm: Mapped[int] = mapped_column(Integer, default=0)
     busy: Mapped[int] = mapped_column(Integer, default=0)  # 1 while grading a job
     # how a job's whole tree is held to its memory: "cgroup", or "watchdog" (the worker sums

@@ -23,8 +23,10 @@ class ReadyOut(BaseModel):
     migrations: bool
     worker: bool
     job_limits: Literal["cgroup", "watchdog"] | None = Field(
-        None, description="How live workers bound a job's whole tree: `cgroup`, or `watchdog` where "
-                          "no cgroup could be made (weaker); null with no live worker. Not part of `ready`.")
+        None,
+        description="How live workers bound a job's whole tree: `cgroup`, or `watchdog` where "
+        "no cgroup could be made (weaker); null with no live worker. Not part of `ready`.",
+    )
 
 
 @router.get("/healthz")
@@ -33,26 +35,41 @@ def healthz() -> HealthOut:
     return HealthOut(status="ok")
 
 
-@router.get("/readyz", response_model=ReadyOut,
-            responses={503: {"model": ReadyOut, "description": "Not ready: the false fields say why"}})
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    responses={503: {"model": ReadyOut, "description": "Not ready: the false fields say why"}},
+)
 def readyz(request: Request, session: SessionDep) -> JSONResponse:
     """Ready for traffic: database reachable, migrations current, a worker seen in the last minute."""
     checks = service.readiness(session, request.app.state.settings.database_url)
-    return JSONResponse(ReadyOut(ready=all(checks.values()), **checks,
-                                 job_limits=service.job_limits(session)).model_dump(),
-                        status_code=200 if all(checks.values()) else 503)
+    return JSONResponse(
+        ReadyOut(ready=all(checks.values()), **checks, job_limits=service.job_limits(session)).model_dump(),
+        status_code=200 if all(checks.values()) else 503,
+    )
 
 
-@router.get("/metrics", response_class=PlainTextResponse,
-            responses=documented(401, s401="TREINO_METRICS_TOKEN is set and this request did not "
-                                           "send it as `Authorization: Bearer <token>`"))
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses=documented(
+        401,
+        s401="TREINO_METRICS_TOKEN is set and this request did not "
+        "send it as `Authorization: Bearer <token>`",
+    ),
+)
 def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
     """Prometheus metrics: queue depth, verdicts, grading latency, workers, warm pool, GPUs."""
     token = request.app.state.settings.metrics_token
     if token is not None and token.get_secret_value():
         scheme, _sep, sent = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-                sent.strip().encode(), token.get_secret_value().encode()):
-            raise ApiError(401, _("Send the metrics token as Authorization: Bearer <token>."),
-                           code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
+            sent.strip().encode(), token.get_secret_value().encode()
+        ):
+            raise ApiError(
+                401,
+                _("Send the metrics token as Authorization: Bearer <token>."),
+                code="unauthorized",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
     return PlainTextResponse(service.metrics(session), media_type="text/plain; version=0.0.4")

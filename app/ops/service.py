@@ -28,8 +28,11 @@ def readiness(session: Session, database_url: str) -> dict[str, bool]:
     head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
     current = MigrationContext.configure(session.connection()).get_current_revision()
     checks["migrations"] = current == head
-    checks["worker"] = bool(session.scalar(
-        select(func.count()).select_from(WorkerBeat).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    checks["worker"] = bool(
+        session.scalar(
+            select(func.count()).select_from(WorkerBeat).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)
+        )
+    )
     return checks
 
 
@@ -37,8 +40,9 @@ def job_limits(session: Session) -> Literal["cgroup", "watchdog"] | None:
     """How live workers hold a job's whole tree to its memory: "cgroup" when every one has a
     cgroup, "watchdog" when any sums the tree's memory itself (no cgroup could be made: weaker,
     a fast allocation can overshoot between two looks); None when no worker is live."""
-    fresh = set(session.scalars(select(WorkerBeat.limits)
-                                .where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    fresh = set(
+        session.scalars(select(WorkerBeat.limits).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH))
+    )
     if not fresh:
         return None
     return "watchdog" if "watchdog" in fresh else "cgroup"
@@ -47,8 +51,9 @@ def job_limits(session: Session) -> Literal["cgroup", "watchdog"] | None:
 def grading_notice(session: Session) -> str | None:
     """What a learner should know before sending code: "not-isolated" when a live worker runs
     code without a sandbox, "no-worker" when none is running; None when all is well."""
-    fresh = list(session.scalars(select(WorkerBeat.isolation).where(
-        WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    fresh = list(
+        session.scalars(select(WorkerBeat.isolation).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH))
+    )
     if not fresh:
         return "no-worker"
     return "not-isolated" if "process" in fresh else None
@@ -61,8 +66,9 @@ def metrics(session: Session) -> str:
     def family(name: str, kind: str, help_text: str) -> None:
         lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
 
-    by_status = dict(session.execute(
-        select(Submission.status, func.count()).group_by(Submission.status)).all())
+    by_status = dict(
+        session.execute(select(Submission.status, func.count()).group_by(Submission.status)).all()
+    )
     family("treino_queue_depth", "gauge", "Submissions waiting to be graded.")
     lines.append(f"treino_queue_depth {by_status.get(Status.QUEUED, 0)}")
     family("treino_submissions_running", "gauge", "Submissions being graded now.")
@@ -72,10 +78,14 @@ def metrics(session: Session) -> str:
         if status.final:
             lines.append(f'treino_verdicts_total{{status="{status}"}} {by_status.get(status, 0)}')
 
-    family("treino_grading_latency_seconds", "histogram",
-           "From submission to verdict, for every final submission.")
-    rows = session.execute(select(Submission.created_at, Submission.finished_at)
-                           .where(Submission.finished_at.is_not(None))).all()
+    family(
+        "treino_grading_latency_seconds",
+        "histogram",
+        "From submission to verdict, for every final submission.",
+    )
+    rows = session.execute(
+        select(Submission.created_at, Submission.finished_at).where(Submission.finished_at.is_not(None))
+    ).all()
     latencies = [(aware(done) - aware(made)).total_seconds() for made, done in rows if done]
     for bound in LATENCY_BUCKETS:
         count = sum(1 for s in latencies if s <= bound)
@@ -87,10 +97,14 @@ def metrics(session: Session) -> str:
     fresh = list(session.scalars(select(WorkerBeat).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
     family("treino_workers", "gauge", "Workers seen in the last minute, by sandbox isolation.")
     for isolation in ("bwrap", "process"):
-        lines.append(f'treino_workers{{isolation="{isolation}"}} '
-                     f"{sum(1 for w in fresh if w.isolation == isolation)}")
-    family("treino_workers_without_cgroup", "gauge",
-           "Workers that cannot put jobs in a cgroup (memory watched by the worker instead).")
+        lines.append(
+            f'treino_workers{{isolation="{isolation}"}} {sum(1 for w in fresh if w.isolation == isolation)}'
+        )
+    family(
+        "treino_workers_without_cgroup",
+        "gauge",
+        "Workers that cannot put jobs in a cgroup (memory watched by the worker instead).",
+    )
     lines.append(f"treino_workers_without_cgroup {sum(1 for w in fresh if w.limits == 'watchdog')}")
     family("treino_warm_pool_size", "gauge", "Warm sandboxes ready, over all workers.")
     lines.append(f"treino_warm_pool_size {sum(w.warm for w in fresh)}")

@@ -13,8 +13,14 @@ router = APIRouter()
 
 
 @router.post("/lessons/{slug}/cards/{card}", response_class=HTMLResponse, include_in_schema=False)
-def card_reached(request: Request, lesson: LessonDep, card: int, course: CourseDep, session: SessionDep,
-                 learner: LearnerDep):
+def card_reached(
+    request: Request,
+    lesson: LessonDep,
+    card: int,
+    course: CourseDep,
+    session: SessionDep,
+    learner: LearnerDep,
+):
     """Sent by htmx when a card scrolls into view; answers with the lesson's progress, out of band."""
     if not 0 <= card < len(lesson.text(request.state.lang).cards):
         raise HTTPException(404)
@@ -26,8 +32,9 @@ def card_reached(request: Request, lesson: LessonDep, card: int, course: CourseD
 
 
 @router.get("/api/progress", response_model=ProgressOut, tags=["progress"])
-def read_progress(request: Request, course: CourseDep, session: SessionDep,
-                  learner: LearnerDep) -> ProgressOut:
+def read_progress(
+    request: Request, course: CourseDep, session: SessionDep, learner: LearnerDep
+) -> ProgressOut:
     """Per lesson: cards read, the quick-check, exercises passed; and where to continue."""
     lang = request.state.lang
     progress = course_progress(session, learner, course)
@@ -39,21 +46,34 @@ def read_progress(request: Request, course: CourseDep, session: SessionDep,
     for p in progress.lessons:
         cards = p.lesson.text(lang).cards
         last = p.last_card
-        lessons.append(LessonProgressOut(
-            lesson=p.lesson.slug, title=p.lesson.text(lang).title, cards_total=p.cards_total,
-            cards_read=len(p.cards),
-            last_card=None if last is None else CardOut(index=last, anchor=cards[last].anchor,
-                                                        url=url(p.lesson.slug, cards[last].anchor)),
-            quiz_questions=len(p.lesson.questions), quiz_questions_right=len(p.questions_right),
-            quiz_answered=p.quiz_passed, exercises_total=len(p.lesson.exercises),
-            exercises_passed=list(p.exercises_passed),
-        ))
+        lessons.append(
+            LessonProgressOut(
+                lesson=p.lesson.slug,
+                title=p.lesson.text(lang).title,
+                cards_total=p.cards_total,
+                cards_read=len(p.cards),
+                last_card=None
+                if last is None
+                else CardOut(
+                    index=last, anchor=cards[last].anchor, url=url(p.lesson.slug, cards[last].anchor)
+                ),
+                quiz_questions=len(p.lesson.questions),
+                quiz_questions_right=len(p.questions_right),
+                quiz_answered=p.quiz_passed,
+                exercises_total=len(p.lesson.exercises),
+                exercises_passed=list(p.exercises_passed),
+            )
+        )
     resume = progress.resume
     if resume is None:
         resume_out = None
     elif resume.exercise:
-        resume_out = ResumeOut(lesson=resume.lesson.slug, url=str(request.url_for(
-            "exercise_page", slug=resume.lesson.slug, exercise_slug=resume.exercise.slug)))
+        resume_out = ResumeOut(
+            lesson=resume.lesson.slug,
+            url=str(
+                request.url_for("exercise_page", slug=resume.lesson.slug, exercise_slug=resume.exercise.slug)
+            ),
+        )
     else:
         resume_out = ResumeOut(lesson=resume.lesson.slug, url=url(resume.lesson.slug, resume.anchor(lang)))
     return ProgressOut(lang=lang, signed_in=learner.user is not None, lessons=lessons, resume=resume_out)

@@ -29,5 +29,6 @@ class ProgressOut(BaseModel):
     lang: str
     signed_in: bool = Field(description="False: the progress of this anonymous visitor only")
     lessons: list[LessonProgressOut]
-    resume: ResumeOut | None = Field(description="Where to continue; null before starting and "
-                                                 "once the course is complete")
+    resume: ResumeOut | None = Field(
+        description="Where to continue; null before starting and once the course is complete"
+    )

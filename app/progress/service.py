@@ -37,8 +37,8 @@ from app.submissions.models import Mode, Status, Submission
 @dataclass(frozen=True)
 class LessonProgress:
     lesson: Lesson
-    cards: frozenset[int]             # indexes of the cards reached
-    questions_right: frozenset[str]   # question ids answered right at least once
+    cards: frozenset[int]  # indexes of the cards reached
+    questions_right: frozenset[str]  # question ids answered right at least once
     exercises_passed: tuple[str, ...]
     last_active: datetime | None
     answers: Mapping[str, str] = field(default_factory=dict)  # question id → the option chosen last
@@ -133,21 +133,48 @@ def _activity(signed_in: bool) -> CompoundSelect:
     submission (not a run) passed. Built
     once per kind of learner and run with ``owner_params``: a page pays for the query, not for
     building it. Each part fills the columns it has; the others are typed NULLs."""
+
     def none(kind):
         return cast(null(), kind)
 
     return union_all(
-        select(literal_column("'card'").label("kind"), CardReached.lesson.label("lesson"),
-               CardReached.card.label("card"), none(String).label("item"), none(String).label("option"),
-               none(Boolean).label("correct"), CardReached.reached_at.label("at"), CardReached.id.label("id"))
-        .where(owner_clause(CardReached, signed_in)),
-        select(literal_column("'answer'"), QuizAttempt.lesson, none(Integer), QuizAttempt.question,
-               QuizAttempt.option, QuizAttempt.correct, QuizAttempt.created_at, QuizAttempt.id)
-        .where(owner_clause(QuizAttempt, signed_in)),
-        select(literal_column("'exercise'"), none(String), none(Integer), Submission.exercise, none(String),
-               cast(func.max(case((and_(Submission.status == Status.PASSED, Submission.mode == Mode.SUBMIT),
-                                   1), else_=0)), Boolean),
-               func.max(Submission.created_at), func.max(Submission.id))
+        select(
+            literal_column("'card'").label("kind"),
+            CardReached.lesson.label("lesson"),
+            CardReached.card.label("card"),
+            none(String).label("item"),
+            none(String).label("option"),
+            none(Boolean).label("correct"),
+            CardReached.reached_at.label("at"),
+            CardReached.id.label("id"),
+        ).where(owner_clause(CardReached, signed_in)),
+        select(
+            literal_column("'answer'"),
+            QuizAttempt.lesson,
+            none(Integer),
+            QuizAttempt.question,
+            QuizAttempt.option,
+            QuizAttempt.correct,
+            QuizAttempt.created_at,
+            QuizAttempt.id,
+        ).where(owner_clause(QuizAttempt, signed_in)),
+        select(
+            literal_column("'exercise'"),
+            none(String),
+            none(Integer),
+            Submission.exercise,
+            none(String),
+            cast(
+                func.max(
+                    case(
+                        (and_(Submission.status == Status.PASSED, Submission.mode == Mode.SUBMIT), 1), else_=0
+                    )
+                ),
+                Boolean,
+            ),
+            func.max(Submission.created_at),
+            func.max(Submission.id),
+        )
         .where(owner_clause(Submission, signed_in))
         .group_by(Submission.exercise),
     )
@@ -178,16 +205,31 @@ def course_progress(session: Session, learner: Learner, course: Course) -> Cours
             answers.setdefault(row.lesson, {})[row.item] = row.option
             if row.correct:
                 right.setdefault(row.lesson, set()).add(row.item)
-    return CourseProgress(tuple(_lesson_progress(lesson, cards.get(lesson.slug, set()),
-                                                 right.get(lesson.slug, set()), passed,
-                                                 answers.get(lesson.slug, {}), active.get(lesson.slug),
-                                                 worked.get(lesson.slug))
-                                for lesson in course.lessons))
+    return CourseProgress(
+        tuple(
+            _lesson_progress(
+                lesson,
+                cards.get(lesson.slug, set()),
+                right.get(lesson.slug, set()),
+                passed,
+                answers.get(lesson.slug, {}),
+                active.get(lesson.slug),
+                worked.get(lesson.slug),
+            )
+            for lesson in course.lessons
+        )
+    )
 
 
-def _lesson_progress(lesson: Lesson, cards: set[int], right: set[str], passed: set[str],
-                     answers: dict[str, str], last_active: datetime | None,
-                     worked: tuple[datetime, str] | None) -> LessonProgress:
+def _lesson_progress(
+    lesson: Lesson,
+    cards: set[int],
+    right: set[str],
+    passed: set[str],
+    answers: dict[str, str],
+    last_active: datetime | None,
+    worked: tuple[datetime, str] | None,
+) -> LessonProgress:
     """Only what still exists counts: lesson files may have changed since."""
     working_on = None
     if worked is not None:
@@ -202,17 +244,22 @@ def _lesson_progress(lesson: Lesson, cards: set[int], right: set[str], passed: s
         questions_right=frozenset(q.id for q in lesson.questions if q.id in right),
         exercises_passed=tuple(ex.id for ex in lesson.exercises if ex.id in passed),
         last_active=last_active,
-        answers={q: o for q, o in answers.items()
-                 if (question := lesson.question(q)) is not None and question.option(o) is not None},
+        answers={
+            q: o
+            for q, o in answers.items()
+            if (question := lesson.question(q)) is not None and question.option(o) is not None
+        },
         working_on=working_on,
     )
 
 
 def reach_card(session: Session, learner: Learner, lesson: Lesson, card: int) -> None:
     """Note that the learner reached a card (again)."""
-    row = session.scalars(select(CardReached).where(
-        owned_by(CardReached, learner), CardReached.lesson == lesson.slug, CardReached.card == card
-    ).limit(1)).first()
+    row = session.scalars(
+        select(CardReached)
+        .where(owned_by(CardReached, learner), CardReached.lesson == lesson.slug, CardReached.card == card)
+        .limit(1)
+    ).first()
     if row is None:
         session.add(CardReached(**learner.owner, lesson=lesson.slug, card=card))
     else:

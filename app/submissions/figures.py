@@ -59,8 +59,10 @@ def seconds(ms: float) -> str:
 def _from_zero(rows: list[tuple[str, float, str, str]]) -> list[Bar]:
     """Bars from zero: right when the values' ratio is the point (4× the update, ¼ the memory)."""
     top = max((value for _label, value, _text, _kind in rows), default=0) or 1
-    return [Bar(label, text, max(100 * value / top, 1.5 if value > 0 else 0), kind)
-            for label, value, text, kind in rows]
+    return [
+        Bar(label, text, max(100 * value / top, 1.5 if value > 0 else 0), kind)
+        for label, value, text, kind in rows
+    ]
 
 
 def _differ(a: float, b: float) -> bool:
@@ -80,17 +82,26 @@ def _losses(losses: list) -> Figure:
     low, high = min(finite, default=0.0), max(finite, default=0.0)
     drawn = len(finite) > 1 and _differ(low, high)
     labels = [_("Start") if i == 0 else _("After step %(n)d") % {"n": i} for i in range(len(values))]
-    bars = [Bar(label, "—" if v is None else number(v, 4),
-                None if not drawn or v is None else 8 + 92 * (v - low) / (high - low))
-            for label, v in zip(labels, values, strict=True)]
+    bars = [
+        Bar(
+            label,
+            "—" if v is None else number(v, 4),
+            None if not drawn or v is None else 8 + 92 * (v - low) / (high - low),
+        )
+        for label, v in zip(labels, values, strict=True)
+    ]
     if finite and values[0] is not None and values[-1] is not None and len(values) > 1:
         summary = _("From %(first)s at the start to %(last)s after step %(n)d.") % {
-            "first": number(values[0], 4), "last": number(values[-1], 4), "n": len(values) - 1}
+            "first": number(values[0], 4),
+            "last": number(values[-1], 4),
+            "n": len(values) - 1,
+        }
     else:
         summary = ""
     if drawn:
         note = _("The bars start at %(low)s, not at zero, so that small changes show.") % {
-            "low": number(low, 4)}
+            "low": number(low, 4)
+        }
     else:
         note = _("Measured on every micro-batch with your parameters after each step.")
     return Figure("losses", _("Loss on the exercise's data"), bars, note, summary)
@@ -105,44 +116,79 @@ def figures(verdict: dict[str, Any]) -> Figures:
         charts.append(_losses(losses))
     steps, ref_steps = _num(metrics, "optimizer_steps"), _num(metrics, "reference_optimizer_steps")
     if steps is not None and ref_steps is not None and steps != ref_steps:
-        charts.append(Figure("steps", _("Optimizer steps"), _from_zero([
-            (_("Yours"), steps, number(steps, 0), "yours"),
-            (_("Large batch"), ref_steps, number(ref_steps, 0), "reference")]),
-            summary=_("You took %(yours)s optimizer steps; the large batch takes %(reference)s.") % {
-                "yours": number(steps, 0), "reference": number(ref_steps, 0)}))
+        charts.append(
+            Figure(
+                "steps",
+                _("Optimizer steps"),
+                _from_zero(
+                    [
+                        (_("Yours"), steps, number(steps, 0), "yours"),
+                        (_("Large batch"), ref_steps, number(ref_steps, 0), "reference"),
+                    ]
+                ),
+                summary=_("You took %(yours)s optimizer steps; the large batch takes %(reference)s.")
+                % {"yours": number(steps, 0), "reference": number(ref_steps, 0)},
+            )
+        )
     elif steps is not None:
-        facts.append((_("Optimizer steps"), number(steps, 0) if ref_steps is None else
-                      _("%(steps)s, as the large batch") % {"steps": number(steps, 0)}))
+        facts.append(
+            (
+                _("Optimizer steps"),
+                number(steps, 0)
+                if ref_steps is None
+                else _("%(steps)s, as the large batch") % {"steps": number(steps, 0)},
+            )
+        )
     ratio = _num(metrics, "update_ratio")
     if ratio is not None and number(ratio) != number(1.0):  # a difference the text shows
-        charts.append(Figure("update", _("Size of each update"), _from_zero([
-            (_("Yours"), ratio, f"{number(ratio)}×", "yours"),
-            (_("Large batch"), 1.0, f"{number(1.0)}×", "reference")]),
-            _("Median over the steps, against the large-batch update."),
-            _("Each of your updates was %(ratio)s× the large-batch update.") % {
-                "ratio": number(ratio)}))
+        charts.append(
+            Figure(
+                "update",
+                _("Size of each update"),
+                _from_zero(
+                    [
+                        (_("Yours"), ratio, f"{number(ratio)}×", "yours"),
+                        (_("Large batch"), 1.0, f"{number(1.0)}×", "reference"),
+                    ]
+                ),
+                _("Median over the steps, against the large-batch update."),
+                _("Each of your updates was %(ratio)s× the large-batch update.") % {"ratio": number(ratio)},
+            )
+        )
     elif ratio is not None:
-        facts.append((_("Size of each update"), _("%(ratio)s×, as the large batch") % {
-            "ratio": number(ratio)}))
+        facts.append(
+            (_("Size of each update"), _("%(ratio)s×, as the large batch") % {"ratio": number(ratio)})
+        )
     peak = _num(metrics, "peak_activation_bytes")
     micro = _num(metrics, "reference_peak_activation_bytes")
     naive = _num(metrics, "large_batch_peak_activation_bytes")
     if peak is not None and micro is not None and (naive is not None or _differ(peak, micro)):
-        rows = [(_("Yours"), peak, size(peak), "yours"),
-                (_("One micro-batch"), micro, size(micro), "reference")]
+        rows = [
+            (_("Yours"), peak, size(peak), "yours"),
+            (_("One micro-batch"), micro, size(micro), "reference"),
+        ]
         if naive is not None:
             rows.append((_("Whole large batch"), naive, size(naive), "naive"))
         if micro and _differ(peak, micro):
-            summary = _("Your loop held %(peak)s at its busiest moment, %(times)s× what one "
-                        "micro-batch needs (%(micro)s).") % {
-                "peak": size(peak), "times": number(peak / micro), "micro": size(micro)}
+            summary = _(
+                "Your loop held %(peak)s at its busiest moment, %(times)s× what one "
+                "micro-batch needs (%(micro)s)."
+            ) % {"peak": size(peak), "times": number(peak / micro), "micro": size(micro)}
         else:
             summary = _("Your loop held %(peak)s at its busiest moment, as much as one micro-batch.") % {
-                "peak": size(peak)}
+                "peak": size(peak)
+            }
         if naive is not None:
             summary += " " + _("The whole large batch at once would need %(naive)s.") % {"naive": size(naive)}
-        charts.append(Figure("memory", _("Peak activation memory"), _from_zero(rows),
-                             _("Bytes saved for backward at the busiest moment."), summary))
+        charts.append(
+            Figure(
+                "memory",
+                _("Peak activation memory"),
+                _from_zero(rows),
+                _("Bytes saved for backward at the busiest moment."),
+                summary,
+            )
+        )
     elif peak is not None:
         facts.append((_("Peak activation memory"), size(peak)))
     charts += _configurations(metrics)
@@ -156,11 +202,16 @@ def figures(verdict: dict[str, Any]) -> Figures:
 
 
 def _configurations(metrics: dict) -> list[Figure]:
-    """"Measure it on your card": time per step and peak memory of each configuration the
+    """ "Measure it on your card": time per step and peak memory of each configuration the
     loop ran in, where the verdict has them (bars from zero: the ratios are the lesson)."""
     low = str(metrics.get("low_precision") or "bfloat16")
-    names = [("fp32", "float32"), ("low", low), ("accum", _("accumulation")),
-             ("checkpoint", _("checkpointing")), ("all", _("all three"))]
+    names = [
+        ("fp32", "float32"),
+        ("low", low),
+        ("accum", _("accumulation")),
+        ("checkpoint", _("checkpointing")),
+        ("all", _("all three")),
+    ]
     times = [(label, _num(metrics, f"{key}_ms_per_step")) for key, label in names]
     peaks = [(label, _num(metrics, f"{key}_peak_bytes")) for key, label in names]
     if not any(value is not None for _label, value in times):
@@ -168,21 +219,40 @@ def _configurations(metrics: dict) -> list[Figure]:
     charts = []
     timed = [(label, value) for label, value in times if value is not None]
     fastest = min(timed, key=lambda row: row[1])
-    charts.append(Figure("configurations-time", _("Time per step, by configuration"), _from_zero([
-        (label, value, f"{number(value)} ms", "yours" if label == fastest[0] else "reference")
-        for label, value in timed]),
-        _("Wall-clock time per optimizer step, synchronised on a GPU; shorter is faster."),
-        _("The fastest was %(label)s, at %(ms)s ms per step.") % {
-            "label": fastest[0], "ms": number(fastest[1])}))
+    charts.append(
+        Figure(
+            "configurations-time",
+            _("Time per step, by configuration"),
+            _from_zero(
+                [
+                    (label, value, f"{number(value)} ms", "yours" if label == fastest[0] else "reference")
+                    for label, value in timed
+                ]
+            ),
+            _("Wall-clock time per optimizer step, synchronised on a GPU; shorter is faster."),
+            _("The fastest was %(label)s, at %(ms)s ms per step.")
+            % {"label": fastest[0], "ms": number(fastest[1])},
+        )
+    )
     measured = [(label, value) for label, value in peaks if value is not None]
     if measured:
         smallest = min(measured, key=lambda row: row[1])
         on_gpu = metrics.get("peak_measure") == "max_memory_allocated"
-        charts.append(Figure("configurations-memory", _("Peak memory, by configuration"), _from_zero([
-            (label, value, size(value), "yours" if label == smallest[0] else "reference")
-            for label, value in measured]),
-            _("torch.cuda.max_memory_allocated during the steps.") if on_gpu else
-            _("Bytes of live tensors at the busiest moment (this worker has no GPU)."),
-            _("The smallest peak was %(label)s, with %(peak)s.") % {
-                "label": smallest[0], "peak": size(smallest[1])}))
+        charts.append(
+            Figure(
+                "configurations-memory",
+                _("Peak memory, by configuration"),
+                _from_zero(
+                    [
+                        (label, value, size(value), "yours" if label == smallest[0] else "reference")
+                        for label, value in measured
+                    ]
+                ),
+                _("torch.cuda.max_memory_allocated during the steps.")
+                if on_gpu
+                else _("Bytes of live tensors at the busiest moment (this worker has no GPU)."),
+                _("The smallest peak was %(label)s, with %(peak)s.")
+                % {"label": smallest[0], "peak": size(smallest[1])},
+            )
+        )
     return charts

@@ -83,6 +83,7 @@ def render(key: str, lang: str, values: dict[str, Any] | None = None) -> str:
 # A stored verdict keeps message keys and the values to quote, and is rendered when read, in
 # the reader's language. JSON has no Sci, Phrase or NaN: each becomes a one-key object.
 
+
 def encode(value: Any) -> Any:
     """``value`` (a message value) as strict JSON that ``decode`` turns back into it."""
     if isinstance(value, Phrase):

@@ -28,13 +28,15 @@ class Status(StrEnum):
 
 class Mode(StrEnum):
     SUBMIT = "submit"  # graded
-    RUN = "run"        # run on the exercise's data, output shown, not graded
+    RUN = "run"  # run on the exercise's data, output shown, not graded
 
 
 class Submission(Owned, Base):
     __tablename__ = "submissions"
-    __table_args__ = (Index("ix_submissions_status_id", "status", "id"),
-                      Index("ix_submissions_client_started_at", "client", "started_at"))
+    __table_args__ = (
+        Index("ix_submissions_status_id", "status", "id"),
+        Index("ix_submissions_client_started_at", "client", "started_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     exercise: Mapped[str] = mapped_column(String(120))

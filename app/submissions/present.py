@@ -31,7 +31,7 @@ def outcome_label(submission: Submission) -> str:
 
 
 def when(moment: datetime, now: datetime | None = None) -> str:
-    """"3 minutes ago", in the page's language."""
+    """ "3 minutes ago", in the page's language."""
     delta = aware(moment) - (now or utcnow())
     if abs(delta.total_seconds()) < 45:
         return _("just now")
@@ -91,9 +91,10 @@ def place(course: Course, exercise: Exercise) -> Place | None:
     if lesson is None or exercise not in lesson.exercises:
         return None
     i = lesson.exercises.index(exercise)
-    later = lesson.exercises[i + 1:]
-    return Place(lesson, i + 1, len(lesson.exercises), later[0] if later else None,
-                 course.neighbours(lesson)[1])
+    later = lesson.exercises[i + 1 :]
+    return Place(
+        lesson, i + 1, len(lesson.exercises), later[0] if later else None, course.neighbours(lesson)[1]
+    )
 
 
 def verdict_of(submission: Submission) -> dict[str, Any]:

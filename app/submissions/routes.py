@@ -34,8 +34,12 @@ SUBMIT_WINDOW = timedelta(minutes=10)
 def _fair_use(request: Request, session: Session) -> None:
     """Throttled past TREINO_SUBMISSIONS_PER_IP from one client IP (proxy-aware): every cookie-less
     request is a new learner, so the per-learner limit alone lets one client flood the queue."""
-    spend(session, f"submit-ip:{client_ip(request)}", request.app.state.settings.submissions_per_ip,
-          SUBMIT_WINDOW)
+    spend(
+        session,
+        f"submit-ip:{client_ip(request)}",
+        request.app.state.settings.submissions_per_ip,
+        SUBMIT_WINDOW,
+    )
 
 
 def busy_message() -> str:
@@ -44,81 +48,131 @@ def busy_message() -> str:
 
 # ---------------------------------------------------------------- pages
 
+
 @router.get("/lessons/{slug}/exercises/{exercise_slug}", response_class=HTMLResponse, include_in_schema=False)
-def exercise_page(request: Request, lesson: LessonDep, exercise: ExerciseDep, course: CourseDep,
-                  learner: LearnerDep, session: SessionDep, hints: int = 0):
+def exercise_page(
+    request: Request,
+    lesson: LessonDep,
+    exercise: ExerciseDep,
+    course: CourseDep,
+    learner: LearnerDep,
+    session: SessionDep,
+    hints: int = 0,
+):
     past = service.history(session, learner, exercise.id)
     latest = past[0] if past else None
     draft = drafts.get(session, learner, exercise.id)
     code = draft.code if draft else latest.code if latest else exercise.starter  # the draft wins
-    return render(request, "exercise.html", {
-        **_status_context(request, session, learner, latest),
-        "course": course, "lesson": lesson, "exercise": exercise, "history": past,
-        "place": present.place(course, exercise),
-        "code": code, "draft_at": aware(draft.updated_at).isoformat() if draft else "",
-        "shown": _shown(hints, exercise), "reset": request.query_params.get("reset") == "1",
-        "editor_phrases": phrases() if request.state.lang != "en" else {},
-        "grading_notice": grading_notice(session),
-    })
+    return render(
+        request,
+        "exercise.html",
+        {
+            **_status_context(request, session, learner, latest),
+            "course": course,
+            "lesson": lesson,
+            "exercise": exercise,
+            "history": past,
+            "place": present.place(course, exercise),
+            "code": code,
+            "draft_at": aware(draft.updated_at).isoformat() if draft else "",
+            "shown": _shown(hints, exercise),
+            "reset": request.query_params.get("reset") == "1",
+            "editor_phrases": phrases() if request.state.lang != "en" else {},
+            "grading_notice": grading_notice(session),
+        },
+    )
 
 
 def _shown(asked: int, exercise) -> int:
     return max(0, min(asked, len(exercise.hints)))
 
 
-@router.get("/lessons/{slug}/exercises/{exercise_slug}/hints", response_class=HTMLResponse,
-            include_in_schema=False)
+@router.get(
+    "/lessons/{slug}/exercises/{exercise_slug}/hints", response_class=HTMLResponse, include_in_schema=False
+)
 def hints_fragment(request: Request, lesson: LessonDep, exercise: ExerciseDep, shown: int = 1):
     """The hints with the first `shown` open: each one is sent only once the previous was asked for."""
     if not is_htmx(request):
-        return RedirectResponse(str(request.url_for("exercise_page", slug=lesson.slug,
-                                                    exercise_slug=exercise.slug)
-                                    .include_query_params(hints=_shown(shown, exercise)))
-                                + "#hints", status_code=303)
-    return render(request, "_hints.html", {"lesson": lesson, "exercise": exercise,
-                                           "shown": _shown(shown, exercise)})
+        return RedirectResponse(
+            str(
+                request.url_for(
+                    "exercise_page", slug=lesson.slug, exercise_slug=exercise.slug
+                ).include_query_params(hints=_shown(shown, exercise))
+            )
+            + "#hints",
+            status_code=303,
+        )
+    return render(
+        request, "_hints.html", {"lesson": lesson, "exercise": exercise, "shown": _shown(shown, exercise)}
+    )
 
 
-@router.post("/lessons/{slug}/exercises/{exercise_slug}/submissions", response_class=HTMLResponse,
-             include_in_schema=False)
-def submit_form(request: Request, lesson: LessonDep, exercise: ExerciseDep, learner: LearnerDep,
-                session: SessionDep, code: Annotated[str, Form(pattern=TEXT_PATTERN)],
-                mode: Annotated[Mode, Form()] = Mode.SUBMIT):
+@router.post(
+    "/lessons/{slug}/exercises/{exercise_slug}/submissions",
+    response_class=HTMLResponse,
+    include_in_schema=False,
+)
+def submit_form(
+    request: Request,
+    lesson: LessonDep,
+    exercise: ExerciseDep,
+    learner: LearnerDep,
+    session: SessionDep,
+    code: Annotated[str, Form(pattern=TEXT_PATTERN)],
+    mode: Annotated[Mode, Form()] = Mode.SUBMIT,
+):
     try:
         _fair_use(request, session)
-        submission = service.enqueue(session, learner, exercise, code, mode=mode,
-                                     lang=request.state.lang, request_id=request.state.request_id,
-                                     client=client_ip(request))
+        submission = service.enqueue(
+            session,
+            learner,
+            exercise,
+            code,
+            mode=mode,
+            lang=request.state.lang,
+            request_id=request.state.request_id,
+            client=client_ip(request),
+        )
     except (service.AlreadyActive, Throttled) as e:
-        response = render(request, "_submission_status.html",
-                          {**_status_context(request, session, learner, None), "announce": True,
-                           "error": str(e) if isinstance(e, Throttled) else busy_message()},
-                          status_code=429)
+        response = render(
+            request,
+            "_submission_status.html",
+            {
+                **_status_context(request, session, learner, None),
+                "announce": True,
+                "error": str(e) if isinstance(e, Throttled) else busy_message(),
+            },
+            status_code=429,
+        )
         if isinstance(e, Throttled):
             response.headers["Retry-After"] = str(e.retry_after)
         return response
     if is_htmx(request):
         return _status(request, session, learner, submission, announce=True)
-    return RedirectResponse(request.url_for("submission_page", submission_id=submission.id),
-                            status_code=303)
+    return RedirectResponse(request.url_for("submission_page", submission_id=submission.id), status_code=303)
 
 
 @router.get("/submissions/{submission_id}", response_class=HTMLResponse, include_in_schema=False)
-def submission_page(request: Request, submission_id: SubmissionId, learner: LearnerDep, session: SessionDep,
-                    course: CourseDep):
+def submission_page(
+    request: Request, submission_id: SubmissionId, learner: LearnerDep, session: SessionDep, course: CourseDep
+):
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
         raise HTTPException(404)
     if is_htmx(request):
         # a poll: announce (and refresh the history) once, when the status has just become final
-        return _status(request, session, learner, submission,
-                       announce=Status(submission.status).final)
+        return _status(request, session, learner, submission, announce=Status(submission.status).final)
     exercise = course.exercise(submission.exercise)
-    return render(request, "submission.html", {
-        "course": course, "exercise": exercise,
-        "lesson": course.lesson(exercise.lesson) if exercise else None,
-        **_status_context(request, session, learner, submission),
-    })
+    return render(
+        request,
+        "submission.html",
+        {
+            "course": course,
+            "exercise": exercise,
+            "lesson": course.lesson(exercise.lesson) if exercise else None,
+            **_status_context(request, session, learner, submission),
+        },
+    )
 
 
 @router.post("/submissions/{submission_id}/cancel", response_class=HTMLResponse, include_in_schema=False)
@@ -132,21 +186,32 @@ def cancel_form(request: Request, submission_id: SubmissionId, learner: LearnerD
         return _status(request, session, learner, submission, announce=True)
     exercise = request.app.state.course.exercise(submission.exercise)
     if exercise is None:
-        return RedirectResponse(request.url_for("submission_page", submission_id=submission.id),
-                                status_code=303)
-    return RedirectResponse(request.url_for("exercise_page", slug=exercise.lesson,
-                                            exercise_slug=exercise.slug), status_code=303)
+        return RedirectResponse(
+            request.url_for("submission_page", submission_id=submission.id), status_code=303
+        )
+    return RedirectResponse(
+        request.url_for("exercise_page", slug=exercise.lesson, exercise_slug=exercise.slug), status_code=303
+    )
 
 
-def _status_context(request: Request, session: Session, learner: Learner,
-                    submission: Submission | None) -> dict[str, Any]:
+def _status_context(
+    request: Request, session: Session, learner: Learner, submission: Submission | None
+) -> dict[str, Any]:
     """The context of _submission_status.html: the status or verdict, the attempt's number for
     this learner and exercise, and after a pass the way on and the reference solution (also
     offered, with a warning, after several failed tries)."""
     context: dict[str, Any] = {
-        "submission": submission, "error": None, "announce": False, "history_oob": None,
-        "queue_position": None, "elapsed": None, "figures": [], "attempts": None, "place": None,
-        "solution": None, "failing_line": None,
+        "submission": submission,
+        "error": None,
+        "announce": False,
+        "history_oob": None,
+        "queue_position": None,
+        "elapsed": None,
+        "figures": [],
+        "attempts": None,
+        "place": None,
+        "solution": None,
+        "failing_line": None,
     }
     if submission is None:
         return context
@@ -156,20 +221,24 @@ def _status_context(request: Request, session: Session, learner: Learner,
     final = Status(submission.status).final
     context |= {
         "queue_position": service.queue_position(session, submission),
-        "elapsed": service.elapsed_seconds(submission), "attempts": attempts,
+        "elapsed": service.elapsed_seconds(submission),
+        "attempts": attempts,
         "figures": figures(verdict) if final else [],
         "failing_line": present.failing_line(verdict) if final else None,
         "place": present.place(request.app.state.course, exercise) if exercise else None,
     }
     graded = submission.mode == Mode.SUBMIT
-    if exercise and final and graded and (submission.status == Status.PASSED
-                                          or attempts.failures >= service.SHOW_SOLUTION_AFTER):
+    if (
+        exercise
+        and final
+        and graded
+        and (submission.status == Status.PASSED or attempts.failures >= service.SHOW_SOLUTION_AFTER)
+    ):
         context["solution"] = present.solution(exercise)
     return context
 
 
-def _status(request: Request, session: Session, learner: Learner, submission: Submission, *,
-            announce: bool):
+def _status(request: Request, session: Session, learner: Learner, submission: Submission, *, announce: bool):
     context = {**_status_context(request, session, learner, submission), "announce": announce}
     if announce and Status(submission.status).final and "/exercises/" in here(request):
         context["history_oob"] = service.history(session, learner, submission.exercise)
@@ -178,22 +247,49 @@ def _status(request: Request, session: Session, learner: Learner, submission: Su
 
 # ---------------------------------------------------------------- API
 
-@router.post("/api/lessons/{slug}/exercises/{exercise_slug}/submissions", status_code=202,
-             response_model=SubmissionCreated, tags=["submissions"],
-             responses={**documented(404, 429, s404="No such lesson or exercise", s429=(
-                 "`already_active`: the learner already has a submission queued or running; "
-                 "`throttled`: too many from this client address, see Retry-After")),
-                 202: {"description": "Queued", "links": {"ReadSubmission": {
-                     "operationId": "submission_api",
-                     "parameters": {"submission_id": "$response.body#/id"}}}}})
-def submit_api(request: Request, body: SubmissionIn, exercise: ExerciseDep, learner: LearnerDep,
-               session: SessionDep):
+
+@router.post(
+    "/api/lessons/{slug}/exercises/{exercise_slug}/submissions",
+    status_code=202,
+    response_model=SubmissionCreated,
+    tags=["submissions"],
+    responses={
+        **documented(
+            404,
+            429,
+            s404="No such lesson or exercise",
+            s429=(
+                "`already_active`: the learner already has a submission queued or running; "
+                "`throttled`: too many from this client address, see Retry-After"
+            ),
+        ),
+        202: {
+            "description": "Queued",
+            "links": {
+                "ReadSubmission": {
+                    "operationId": "submission_api",
+                    "parameters": {"submission_id": "$response.body#/id"},
+                }
+            },
+        },
+    },
+)
+def submit_api(
+    request: Request, body: SubmissionIn, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep
+):
     """Queue code for grading (`submit`) or for a plain run (`run`). Poll the submission for the verdict."""
     try:
         _fair_use(request, session)
-        submission = service.enqueue(session, learner, exercise, body.code, mode=Mode(body.mode),
-                                     lang=request.state.lang, request_id=request.state.request_id,
-                                     client=client_ip(request))
+        submission = service.enqueue(
+            session,
+            learner,
+            exercise,
+            body.code,
+            mode=Mode(body.mode),
+            lang=request.state.lang,
+            request_id=request.state.request_id,
+            client=client_ip(request),
+        )
     except service.AlreadyActive:
         raise ApiError(429, busy_message(), code="already_active") from None
     except Throttled as e:
@@ -201,15 +297,23 @@ def submit_api(request: Request, body: SubmissionIn, exercise: ExerciseDep, lear
     return SubmissionCreated(id=submission.id, status=Status(submission.status))
 
 
-@router.get("/api/submissions/{submission_id}", response_model=SubmissionOut, tags=["submissions"],
-            responses=documented(404, s404="No such submission, or not this learner's"))
+@router.get(
+    "/api/submissions/{submission_id}",
+    response_model=SubmissionOut,
+    tags=["submissions"],
+    responses=documented(404, s404="No such submission, or not this learner's"),
+)
 def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: SessionDep) -> SubmissionOut:
     """One of the learner's own submissions; anyone else's is 404."""
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
         raise HTTPException(404)
     verdict = present.verdict_of(submission)
-    return SubmissionOut(id=submission.id, exercise=submission.exercise, mode=Mode(submission.mode),
-                         status=Status(submission.status),
-                         verdict=Verdict.model_validate(verdict) if verdict else None,
-                         queue_position=service.queue_position(session, submission))
+    return SubmissionOut(
+        id=submission.id,
+        exercise=submission.exercise,
+        mode=Mode(submission.mode),
+        status=Status(submission.status),
+        verdict=Verdict.model_validate(verdict) if verdict else None,
+        queue_position=service.queue_position(session, submission),
+    )

@@ -13,7 +13,8 @@ SubmissionId = Annotated[int, Path(ge=1, le=MAX_ID, description="The id from `PO
 class SubmissionIn(BaseModel):
     code: str = Field(description="The learner's Python file, as text", pattern=TEXT_PATTERN)
     mode: Literal["submit", "run"] = Field(
-        default="submit", description="`submit` grades; `run` only runs the code on the exercise's data")
+        default="submit", description="`submit` grades; `run` only runs the code on the exercise's data"
+    )
 
 
 class SubmissionCreated(BaseModel):
@@ -27,5 +28,6 @@ class SubmissionOut(BaseModel):
     mode: Mode
     status: Status
     queue_position: int | None = Field(description="1 = next to be graded; null unless queued")
-    verdict: Verdict | None = Field(description="The verdict once final; null before, and for a "
-                                                "cancelled submission")
+    verdict: Verdict | None = Field(
+        description="The verdict once final; null before, and for a cancelled submission"
+    )

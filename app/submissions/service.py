@@ -18,13 +18,28 @@ class AlreadyActive(Exception):
     """The learner already has a submission queued or running."""
 
 
-def enqueue(session: Session, learner: Learner, exercise: Exercise, code: str, *, mode: Mode,
-            lang: str, request_id: str | None = None, client: str | None = None) -> Submission:
+def enqueue(
+    session: Session,
+    learner: Learner,
+    exercise: Exercise,
+    code: str,
+    *,
+    mode: Mode,
+    lang: str,
+    request_id: str | None = None,
+    client: str | None = None,
+) -> Submission:
     """Insert the submission; it is a job as soon as this transaction commits. ``client`` is the
     address it came from: the queue serves clients in turn."""
     submission = Submission(
-        **learner.owner, exercise=exercise.id, mode=mode, code=code, lang=lang,
-        status=Status.QUEUED, active_owner=_active_key(learner), request_id=request_id,
+        **learner.owner,
+        exercise=exercise.id,
+        mode=mode,
+        code=code,
+        lang=lang,
+        status=Status.QUEUED,
+        active_owner=_active_key(learner),
+        request_id=request_id,
         client=client,
     )
     try:
@@ -34,8 +49,9 @@ def enqueue(session: Session, learner: Learner, exercise: Exercise, code: str, *
         raise AlreadyActive from None
     drafts.save(session, learner, exercise.id, code)  # what was sent is the draft from now on
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_notify(:channel, :id)"),
-                        {"channel": NOTIFY_CHANNEL, "id": str(submission.id)})
+        session.execute(
+            text("SELECT pg_notify(:channel, :id)"), {"channel": NOTIFY_CHANNEL, "id": str(submission.id)}
+        )
     return submission
 
 
@@ -44,16 +60,21 @@ def _active_key(learner: Learner) -> str:
 
 
 def get_own(session: Session, learner: Learner, submission_id: int) -> Submission | None:
-    return session.scalar(select(Submission).where(Submission.id == submission_id,
-                                                   owned_by(Submission, learner)))
+    return session.scalar(
+        select(Submission).where(Submission.id == submission_id, owned_by(Submission, learner))
+    )
 
 
 def history(session: Session, learner: Learner, exercise_id: str, limit: int = 20) -> list[Submission]:
     """The learner's submissions for one exercise, newest first."""
-    return list(session.scalars(
-        select(Submission)
-        .where(owned_by(Submission, learner), Submission.exercise == exercise_id)
-        .order_by(Submission.id.desc()).limit(limit)))
+    return list(
+        session.scalars(
+            select(Submission)
+            .where(owned_by(Submission, learner), Submission.exercise == exercise_id)
+            .order_by(Submission.id.desc())
+            .limit(limit)
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -75,10 +96,13 @@ def attempts(session: Session, learner: Learner, exercise_id: str) -> Attempts:
     rows = session.execute(
         select(Submission.id, Submission.mode, Submission.status)
         .where(owned_by(Submission, learner), Submission.exercise == exercise_id)
-        .order_by(Submission.id)).all()
+        .order_by(Submission.id)
+    ).all()
     failed = (Status.FAILED, Status.ERROR, Status.TIMEOUT)
-    return Attempts({row.id: n for n, row in enumerate(rows, start=1)},
-                    sum(row.mode == Mode.SUBMIT and row.status in failed for row in rows))
+    return Attempts(
+        {row.id: n for n, row in enumerate(rows, start=1)},
+        sum(row.mode == Mode.SUBMIT and row.status in failed for row in rows),
+    )
 
 
 def cancel(session: Session, submission: Submission) -> None:
@@ -88,8 +112,14 @@ def cancel(session: Session, submission: Submission) -> None:
     session.execute(
         update(Submission)
         .where(Submission.id == submission.id, Submission.status.in_((Status.QUEUED, Status.RUNNING)))
-        .values(status=Status.CANCELLED, active_owner=None, finished_at=utcnow(), lease_owner=None,
-                lease_expires_at=None))
+        .values(
+            status=Status.CANCELLED,
+            active_owner=None,
+            finished_at=utcnow(),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    )
     session.refresh(submission)
 
 
@@ -104,6 +134,9 @@ def queue_position(session: Session, submission: Submission) -> int | None:
     """1 for the next job a worker will claim; None unless queued."""
     if submission.status != Status.QUEUED:
         return None
-    ahead = session.scalar(select(func.count()).select_from(Submission).where(
-        Submission.status == Status.QUEUED, Submission.id < submission.id))
+    ahead = session.scalar(
+        select(func.count())
+        .select_from(Submission)
+        .where(Submission.status == Status.QUEUED, Submission.id < submission.id)
+    )
     return (ahead or 0) + 1

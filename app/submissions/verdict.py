@@ -64,9 +64,14 @@ def check_record(name: str, passed: bool, message: str, values: dict[str, Any]) 
     return out
 
 
-def record(exercise: str, status: VerdictStatus, checks: Iterable[CheckRecord] = (),
-           diagnosis: tuple[str, dict[str, Any]] | None = None, metrics: dict[str, Any] | None = None,
-           output: str = "") -> Record:
+def record(
+    exercise: str,
+    status: VerdictStatus,
+    checks: Iterable[CheckRecord] = (),
+    diagnosis: tuple[str, dict[str, Any]] | None = None,
+    metrics: dict[str, Any] | None = None,
+    output: str = "",
+) -> Record:
     return {
         "version": RECORD_VERSION,
         "exercise": exercise,
@@ -153,8 +158,9 @@ class Metrics(BaseModel):
     check_ms: float | None = None
     optimizer_steps: int | None = None
     reference_optimizer_steps: int | None = None
-    update_ratio: float | None = Field(default=None, description="Learner's update ÷ the reference's "
-                                                                 "(median over steps)")
+    update_ratio: float | None = Field(
+        default=None, description="Learner's update ÷ the reference's (median over steps)"
+    )
     peak_activation_bytes: int | None = None
     reference_peak_activation_bytes: int | None = None
 
@@ -164,21 +170,25 @@ class Verdict(BaseModel):
 
     version: Literal[1]
     exercise: str = Field(examples=["gradient-accumulation/accumulate"])
-    status: VerdictStatus = Field(description="`failed`: ran, wrong; `error`: did not run; "
-                                              "`rejected`: bad input (too large, not text)")
+    status: VerdictStatus = Field(
+        description="`failed`: ran, wrong; `error`: did not run; `rejected`: bad input (too large, not text)"
+    )
     diagnosis: Diagnosis | None = Field(description="null when passed or when no known mistake matches")
     checks: list[CheckResult]
     metrics: Metrics
     output: str = Field(description="The learner's stdout and stderr, capped")
-    reason: Reason | None = Field(default=None, description="Set when grading failed for a reason of "
-                                                            "ours, e.g. `worker-trouble`")
+    reason: Reason | None = Field(
+        default=None, description="Set when grading failed for a reason of ours, e.g. `worker-trouble`"
+    )
     mode: Literal["run"] | None = Field(default=None, description="`run`: run and measured, not graded")
 
 
 def _render_check(check: CheckRecord, lang: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": text(f"check.{check['name']}.name", lang),
-                           "status": "passed" if check["passed"] else "failed",
-                           "message": render_text(check["message"], lang, decode(check["values"]))}
+    out: dict[str, Any] = {
+        "name": text(f"check.{check['name']}.name", lang),
+        "status": "passed" if check["passed"] else "failed",
+        "message": render_text(check["message"], lang, decode(check["values"])),
+    }
     if "line" in check:
         out["line"] = check["line"]
     return out
@@ -194,11 +204,15 @@ def render(stored: Mapping[str, Any], lang: str) -> dict[str, Any]:
         "version": VERDICT_VERSION,
         "exercise": stored["exercise"],
         "status": stored["status"],
-        "diagnosis": None if diagnosis is None else {
+        "diagnosis": None
+        if diagnosis is None
+        else {
             "id": diagnosis["id"],
             "title": text(f"diagnosis.{diagnosis['id']}.title", lang),
-            "explanation": render_text(f"diagnosis.{diagnosis['id']}.explanation", lang,
-                                       decode(diagnosis["values"]))},
+            "explanation": render_text(
+                f"diagnosis.{diagnosis['id']}.explanation", lang, decode(diagnosis["values"])
+            ),
+        },
         "checks": [_render_check(c, lang) for c in stored.get("checks", [])],
         "metrics": stored.get("metrics") or {},
         "output": stored.get("output", ""),

@@ -42,8 +42,9 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["user_id"], ["users.id"], name=op.f("fk_user_sessions_user_id_users"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_user_sessions_user_id_users"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_user_sessions")),
         sa.UniqueConstraint("token_hash", name=op.f("uq_user_sessions_token_hash")),
     )
@@ -63,16 +64,18 @@ def upgrade() -> None:
         sa.Column("lesson", sa.String(length=80), nullable=False),
         sa.Column("card", sa.Integer(), nullable=False),
         sa.Column("reached_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["user_id"], ["users.id"], name=op.f("fk_cards_reached_user_id_users"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_cards_reached_user_id_users"), ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_cards_reached")),
     )
     op.create_index(op.f("ix_cards_reached_user_id"), "cards_reached", ["user_id"])
     op.create_index(op.f("ix_cards_reached_visitor_id"), "cards_reached", ["visitor_id"])
     with op.batch_alter_table("quiz_attempts") as batch:
         batch.add_column(sa.Column("user_id", sa.Integer(), nullable=True))
-        batch.create_foreign_key(op.f("fk_quiz_attempts_user_id_users"), "users", ["user_id"], ["id"],
-                                 ondelete="CASCADE")
+        batch.create_foreign_key(
+            op.f("fk_quiz_attempts_user_id_users"), "users", ["user_id"], ["id"], ondelete="CASCADE"
+        )
         batch.create_index(op.f("ix_quiz_attempts_user_id"), ["user_id"])
 
 

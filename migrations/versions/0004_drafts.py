@@ -24,8 +24,9 @@ def upgrade() -> None:
         sa.Column("code", sa.Text(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_drafts")),
-        sa.ForeignKeyConstraint(["user_id"], ["users.id"], name=op.f("fk_drafts_user_id_users"),
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_id"], ["users.id"], name=op.f("fk_drafts_user_id_users"), ondelete="CASCADE"
+        ),
     )
     op.create_index(op.f("ix_drafts_exercise"), "drafts", ["exercise"])
     op.create_index(op.f("ix_drafts_user_id"), "drafts", ["user_id"])

@@ -20,8 +20,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("client", sa.String(length=80), nullable=True))
     op.create_index("ix_submissions_client_started_at", "submissions", ["client", "started_at"])
     with op.batch_alter_table("worker_beats") as batch:
-        batch.add_column(sa.Column("limits", sa.String(length=16), nullable=False,
-                                   server_default="cgroup"))
+        batch.add_column(sa.Column("limits", sa.String(length=16), nullable=False, server_default="cgroup"))
 
 
 def downgrade() -> None:

@@ -58,14 +58,15 @@ def test_a_reset_link_by_mail_works_once_and_signs_every_device_out(client, app,
         assert "Forgot your password?" in html(client.get("/sign-in")).get_text()
         page = html(_ask(client, "Ana@Example.com "))
         assert "a link to choose a new password is on its way" in page.select_one(".notice").get_text()
-        (to, subject, body), = outbox.sent
+        ((to, subject, body),) = outbox.sent
         assert to == "ana@example.com" and "within an hour" in body
         link = outbox.link()
         form = html(client.get(link)).select_one("form[action='/reset-password']")
         assert form.select_one("input[name=token]")["value"] in link
         token = form.select_one("input[name=token]")["value"]
-        response = client.post("/reset-password", data={"token": token, "password": NEW_PASSWORD},
-                               follow_redirects=False)
+        response = client.post(
+            "/reset-password", data={"token": token, "password": NEW_PASSWORD}, follow_redirects=False
+        )
         assert response.status_code == 303 and response.headers["location"] == "/sign-in?reset=1"
         assert "Sign in with the new one" in html(client.get("/sign-in?reset=1")).get_text()
         assert laptop.get("/account", follow_redirects=False).status_code == 303, "signed out"
@@ -73,8 +74,12 @@ def test_a_reset_link_by_mail_works_once_and_signs_every_device_out(client, app,
     assert html(client.get("/account")).select_one("h1").get_text() == "Your account"
     again = client.get(link)
     assert again.status_code == 400 and "used already" in html(again).get_text(), "works once"
-    assert client.post("/reset-password", data={"token": link.split("token=")[1],
-                                                "password": "another four words here"}).status_code == 400
+    assert (
+        client.post(
+            "/reset-password", data={"token": link.split("token=")[1], "password": "another four words here"}
+        ).status_code
+        == 400
+    )
 
 
 def test_an_unknown_address_gets_the_same_answer_and_no_mail(client, outbox):
@@ -139,10 +144,17 @@ def smtp_sink():
 
 def test_the_smtp_sender_delivers_to_a_real_smtp_server(smtp_sink, sqlite_url):
     port, sink = smtp_sink
-    settings = Settings(database_url=sqlite_url, lessons_dir=LESSONS, smtp_host="127.0.0.1", smtp_port=port,
-                        smtp_tls="none", smtp_from="treino <noreply@example.org>", _env_file=None)
+    settings = Settings(
+        database_url=sqlite_url,
+        lessons_dir=LESSONS,
+        smtp_host="127.0.0.1",
+        smtp_port=port,
+        smtp_tls="none",
+        smtp_from="treino <noreply@example.org>",
+        _env_file=None,
+    )
     SmtpMailer(settings).send("ana@example.com", "Your treino password", "Open this link: http://x/y")
-    envelope, = sink.messages
+    (envelope,) = sink.messages
     assert envelope.rcpt_tos == ["ana@example.com"]
     assert envelope.mail_from == "noreply@example.org"
     assert b"Subject: Your treino password" in envelope.content
@@ -167,8 +179,12 @@ def test_the_operator_prints_a_link_without_mail(client, app, monkeypatch, capsy
     token = out.split("token=")[1]
     client.post("/sign-out")
     arm_csrf(client)
-    assert client.post("/reset-password", data={"token": token, "password": NEW_PASSWORD},
-                       follow_redirects=False).status_code == 303
+    assert (
+        client.post(
+            "/reset-password", data={"token": token, "password": NEW_PASSWORD}, follow_redirects=False
+        ).status_code
+        == 303
+    )
     sign_in(client, "dee@example.com", NEW_PASSWORD)
 
 
@@ -191,8 +207,12 @@ def test_export_holds_my_rows_and_nobody_elses(client, app):
     assert data["account"]["email"] == "eve@example.com"
     assert [s["code"] for s in data["submissions"]] == ["print('mine')"]
     assert [(c["lesson"], c["card"]) for c in data["cards_reached"]] == [("gradient-accumulation", 0)]
-    assert all("visitor_id" not in row and "user_id" not in row
-               for rows in data.values() if isinstance(rows, list) for row in rows)
+    assert all(
+        "visitor_id" not in row and "user_id" not in row
+        for rows in data.values()
+        if isinstance(rows, list)
+        for row in rows
+    )
     assert client.post("/sign-out").status_code in (200, 303)
     assert client.get("/account/export", follow_redirects=False).status_code == 303, "signed in only"
 
@@ -215,9 +235,14 @@ def test_deleting_the_account_asks_the_password_and_leaves_nothing(client, app):
     with app.state.sessionmaker() as session:
         assert session.scalars(select(User.email)).all() == ["hal@example.com"]
         for model in (Submission, CardReached, QuizAttempt, Draft):
-            owners = session.scalars(select(func.count()).select_from(model)
-                                     .where(model.user_id.is_not(None))).one()
+            owners = session.scalars(
+                select(func.count()).select_from(model).where(model.user_id.is_not(None))
+            ).one()
             assert owners == (1 if model in (Submission, CardReached, Draft) else 0), model
         assert session.scalar(select(func.count()).select_from(AuthSession)) >= 1  # hal's
-    assert client.post("/sign-in", data={"email": "gus@example.com", "password": PASSWORD},
-                       follow_redirects=False).status_code == 400
+    assert (
+        client.post(
+            "/sign-in", data={"email": "gus@example.com", "password": PASSWORD}, follow_redirects=False
+        ).status_code
+        == 400
+    )

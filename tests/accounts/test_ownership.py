@@ -22,8 +22,9 @@ def _do_things(client: TestClient, course, slug: str = "bottleneck") -> None:
     lesson = course.lesson(slug)
     client.post(f"/lessons/{slug}/cards/2", headers=HTMX)
     question = lesson.questions[0]
-    client.post(f"/lessons/{slug}/quiz/{question.id}", data={"option": question.correct_option.id},
-                headers=HTMX)
+    client.post(
+        f"/lessons/{slug}/quiz/{question.id}", data={"option": question.correct_option.id}, headers=HTMX
+    )
 
 
 def test_sign_up_adopts_everything_done_anonymously(db_client, db_app):
@@ -59,13 +60,21 @@ def test_owned_by_separates_accounts_visitors_and_adopted_rows(db_app):
         bea = User(email="bea@example.com", password_hash="x")
         db.add_all([ana, bea])
         db.flush()
-        for owner in ({"user_id": ana.id, "visitor_id": "v1"}, {"user_id": None, "visitor_id": "v1"},
-                      {"user_id": None, "visitor_id": "v2"}, {"user_id": bea.id, "visitor_id": "v2"}):
+        for owner in (
+            {"user_id": ana.id, "visitor_id": "v1"},
+            {"user_id": None, "visitor_id": "v1"},
+            {"user_id": None, "visitor_id": "v2"},
+            {"user_id": bea.id, "visitor_id": "v2"},
+        ):
             db.add(CardReached(**owner, lesson="bottleneck", card=0))
     with db_app.state.sessionmaker() as db:
+
         def mine(learner):
-            return sorted((r.user_id, r.visitor_id) for r in db.scalars(
-                select(CardReached).where(owned_by(CardReached, learner))))
+            return sorted(
+                (r.user_id, r.visitor_id)
+                for r in db.scalars(select(CardReached).where(owned_by(CardReached, learner)))
+            )
+
         assert mine(Learner("v1", ana)) == [(ana.id, "v1")]
         assert mine(Learner("v1")) == [(None, "v1")], "the account's rows stay hidden after sign-out"
         assert mine(Learner("v2")) == [(None, "v2")]
@@ -79,4 +88,8 @@ def test_owned_by_separates_accounts_visitors_and_adopted_rows(db_app):
 
 def test_adoption_export_and_deletion_cover_every_table_of_a_learners_rows(app):
     assert [table.name for table in owned_tables()] == [
-        "cards_reached", "drafts", "quiz_attempts", "submissions"]
+        "cards_reached",
+        "drafts",
+        "quiz_attempts",
+        "submissions",
+    ]

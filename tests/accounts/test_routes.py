@@ -31,11 +31,14 @@ def _api_client(app) -> TestClient:
 
 # ---------------------------------------------------------------- pages
 
+
 def test_header_offers_sign_in_and_up_then_shows_the_account(client):
     nav = html(client.get("/lessons/bottleneck")).select_one("header nav.account-nav")
     links = {a.get_text(strip=True): a["href"] for a in nav.select("a")}
-    assert links == {"Sign in": "/sign-in?next=%2Flessons%2Fbottleneck",
-                     "Sign up": "/sign-up?next=%2Flessons%2Fbottleneck"}
+    assert links == {
+        "Sign in": "/sign-in?next=%2Flessons%2Fbottleneck",
+        "Sign up": "/sign-up?next=%2Flessons%2Fbottleneck",
+    }
     sign_up(client, "ana@example.com")
     nav = html(client.get("/")).select_one("header nav.account-nav")
     assert nav.select_one("a.account-email").get_text(strip=True) == "ana@example.com"
@@ -63,9 +66,11 @@ def test_sign_up_signs_in_and_returns_to_next(client, app):
     assert response.headers["location"] == "/"
     response = client.post("/sign-out", follow_redirects=False)
     arm_csrf(client)
-    response = client.post("/sign-in", data={"email": "ana@example.com", "password": PASSWORD,
-                                              "next": "/lessons/bottleneck?lang=en"},
-                           follow_redirects=False)
+    response = client.post(
+        "/sign-in",
+        data={"email": "ana@example.com", "password": PASSWORD, "next": "/lessons/bottleneck?lang=en"},
+        follow_redirects=False,
+    )
     assert response.headers["location"] == "/lessons/bottleneck?lang=en"
     with _db(app) as db:
         assert db.scalars(select(User.email)).all() == ["ana@example.com"]
@@ -86,8 +91,9 @@ def test_sign_out_ends_the_session_at_the_server(client, app):
     assert response.headers["location"].startswith("/sign-in?")
 
 
-@pytest.mark.parametrize(("lang", "message"), [
-    ("en", "Wrong e-mail or password."), ("pt-BR", "E-mail ou senha incorretos.")])
+@pytest.mark.parametrize(
+    ("lang", "message"), [("en", "Wrong e-mail or password."), ("pt-BR", "E-mail ou senha incorretos.")]
+)
 def test_sign_in_does_not_reveal_whether_an_address_is_registered(client, lang, message):
     sign_up(client, "ana@example.com")
     client.post("/sign-out")
@@ -95,27 +101,49 @@ def test_sign_in_does_not_reveal_whether_an_address_is_registered(client, lang, 
     arm_csrf(client)
     answers = []
     for email in ("ana@example.com", "nobody@example.com"):
-        response = client.post("/sign-in", params={"lang": lang},
-                               data={"email": email, "password": "not the password at all"})
+        response = client.post(
+            "/sign-in", params={"lang": lang}, data={"email": email, "password": "not the password at all"}
+        )
         page = html(response)
-        answers.append((response.status_code, page.select_one(".form-error").get_text(strip=True),
-                        page.select_one("input[name=email]")["value"]))
+        answers.append(
+            (
+                response.status_code,
+                page.select_one(".form-error").get_text(strip=True),
+                page.select_one("input[name=email]")["value"],
+            )
+        )
     assert answers == [(400, message, "ana@example.com"), (400, message, "nobody@example.com")]
 
 
-@pytest.mark.parametrize(("lang", "password", "message"), [
-    ("en", "short", "Use at least 8 characters."),
-    ("pt-BR", "short", "Use pelo menos 8 caracteres."),
-    ("en", "password1", "This password is too common or too easy to guess. A few unrelated words "
-                        "make a strong one that is easy to remember."),
-    ("en", "Sunshine1", "This password is too common or too easy to guess. A few unrelated words "
-                        "make a strong one that is easy to remember."),
-    ("en", "ana@example.com", "This password is too common or too easy to guess. A few unrelated "
-                              "words make a strong one that is easy to remember."),
-])
+@pytest.mark.parametrize(
+    ("lang", "password", "message"),
+    [
+        ("en", "short", "Use at least 8 characters."),
+        ("pt-BR", "short", "Use pelo menos 8 caracteres."),
+        (
+            "en",
+            "password1",
+            "This password is too common or too easy to guess. A few unrelated words "
+            "make a strong one that is easy to remember.",
+        ),
+        (
+            "en",
+            "Sunshine1",
+            "This password is too common or too easy to guess. A few unrelated words "
+            "make a strong one that is easy to remember.",
+        ),
+        (
+            "en",
+            "ana@example.com",
+            "This password is too common or too easy to guess. A few unrelated "
+            "words make a strong one that is easy to remember.",
+        ),
+    ],
+)
 def test_weak_or_common_passwords_are_refused(client, app, lang, password, message):
-    response = client.post("/sign-up", params={"lang": lang},
-                           data={"email": "ana@example.com", "password": password})
+    response = client.post(
+        "/sign-up", params={"lang": lang}, data={"email": "ana@example.com", "password": password}
+    )
     assert response.status_code == 422
     page = html(response)
     field = page.select_one("input[name=password]")
@@ -126,13 +154,15 @@ def test_weak_or_common_passwords_are_refused(client, app, lang, password, messa
         assert db.scalars(select(User)).all() == []
 
 
-@pytest.mark.parametrize("email", ["", "ana", "ana@", "@example.com", "ana@example", "a b@example.com",
-                                   "x" * 250 + "@example.com"])
+@pytest.mark.parametrize(
+    "email", ["", "ana", "ana@", "@example.com", "ana@example", "a b@example.com", "x" * 250 + "@example.com"]
+)
 def test_an_invalid_address_is_refused(client, email):
     response = client.post("/sign-up", data={"email": email, "password": PASSWORD})
     assert response.status_code == 422
     assert html(response).select_one("#email-error").get_text(strip=True) == (
-        "Enter a valid e-mail address, like name@example.com.")
+        "Enter a valid e-mail address, like name@example.com."
+    )
 
 
 def test_a_malformed_form_is_a_clear_4xx(client):
@@ -148,14 +178,26 @@ def test_a_duplicate_address_gets_a_clear_message(client):
     response = client.post("/sign-up", data={"email": "ANA@example.com", "password": PASSWORD + "!"})
     assert response.status_code == 422
     assert html(response).select_one("#email-error").get_text(strip=True) == (
-        "This e-mail address cannot be used for a new account. If it is yours, sign in instead.")
+        "This e-mail address cannot be used for a new account. If it is yours, sign in instead."
+    )
 
 
-@pytest.mark.parametrize("next_url", ["https://evil.example/", "//evil.example/x", "/\\evil.example",
-                                      "javascript:alert(1)", "http:/evil.example"])
+@pytest.mark.parametrize(
+    "next_url",
+    [
+        "https://evil.example/",
+        "//evil.example/x",
+        "/\\evil.example",
+        "javascript:alert(1)",
+        "http:/evil.example",
+    ],
+)
 def test_next_never_leads_to_another_site(client, next_url):
-    response = client.post("/sign-up", data={"email": "ana@example.com", "password": PASSWORD,
-                                             "next": next_url}, follow_redirects=False)
+    response = client.post(
+        "/sign-up",
+        data={"email": "ana@example.com", "password": PASSWORD, "next": next_url},
+        follow_redirects=False,
+    )
     assert response.headers["location"] == "/"
 
 
@@ -175,20 +217,26 @@ def test_account_page_needs_a_sign_in_and_comes_back(client):
     form = page.select_one("main form")
     fields = form.select("input:not([type=hidden])")
     assert [(f["name"], f["autocomplete"]) for f in fields] == [
-        ("current_password", "current-password"), ("new_password", "new-password")]
+        ("current_password", "current-password"),
+        ("new_password", "new-password"),
+    ]
 
 
 # ---------------------------------------------------------------- sessions end
+
 
 def _age_sessions(app, **values) -> None:
     with _db(app) as db, db.begin():
         db.execute(update(AuthSession).values(**values))
 
 
-@pytest.mark.parametrize("values", [
-    {"expires_at": utcnow() - timedelta(minutes=1)},            # past its lifetime
-    {"last_seen_at": utcnow() - timedelta(days=31)},             # idle too long
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"expires_at": utcnow() - timedelta(minutes=1)},  # past its lifetime
+        {"last_seen_at": utcnow() - timedelta(days=31)},  # idle too long
+    ],
+)
 def test_an_expired_session_goes_to_sign_in_and_back(client, app, values):
     sign_up(client, "ana@example.com")
     _age_sessions(app, **values)
@@ -200,12 +248,15 @@ def test_an_expired_session_goes_to_sign_in_and_back(client, app, values):
     assert "treino_session" not in client.cookies, "the dead cookie is cleared"
     page = html(client.get(response.headers["location"]))
     assert page.select_one(".notice").get_text(strip=True) == (
-        "Your session has ended. Sign in again to continue where you left off.")
+        "Your session has ended. Sign in again to continue where you left off."
+    )
     assert page.select_one("input[name=next]")["value"] == "/lessons/bottleneck?lang=en"
     arm_csrf(client)
-    response = client.post("/sign-in", data={"email": "ana@example.com", "password": PASSWORD,
-                                              "next": "/lessons/bottleneck?lang=en"},
-                           follow_redirects=False)
+    response = client.post(
+        "/sign-in",
+        data={"email": "ana@example.com", "password": PASSWORD, "next": "/lessons/bottleneck?lang=en"},
+        follow_redirects=False,
+    )
     assert response.headers["location"] == "/lessons/bottleneck?lang=en"
 
 
@@ -213,8 +264,11 @@ def test_an_expired_session_in_an_htmx_request_moves_the_whole_page(client, app,
     sign_up(client, "ana@example.com")
     _age_sessions(app, expires_at=utcnow() - timedelta(minutes=1))
     question = course.lesson("bottleneck").questions[0]
-    response = client.post(f"/lessons/bottleneck/quiz/{question.id}", data={"option": "x"},
-                           headers={**HTMX, "HX-Current-URL": "http://testserver/lessons/bottleneck"})
+    response = client.post(
+        f"/lessons/bottleneck/quiz/{question.id}",
+        data={"option": "x"},
+        headers={**HTMX, "HX-Current-URL": "http://testserver/lessons/bottleneck"},
+    )
     assert response.status_code == 204
     assert response.headers["HX-Redirect"] == "/sign-in?next=%2Flessons%2Fbottleneck&expired=1"
 
@@ -225,26 +279,40 @@ def test_password_change_ends_every_other_session_and_token(client, app):
         arm_csrf(other)
         sign_in(other, "ana@example.com")
         token = _token(api, "ana@example.com")
-        response = client.post("/account/password", data={"current_password": PASSWORD,
-                                                          "new_password": "a brand new passphrase"},
-                               follow_redirects=False)
+        response = client.post(
+            "/account/password",
+            data={"current_password": PASSWORD, "new_password": "a brand new passphrase"},
+            follow_redirects=False,
+        )
         assert response.headers["location"] == "/account?changed=1"
         assert html(client.get("/account?changed=1")).select_one(".notice").get_text(strip=True) == (
-            "Your password was changed. Every other device was signed out.")
+            "Your password was changed. Every other device was signed out."
+        )
         assert other.get("/account", follow_redirects=False).headers["location"].startswith("/sign-in")
         assert api.get("/api/account", headers={"Authorization": f"Bearer {token}"}).status_code == 401
-        assert api.post("/api/tokens", json={"email": "ana@example.com", "password": PASSWORD}
-                        ).status_code == 401
+        assert (
+            api.post("/api/tokens", json={"email": "ana@example.com", "password": PASSWORD}).status_code
+            == 401
+        )
         _token(api, "ana@example.com", "a brand new passphrase")
 
 
-@pytest.mark.parametrize(("data", "field", "message"), [
-    ({"current_password": "wrong one here", "new_password": "a brand new passphrase"},
-     "current_password", "The current password is not right."),
-    ({"current_password": PASSWORD, "new_password": "iloveyou2"},
-     "new_password", "This password is too common or too easy to guess. A few unrelated words make "
-                     "a strong one that is easy to remember."),
-])
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        (
+            {"current_password": "wrong one here", "new_password": "a brand new passphrase"},
+            "current_password",
+            "The current password is not right.",
+        ),
+        (
+            {"current_password": PASSWORD, "new_password": "iloveyou2"},
+            "new_password",
+            "This password is too common or too easy to guess. A few unrelated words make "
+            "a strong one that is easy to remember.",
+        ),
+    ],
+)
 def test_password_change_refusals_name_the_field(client, data, field, message):
     sign_up(client, "ana@example.com")
     response = client.post("/account/password", data=data)
@@ -253,6 +321,7 @@ def test_password_change_refusals_name_the_field(client, data, field, message):
 
 
 # ---------------------------------------------------------------- the API
+
 
 def test_api_accounts_tokens_and_revocation(app):
     with _api_client(app) as api:
@@ -266,9 +335,11 @@ def test_api_accounts_tokens_and_revocation(app):
         response = api.get("/api/account", headers=bearer)
         assert response.status_code == 401
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
-        assert response.json() == {"code": "token_invalid", "detail": None,
-                                   "message": "Your session has ended or the token was revoked. "
-                                              "Sign in again."}
+        assert response.json() == {
+            "code": "token_invalid",
+            "detail": None,
+            "message": "Your session has ended or the token was revoked. Sign in again.",
+        }
         assert api.get("/api/progress", headers=bearer).status_code == 401
         assert api.delete("/api/tokens", headers=bearer).status_code == 401
 
@@ -280,15 +351,22 @@ def test_api_without_a_token_is_401_where_an_account_is_needed(app):
         assert api.get("/api/account", headers={"Authorization": "Bearer made-up"}).status_code == 401
 
 
-@pytest.mark.parametrize(("lang", "body", "status", "detail"), [
-    ("en", {"email": "ana@example.com"}, 422, "password: this is required."),
-    ("pt-BR", {"email": "ana@example.com"}, 422, "password: é obrigatório."),
-    ("en", {"email": 3, "password": PASSWORD}, 422, "email: this has the wrong type."),
-    ("en", [], 422, "this has the wrong type."),
-    ("en", {"email": "ana@example.com", "password": "short"}, 422, "Use at least 8 characters."),
-    ("pt-BR", {"email": "nope", "password": PASSWORD}, 422,
-     "Digite um endereço de e-mail válido, como nome@exemplo.com."),
-])
+@pytest.mark.parametrize(
+    ("lang", "body", "status", "detail"),
+    [
+        ("en", {"email": "ana@example.com"}, 422, "password: this is required."),
+        ("pt-BR", {"email": "ana@example.com"}, 422, "password: é obrigatório."),
+        ("en", {"email": 3, "password": PASSWORD}, 422, "email: this has the wrong type."),
+        ("en", [], 422, "this has the wrong type."),
+        ("en", {"email": "ana@example.com", "password": "short"}, 422, "Use at least 8 characters."),
+        (
+            "pt-BR",
+            {"email": "nope", "password": PASSWORD},
+            422,
+            "Digite um endereço de e-mail válido, como nome@exemplo.com.",
+        ),
+    ],
+)
 def test_api_bad_input_is_a_json_4xx_in_the_learners_language(app, lang, body, status, detail):
     with _api_client(app) as api:
         response = api.post("/api/accounts", params={"lang": lang}, json=body)
@@ -300,7 +378,9 @@ def test_api_malformed_json_and_duplicates(app):
     with _api_client(app) as api:
         response = api.post("/api/tokens", content=b"{nope", headers={"Content-Type": "application/json"})
         assert (response.status_code, response.json()["message"]) == (
-            422, "The request body is not valid JSON.")
+            422,
+            "The request body is not valid JSON.",
+        )
         api.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
         response = api.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
         assert response.status_code == 409
@@ -308,11 +388,14 @@ def test_api_malformed_json_and_duplicates(app):
         assert "cannot be used" in response.json()["message"]
         for email in ("ana@example.com", "nobody@example.com"):
             response = api.post("/api/tokens", json={"email": email, "password": "wrong password"})
-            assert (response.status_code, response.json()) == (401, {
-                "code": "wrong_credentials", "message": "Wrong e-mail or password.", "detail": None})
+            assert (response.status_code, response.json()) == (
+                401,
+                {"code": "wrong_credentials", "message": "Wrong e-mail or password.", "detail": None},
+            )
 
 
 # ---------------------------------------------------------------- secrets at rest, language
+
 
 def test_no_password_or_token_is_stored_in_plain_text(db_client, db_app):
     sign_up(db_client, "ana@example.com")

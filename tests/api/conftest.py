@@ -54,8 +54,9 @@ def tutor(tmp_path_factory, _sqlite_template: Path, _course) -> Iterator[Tutor]:
     settings = Settings(database_url=f"sqlite:///{db}", lessons_dir=LESSONS, _env_file=None)
     app = create_app(settings, course=_course)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     serving = threading.Thread(target=server.run, daemon=True)
     serving.start()
     url = f"http://127.0.0.1:{port}"

@@ -19,8 +19,18 @@ NOT_TEXT = "this contains a character that is not text (a NUL or a lone surrogat
 TOO_LARGE = "this number is too large."
 JSON = {"Content-Type": "application/json"}
 # Every text field any route reads, sent to every route.
-FIELDS = ("code", "mode", "email", "password", "option", "current_password", "new_password", "next",
-          "confirm", "token")
+FIELDS = (
+    "code",
+    "mode",
+    "email",
+    "password",
+    "option",
+    "current_password",
+    "new_password",
+    "next",
+    "confirm",
+    "token",
+)
 
 
 @pytest.fixture
@@ -33,14 +43,21 @@ def _json(**fields: bytes) -> bytes:
     return b"{" + b", ".join(b'"%s": %s' % (k.encode(), v) for k, v in fields.items()) + b"}"
 
 
-@pytest.mark.parametrize(("url", "body", "field"), [
-    ("/api/accounts", _json(email=b'"a\\ud800@example.com"', password=b'"%s"' % PASSWORD.encode()), "email"),
-    ("/api/accounts", _json(email=b'"ana@example.com"', password=b'"correct\\u0000horse"'), "password"),
-    ("/api/tokens", _json(email=SURROGATE, password=b'"x"'), "email"),
-    ("/api/tokens", _json(email=b'"ana@example.com"', password=b'"\\u0000"'), "password"),
-    (API_SUBMIT, _json(code=SURROGATE), "code"),
-    (API_SUBMIT, _json(code=b'"x = 1\\u0000"'), "code"),
-])
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        (
+            "/api/accounts",
+            _json(email=b'"a\\ud800@example.com"', password=b'"%s"' % PASSWORD.encode()),
+            "email",
+        ),
+        ("/api/accounts", _json(email=b'"ana@example.com"', password=b'"correct\\u0000horse"'), "password"),
+        ("/api/tokens", _json(email=SURROGATE, password=b'"x"'), "email"),
+        ("/api/tokens", _json(email=b'"ana@example.com"', password=b'"\\u0000"'), "password"),
+        (API_SUBMIT, _json(code=SURROGATE), "code"),
+        (API_SUBMIT, _json(code=b'"x = 1\\u0000"'), "code"),
+    ],
+)
 def test_api_text_that_cannot_be_stored_is_a_422_naming_the_field(learner, url, body, field):
     response = learner.post(url, content=body, headers=JSON)
     assert response.status_code == 422, response.text
@@ -49,8 +66,10 @@ def test_api_text_that_cannot_be_stored_is_a_422_naming_the_field(learner, url, 
     assert [(d["loc"], d["message"]) for d in error["detail"]] == [(["body", field], f"{field}: {NOT_TEXT}")]
 
 
-@pytest.mark.parametrize(("submission_id", "status"), [
-    (2**64, 422), (2**63, 422), (MAX_ID + 1, 422), (10**40, 422), (0, 422), (-1, 422), (MAX_ID, 404)])
+@pytest.mark.parametrize(
+    ("submission_id", "status"),
+    [(2**64, 422), (2**63, 422), (MAX_ID + 1, 422), (10**40, 422), (0, 422), (-1, 422), (MAX_ID, 404)],
+)
 def test_api_ids_out_of_range_are_422_and_the_largest_is_an_honest_404(learner, submission_id, status):
     response = learner.get(f"/api/submissions/{submission_id}")
     assert response.status_code == status, response.text
@@ -64,8 +83,9 @@ def test_page_forms_refuse_a_nul_and_say_nothing_was_stored(learner):
     lead = html(response).select_one("main .lead").get_text(strip=True)
     assert lead == f"code: {NOT_TEXT} Nothing you sent was stored."
     assert learner.get(f"{DRAFT}").status_code == 404, "not even as a draft"
-    response = learner.post("/account/password", data={"current_password": PASSWORD,
-                                                       "new_password": "new\x00password words"})
+    response = learner.post(
+        "/account/password", data={"current_password": PASSWORD, "new_password": "new\x00password words"}
+    )
     assert response.status_code == 422 and "Nothing you sent was stored." in response.text
     for url in ("/sign-in", "/sign-up"):
         response = learner.post(url, data={"email": "ana\x00@example.com", "password": PASSWORD})
@@ -73,8 +93,11 @@ def test_page_forms_refuse_a_nul_and_say_nothing_was_stored(learner):
 
 
 def test_page_ids_out_of_range_are_a_4xx_page(learner):
-    for method, url in (("GET", f"/submissions/{2**64}"), ("POST", f"/submissions/{2**64}/cancel"),
-                        ("POST", f"/lessons/bottleneck/cards/{2**64}")):
+    for method, url in (
+        ("GET", f"/submissions/{2**64}"),
+        ("POST", f"/submissions/{2**64}/cancel"),
+        ("POST", f"/lessons/bottleneck/cards/{2**64}"),
+    ):
         response = learner.request(method, url)
         assert 400 <= response.status_code < 500, (url, response.status_code)
         assert response.headers["content-type"].startswith("text/html")
@@ -93,9 +116,13 @@ def test_no_route_answers_bad_input_with_a_500(learner, db_app, course):
     routes = [r for r in leaf_routes(db_app.routes) if isinstance(r, APIRoute)]
     assert len(routes) > 15
     submission = learner.post(API_SUBMIT, json={"code": "x = 1"}).json()["id"]
-    valid = {"slug": "gradient-accumulation", "exercise_slug": "accumulate", "card": "0",
-             "question_id": course.lesson("gradient-accumulation").questions[0].id,
-             "submission_id": str(submission)}
+    valid = {
+        "slug": "gradient-accumulation",
+        "exercise_slug": "accumulate",
+        "card": "0",
+        "question_id": course.lesson("gradient-accumulation").questions[0].id,
+        "submission_id": str(submission),
+    }
     json_body = _json(**dict.fromkeys(FIELDS, SURROGATE))
     form_body = dict.fromkeys(FIELDS, "a\x00b")
     seen = []
@@ -103,8 +130,11 @@ def test_no_route_answers_bad_input_with_a_500(learner, db_app, course):
         for method in sorted(route.methods - {"HEAD"}):
             for value in ("x%00y", str(2**64), "%ED%A0%80", None):
                 url = re.sub(r"\{([^}]+)\}", lambda m, v=value: v or valid[m[1]], route.path)
-                bodies = [{}] if method == "GET" else [{}, {"content": json_body, "headers": JSON},
-                                                       {"data": form_body}]
+                bodies = (
+                    [{}]
+                    if method == "GET"
+                    else [{}, {"content": json_body, "headers": JSON}, {"data": form_body}]
+                )
                 for kwargs in bodies:
                     response = learner.request(method, url, **kwargs)
                     if (route.path, response.status_code) == ("/readyz", 503):

@@ -20,9 +20,15 @@ def _operations(document):
 def test_only_the_api_and_operations_endpoints_are_documented(document):
     paths = set(document["paths"])
     assert {p for p in paths if not p.startswith("/api/")} == {"/healthz", "/readyz", "/metrics"}
-    assert {"/api/accounts", "/api/tokens", "/api/account", "/api/lessons", "/api/progress",
-            "/api/lessons/{slug}/exercises/{exercise_slug}/submissions",
-            "/api/submissions/{submission_id}"} <= paths
+    assert {
+        "/api/accounts",
+        "/api/tokens",
+        "/api/account",
+        "/api/lessons",
+        "/api/progress",
+        "/api/lessons/{slug}/exercises/{exercise_slug}/submissions",
+        "/api/submissions/{submission_id}",
+    } <= paths
     for _path, _method, operation in _operations(document):
         for response in operation["responses"].values():
             assert "text/html" not in response.get("content", {})
@@ -50,8 +56,15 @@ def test_the_verdict_and_the_error_are_typed(document):
     schemas = document["components"]["schemas"]
     assert schemas["ErrorOut"]["required"] == ["code", "message"]
     verdict = schemas["Verdict"]
-    assert set(verdict["required"]) >= {"version", "exercise", "status", "diagnosis", "checks", "metrics",
-                                        "output"}
+    assert set(verdict["required"]) >= {
+        "version",
+        "exercise",
+        "status",
+        "diagnosis",
+        "checks",
+        "metrics",
+        "output",
+    }
     assert verdict["properties"]["status"]["enum"] == ["passed", "failed", "error", "timeout", "rejected"]
     submission = schemas["SubmissionOut"]["properties"]["verdict"]
     assert {"$ref": "#/components/schemas/Verdict"} in submission["anyOf"]

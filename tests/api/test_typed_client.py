@@ -20,9 +20,22 @@ def treino_client(tutor, tmp_path):
     (tmp_path / "openapi.json").write_text(json.dumps(httpx.get(f"{tutor.url}/openapi.json").json()))
     (tmp_path / "config.yaml").write_text("post_hooks: []\n")  # no formatter run: not needed to import
     generated = subprocess.run(
-        [str(GENERATOR), "generate", "--path", str(tmp_path / "openapi.json"), "--meta", "none",
-         "--output-path", str(tmp_path / "gen" / "treino_client"), "--config", str(tmp_path / "config.yaml")],
-        capture_output=True, text=True, timeout=120)
+        [
+            str(GENERATOR),
+            "generate",
+            "--path",
+            str(tmp_path / "openapi.json"),
+            "--meta",
+            "none",
+            "--output-path",
+            str(tmp_path / "gen" / "treino_client"),
+            "--config",
+            str(tmp_path / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert generated.returncode == 0, generated.stdout + generated.stderr
     assert "Warning" not in generated.stdout + generated.stderr, generated.stdout + generated.stderr
     sys.path.insert(0, str(tmp_path / "gen"))
@@ -52,19 +65,25 @@ def test_a_generated_client_signs_up_submits_polls_a_verdict_and_reads_progress(
 
     email, password = "app@example.com", "four unrelated words here"
     with Client(base_url=tutor.url, raise_on_unexpected_status=True) as anonymous:
-        created = create_account.sync_detailed(client=anonymous,
-                                               body=NewAccount(email=email, password=password))
+        created = create_account.sync_detailed(
+            client=anonymous, body=NewAccount(email=email, password=password)
+        )
         assert created.status_code == 201 and created.parsed.email == email
-        again = create_account.sync_detailed(client=anonymous,
-                                             body=NewAccount(email=email, password=password))
+        again = create_account.sync_detailed(
+            client=anonymous, body=NewAccount(email=email, password=password)
+        )
         assert again.status_code == 409
         assert isinstance(again.parsed, ErrorOut) and again.parsed.code == "email_taken"
         token = create_token.sync(client=anonymous, body=Credentials(email=email, password=password)).token
 
     with AuthenticatedClient(base_url=tutor.url, token=token, raise_on_unexpected_status=True) as client:
         assert read_account.sync(client=client).email == email
-        queued = submit_api.sync(slug="gradient-accumulation", exercise_slug="accumulate", client=client,
-                                 body=SubmissionIn(code="def train(): pass\n", mode=SubmissionInMode.SUBMIT))
+        queued = submit_api.sync(
+            slug="gradient-accumulation",
+            exercise_slug="accumulate",
+            client=client,
+            body=SubmissionIn(code="def train(): pass\n", mode=SubmissionInMode.SUBMIT),
+        )
         assert queued.status in (Status.QUEUED, Status.RUNNING, Status.PASSED)
         deadline = time.monotonic() + 30
         while True:
@@ -77,7 +96,10 @@ def test_a_generated_client_signs_up_submits_polls_a_verdict_and_reads_progress(
         assert submission.status == Status.PASSED
         verdict = submission.verdict
         assert (verdict.version, verdict.exercise, verdict.status) == (
-            1, "gradient-accumulation/accumulate", VerdictStatus.PASSED)
+            1,
+            "gradient-accumulation/accumulate",
+            VerdictStatus.PASSED,
+        )
         assert verdict.diagnosis is None and verdict.checks == []
         assert verdict.output == "def train(): pass\n"
 

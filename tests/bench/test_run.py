@@ -8,8 +8,9 @@ from bench import report
 
 
 def test_help_works_without_running_anything():
-    done = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "--submissions" in done.stdout
 

@@ -47,12 +47,12 @@ def live_server(tmp_path_factory) -> Iterator[str]:
     from worker.runner import Worker
 
     db = tmp_path_factory.mktemp("browser") / "treino.db"
-    settings = Settings(database_url=f"sqlite:///{db}", lessons_dir=LESSONS, poll_seconds=0.3,
-                        _env_file=None)
+    settings = Settings(database_url=f"sqlite:///{db}", lessons_dir=LESSONS, poll_seconds=0.3, _env_file=None)
     upgrade(settings.database_url)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     web = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     web.start()
     deadline = time.monotonic() + 30
@@ -60,8 +60,10 @@ def live_server(tmp_path_factory) -> Iterator[str]:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
     # one warm sandbox: the next grade is quick
-    with Grader.running(settings, pool_size=1) as grading, Worker(
-            settings, grading.grade, isolation=grading.setup.isolation, device=grading.device) as worker:
+    with (
+        Grader.running(settings, pool_size=1) as grading,
+        Worker(settings, grading.grade, isolation=grading.setup.isolation, device=grading.device) as worker,
+    ):
         grader = threading.Thread(target=worker.run, name="worker", daemon=True)
         grader.start()
         try:
@@ -79,8 +81,7 @@ def browser():
         pytest.skip("no chromium on PATH (make system-deps installs it)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[dev]'")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--disable-dev-shm-usage"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--disable-dev-shm-usage"])
         yield browser
         browser.close()
 

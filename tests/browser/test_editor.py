@@ -13,13 +13,15 @@ def line_text(page, n: int) -> str:
     return page.locator(".cm-line").nth(n - 1).evaluate("el => el.textContent")
 
 
-MATRIX = [(lang, width, scheme) for lang in ("en", "pt-BR") for width in (390, 1280)
-          for scheme in ("light", "dark")]
+MATRIX = [
+    (lang, width, scheme) for lang in ("en", "pt-BR") for width in (390, 1280) for scheme in ("light", "dark")
+]
 
 
 @pytest.mark.parametrize(("lang", "width", "scheme"), MATRIX)
-def test_enter_after_a_colon_indents_by_four_and_backspace_takes_one_level_back(new_page, lang, width,
-                                                                                scheme):
+def test_enter_after_a_colon_indents_by_four_and_backspace_takes_one_level_back(
+    new_page, lang, width, scheme
+):
     """Cheap: every language, size and scheme."""
     page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page.goto(f"{EXERCISE}?lang={lang}")
@@ -79,16 +81,20 @@ def wait_mark_beside(page, n: int) -> None:
     raise AssertionError(f"the failing mark is not beside line {n}")
 
 
-@pytest.mark.parametrize(("lang", "width", "scheme", "line_word"),
-                         [("en", 1280, "light", "line"), ("pt-BR", 390, "dark", "linha")])
+@pytest.mark.parametrize(
+    ("lang", "width", "scheme", "line_word"), [("en", 1280, "light", "line"), ("pt-BR", 390, "dark", "linha")]
+)
 def test_the_line_of_a_syntax_error_is_marked_in_the_gutter(new_page, lang, width, scheme, line_word):
     """Slow (two grades): one representative per axis, English on a light desktop, Portuguese
     on a dark phone."""
     page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page.goto(f"{EXERCISE}?lang={lang}")
     page.locator(".cm-editor").wait_for()
-    replace_code(page, "import torch\n\ndef train(model, optimizer, batches, accum_steps):\n"
-                       "    for batch in batches\n        pass\n")
+    replace_code(
+        page,
+        "import torch\n\ndef train(model, optimizer, batches, accum_steps):\n"
+        "    for batch in batches\n        pass\n",
+    )
     page.locator("button[name=mode][value=submit]").click()
     verdict = page.locator(".verdict-card.verdict-error")
     verdict.wait_for(timeout=GRADE_MS)

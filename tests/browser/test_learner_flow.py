@@ -199,6 +199,9 @@ def test_no_serious_accessibility_violations(new_page, url, scheme):
     assert AXE.is_file()
     page.add_script_tag(url="/static/vendor/axe.min.js")  # by URL: the page's CSP forbids inline script
     result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
-    serious = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
-               for v in result["violations"] if v["impact"] in ("serious", "critical")]
+    serious = [
+        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
     assert serious == []

@@ -47,16 +47,24 @@ def too_wide(page) -> list[str]:
 def serious_axe(page) -> list:
     page.add_script_tag(url="/static/vendor/axe.min.js")
     result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
-    return [(v["id"], [n["target"] for n in v["nodes"]][:3])
-            for v in result["violations"] if v["impact"] in ("serious", "critical")]
+    return [
+        (v["id"], [n["target"] for n in v["nodes"]][:3])
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
 
 
 @pytest.mark.parametrize(("lang", "scheme"), [("en", "light"), ("pt-BR", "dark")])
 def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_page, lang, scheme):
     """Slow (a grade): each language once, each scheme once, at 390 and 360 px; the failed
     verdict read in that language too (its diagnosis, plurals, the learner's attempt number)."""
-    page = new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
-                    color_scheme=scheme, locale=lang)
+    page = new_page(
+        viewport={"width": 390, "height": 844},
+        is_mobile=True,
+        has_touch=True,
+        color_scheme=scheme,
+        locale=lang,
+    )
     page.goto(f"{EXERCISE}?lang={lang}")
     page.locator(".cm-editor").wait_for()
     code = NOT_SCALED.replace("\n", "\n" + LONG_LINE, 1)
@@ -64,8 +72,10 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     page.locator("button[name=mode][value=submit]").click()
     verdict = page.locator(".verdict-card.verdict-failed")
     verdict.wait_for(timeout=GRADE_MS)
-    title = {"en": "The loss is not divided by accum_steps",
-             "pt-BR": "A perda não é dividida por accum_steps"}
+    title = {
+        "en": "The loss is not divided by accum_steps",
+        "pt-BR": "A perda não é dividida por accum_steps",
+    }
     assert verdict.locator(".diagnosis h4").inner_text() == title[lang]
     ratio = {"en": "4.00×", "pt-BR": "4,00×"}[lang]  # the same figure in the text and the chart
     assert ratio in verdict.locator(".diagnosis").inner_text()
@@ -73,8 +83,10 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     assert verdict.locator(".figure-steps").count() == 0, "equal step counts are said, not drawn"
     checks = verdict.locator(".check").count()
     passed = verdict.locator(".check-passed").count()
-    summary = {"en": f"{passed} of {checks} checks passed",
-               "pt-BR": f"{passed} de {checks} verificações passaram"}
+    summary = {
+        "en": f"{passed} of {checks} checks passed",
+        "pt-BR": f"{passed} de {checks} verificações passaram",
+    }
     assert checks > 1 and summary[lang] in verdict.locator(".verdict-sub").inner_text()
     attempt = {"en": "Attempt 1", "pt-BR": "Tentativa 1"}[lang]
     assert attempt in verdict.locator(".verdict-sub a").inner_text(), "numbered for this learner"
@@ -86,8 +98,10 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     page.locator(".figures").scroll_into_view_if_needed()
     shot(page, f"phone-figures-screen-{lang}-{scheme}", full_page=False)
     submission = verdict.locator(".verdict-sub a").get_attribute("href")
-    lessons = [f"/lessons/{slug}" for slug in ("mixed-precision", "gradient-accumulation", "bottleneck",
-                                               "gpu-memory")]
+    lessons = [
+        f"/lessons/{slug}"
+        for slug in ("mixed-precision", "gradient-accumulation", "bottleneck", "gpu-memory")
+    ]
     pages = ["/", *lessons, EXERCISE, submission, "/sign-in", "/sign-up", "/forgot-password"]
     for width in (390, 360):
         page.set_viewport_size({"width": width, "height": 800})
@@ -123,8 +137,13 @@ def test_code_in_a_verdict_is_shown_as_code_not_backticks(new_page, lang, width,
 def test_in_portuguese_on_a_dark_phone_a_pass_leads_on(new_page):
     """Slow (a grade): the passed verdict's way on, in the language, size and scheme the English
     desktop flow (test_learner_flow) does not use."""
-    page = new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True,
-                    color_scheme="dark", locale="pt-BR")
+    page = new_page(
+        viewport={"width": 390, "height": 844},
+        is_mobile=True,
+        has_touch=True,
+        color_scheme="dark",
+        locale="pt-BR",
+    )
     page.goto(f"{EXERCISE}?lang=pt-BR")
     page.locator(".cm-editor").wait_for()
     replace_code(page, SOLUTION)
@@ -158,8 +177,10 @@ def test_in_portuguese_on_a_dark_phone_a_pass_leads_on(new_page):
     assert "Exercício 2 de" in page.locator(".exercise-position").text_content()
 
 
-CANCEL = {"en": ("Run without grading", "Cancel", "Cancelled"),
-          "pt-BR": ("Rodar sem avaliar", "Cancelar", "Cancelado")}
+CANCEL = {
+    "en": ("Run without grading", "Cancel", "Cancelled"),
+    "pt-BR": ("Rodar sem avaliar", "Cancelar", "Cancelado"),
+}
 
 
 @pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 1280, "light"), ("pt-BR", 390, "dark")])
@@ -169,9 +190,15 @@ def test_cancel_stops_the_wait_and_the_next_send_goes_at_once(new_page, lang, wi
     page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page.goto(f"{EXERCISE}?lang={lang}")
     page.locator(".cm-editor").wait_for()
-    endless = (FOLDER / "starter.py").read_text().replace(
-        "def train(model, loader, loss_fn, optimizer, accum_steps):",
-        "def train(model, loader, loss_fn, optimizer, accum_steps):\n    while True:\n        pass", 1)
+    endless = (
+        (FOLDER / "starter.py")
+        .read_text()
+        .replace(
+            "def train(model, loader, loss_fn, optimizer, accum_steps):",
+            "def train(model, loader, loss_fn, optimizer, accum_steps):\n    while True:\n        pass",
+            1,
+        )
+    )
     replace_code(page, endless)
     page.get_by_role("button", name=run).click()
     cancel = page.get_by_role("button", name=cancel_word, exact=True)
@@ -192,16 +219,22 @@ def test_cancel_stops_the_wait_and_the_next_send_goes_at_once(new_page, lang, wi
 
 
 def on_screen(page, selector: str) -> int:
-    return page.evaluate("""(sel) => [...document.querySelectorAll(sel)].filter((el) => {
+    return page.evaluate(
+        """(sel) => [...document.querySelectorAll(sel)].filter((el) => {
       const r = el.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight && r.height > 0
-    }).length""", selector)
+    }).length""",
+        selector,
+    )
 
 
 @pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 390, "light"), ("pt-BR", 1280, "dark")])
 def test_a_card_is_read_after_a_moment_on_screen_and_go_further_is_folded(new_page, lang, width, scheme):
     """Slow (it waits out the reading moment): one representative per axis."""
-    size = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True} if width == 390 \
+    size = (
+        {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
+        if width == 390
         else {"viewport": {"width": width, "height": 900}}
+    )
     page = new_page(color_scheme=scheme, **size)
     page.goto(f"{LESSON}?lang={lang}")
 
@@ -258,10 +291,24 @@ def test_a_right_answer_says_so_once(new_page, lang, width, scheme):
 
 
 ACCOUNT = {
-    "en": ("Password", "Create account", "Download your data (JSON)", "Your password, to confirm",
-           "Delete my account", "Your account is deleted", "Forgot your password?"),
-    "pt-BR": ("Senha", "Criar conta", "Baixar os seus dados (JSON)", "A sua senha, para confirmar",
-              "Excluir a minha conta", "A sua conta foi excluída", "Esqueceu a senha?"),
+    "en": (
+        "Password",
+        "Create account",
+        "Download your data (JSON)",
+        "Your password, to confirm",
+        "Delete my account",
+        "Your account is deleted",
+        "Forgot your password?",
+    ),
+    "pt-BR": (
+        "Senha",
+        "Criar conta",
+        "Baixar os seus dados (JSON)",
+        "A sua senha, para confirmar",
+        "Excluir a minha conta",
+        "A sua conta foi excluída",
+        "Esqueceu a senha?",
+    ),
 }
 
 
@@ -293,14 +340,16 @@ def test_forgotten_password_without_mail_and_leaving_with_ones_data(new_page, la
     assert serious_axe(page) == []
 
 
-
-EARLY_SOLUTION = {"en": ("Attempt", "Show the reference solution", "You tried several times"),
-                  "pt-BR": ("Tentativa", "Mostrar a solução de referência", "Você tentou várias vezes")}
+EARLY_SOLUTION = {
+    "en": ("Attempt", "Show the reference solution", "You tried several times"),
+    "pt-BR": ("Tentativa", "Mostrar a solução de referência", "Você tentou várias vezes"),
+}
 
 
 @pytest.mark.parametrize(("lang", "width", "scheme"), [("en", 1280, "dark"), ("pt-BR", 390, "light")])
-def test_after_three_failed_tries_the_solution_is_offered_folded_behind_a_warning(new_page, lang, width,
-                                                                                scheme):
+def test_after_three_failed_tries_the_solution_is_offered_folded_behind_a_warning(
+    new_page, lang, width, scheme
+):
     """Quick (a syntax error is answered without a sandbox): one representative per axis."""
     attempt, show, warning = EARLY_SOLUTION[lang]
     page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)

@@ -57,9 +57,11 @@ def test_a_draft_follows_the_learner_to_another_device_after_sign_in(client, app
     with TestClient(app) as phone:
         arm_csrf(phone)
         assert textarea(phone) != "on my laptop"
-        response = phone.post("/sign-in", data={"email": "ana@example.com",
-                                                "password": "correct horse battery staple"},
-                              follow_redirects=False)
+        response = phone.post(
+            "/sign-in",
+            data={"email": "ana@example.com", "password": "correct horse battery staple"},
+            follow_redirects=False,
+        )
         assert response.status_code == 303
         assert textarea(phone) == "on my laptop"
 

@@ -64,19 +64,21 @@ def test_the_core_lesson_carries_the_pattern_and_its_parts(lang):
 def test_the_core_quiz_asks_when_to_step(real_course):
     question = real_course.lesson("gradient-accumulation").questions[0]
     assert "optimizer.step()" in question.prompt_html["en"]
-    assert "(step + 1) % 4 == 0" in question.correct_option.text_html["en"] + \
-        question.correct_option.explanation_html["en"]
+    assert (
+        "(step + 1) % 4 == 0"
+        in question.correct_option.text_html["en"] + question.correct_option.explanation_html["en"]
+    )
     assert len(question.options) >= 3
 
 
 def test_code_is_highlighted(real_course):
-    card = next(c for c in real_course.lesson("gradient-accumulation").text("en").cards
-                if c.code_blocks)
+    card = next(c for c in real_course.lesson("gradient-accumulation").text("en").cards if c.code_blocks)
     assert '<pre class="highlight"' in card.body_html
     assert '<span class="k">for</span>' in card.body_html or '<span class="kn">' in card.body_html
 
 
 # ---------------------------------------------------------------- broken files
+
 
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
@@ -132,7 +134,7 @@ def test_quiz_text_missing_portuguese_is_named(copy):
     text = path.read_text()
     start = text.index("pt-BR:")
     end = text.index("\n", start)
-    path.write_text(text[:start] + "pt_BR:" + text[start + 6:end] + text[end:])
+    path.write_text(text[:start] + "pt_BR:" + text[start + 6 : end] + text[end:])
     message = _error(copy)
     assert message.startswith(f"{path}: questions.0.prompt")
 
@@ -155,10 +157,19 @@ def test_a_badly_named_folder_is_refused(copy):
 
 
 def _treino(*args: str, lessons: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "TREINO_LESSONS_DIR": str(lessons),
-           "TREINO_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
-    return subprocess.run([sys.executable, "-m", "worker.cli", *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TREINO_LESSONS_DIR": str(lessons),
+        "TREINO_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_lessons_check_validates_the_content(copy, tmp_path):
@@ -170,7 +181,8 @@ def test_lessons_check_validates_the_content(copy, tmp_path):
     questions = sum(len(lesson.questions) for lesson in load_course(copy).lessons)
     assert questions >= 4 * 3  # a quick check of at least three questions per lesson
     assert result.stdout.startswith(
-        f"treino: 4 lessons, {questions} quick-check questions, 0 exercises: content OK")
+        f"treino: 4 lessons, {questions} quick-check questions, 0 exercises: content OK"
+    )
 
 
 def test_a_broken_lesson_stops_lessons_check_and_serve_with_one_line(copy, tmp_path):
@@ -187,7 +199,7 @@ def test_go_further_cards_come_after_the_core_and_leave_lesson_2_its_ten_minutes
     text = real_course.lesson("gradient-accumulation").text(lang)
     assert text.minutes <= 10
     further = text.further_cards
-    assert len(further) == 7 and text.cards[-len(further):] == further
+    assert len(further) == 7 and text.cards[-len(further) :] == further
     assert "further" not in "".join(card.heading_html + card.anchor for card in text.cards)
     assert len(text.core_cards) == len(text.cards) - len(further)
 

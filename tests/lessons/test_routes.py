@@ -72,10 +72,13 @@ def test_every_asset_is_served_locally(client):
         assert client.get(url).status_code == 200, url
 
 
-@pytest.mark.parametrize(("accept", "lang", "heading"), [
-    ("pt-BR,pt;q=0.9", "pt-BR", "Página não encontrada"),
-    ("en-US", "en", "Page not found"),
-])
+@pytest.mark.parametrize(
+    ("accept", "lang", "heading"),
+    [
+        ("pt-BR,pt;q=0.9", "pt-BR", "Página não encontrada"),
+        ("en-US", "en", "Page not found"),
+    ],
+)
 def test_unknown_lesson_is_a_404_page_in_the_visitors_language(client, accept, lang, heading):
     response = client.get("/lessons/no-such-lesson", headers={"Accept-Language": accept})
     assert response.status_code == 404
@@ -94,7 +97,8 @@ def test_api_lists_the_course_in_the_asked_language(client, course):
         assert core["title"] == course.lesson("gradient-accumulation").text(lang).title
         assert core["url"].endswith("/lessons/gradient-accumulation")
         assert [e["id"] for e in core["exercises"]] == [
-            ex.id for ex in course.lesson("gradient-accumulation").exercises]
+            ex.id for ex in course.lesson("gradient-accumulation").exercises
+        ]
     assert client.get("/api/lessons", params={"lang": "xx"}).json()["lang"] == "pt-BR", "remembered"
     client.cookies.clear()
     assert client.get("/api/lessons", params={"lang": "xx"}).json()["lang"] == "en"
@@ -115,13 +119,15 @@ def test_with_reload_lessons_an_edited_card_shows_at_the_next_request(tmp_path, 
     """Authoring mode: the parts rendered once per lesson are rendered again for a new edit."""
     lessons = tmp_path / "lessons"
     shutil.copytree(LESSONS, lessons)
-    settings = Settings(database_url=sqlite_url, lessons_dir=lessons, reload_lessons=True,
-                        _env_file=None)
+    settings = Settings(database_url=sqlite_url, lessons_dir=lessons, reload_lessons=True, _env_file=None)
     path = lessons / "02-gradient-accumulation" / "lesson.en.md"
     with TestClient(create_app(settings)) as client:
         first = html(client.get("/lessons/gradient-accumulation")).select_one("ol.cards h2")
         assert first.get_text() == "Large batches need memory you don't have"
-        path.write_text(path.read_text().replace("## Large batches need memory you don't have",
-                                                 "## Big batches, small card"))
+        path.write_text(
+            path.read_text().replace(
+                "## Large batches need memory you don't have", "## Big batches, small card"
+            )
+        )
         again = html(client.get("/lessons/gradient-accumulation")).select_one("ol.cards h2")
         assert again.get_text() == "Big batches, small card"

@@ -10,8 +10,19 @@ API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 
 def _beat(app, **fields) -> None:
     with app.state.sessionmaker.begin() as session:
-        session.merge(WorkerBeat(**{"name": "w1", "isolation": "bwrap", "device": "cpu", "warm": 2,
-                                    "busy": 0, "seen_at": utcnow(), **fields}))
+        session.merge(
+            WorkerBeat(
+                **{
+                    "name": "w1",
+                    "isolation": "bwrap",
+                    "device": "cpu",
+                    "warm": 2,
+                    "busy": 0,
+                    "seen_at": utcnow(),
+                    **fields,
+                }
+            )
+        )
 
 
 def test_healthz(client):
@@ -21,13 +32,23 @@ def test_healthz(client):
 def test_readyz_needs_a_worker_seen_recently(db_client, db_app):
     response = db_client.get("/readyz")
     assert response.status_code == 503
-    assert response.json() == {"ready": False, "database": True, "migrations": True, "worker": False,
-                               "job_limits": None}
+    assert response.json() == {
+        "ready": False,
+        "database": True,
+        "migrations": True,
+        "worker": False,
+        "job_limits": None,
+    }
     _beat(db_app, seen_at=utcnow() - timedelta(minutes=5))
     assert db_client.get("/readyz").status_code == 503, "a stale heartbeat is not a worker"
     _beat(db_app)
-    assert db_client.get("/readyz").json() == {"ready": True, "database": True, "migrations": True,
-                                              "worker": True, "job_limits": "cgroup"}
+    assert db_client.get("/readyz").json() == {
+        "ready": True,
+        "database": True,
+        "migrations": True,
+        "worker": True,
+        "job_limits": "cgroup",
+    }
 
 
 def test_readyz_and_metrics_say_when_a_worker_has_no_cgroup(db_client, db_app):

@@ -87,6 +87,9 @@ def test_quiz_feedback_boxes_stay_empty_until_answered_and_say_right_once(client
     for box in page.select(".feedback"):
         assert box["class"] == ["feedback"] and not box.get_text(strip=True)
     question = lesson.questions[0]
-    answer = html(client.post(f"/lessons/{LESSON}/quiz/{question.id}",
-                              data={"option": question.correct_option.id}, headers=HTMX))
+    answer = html(
+        client.post(
+            f"/lessons/{LESSON}/quiz/{question.id}", data={"option": question.correct_option.id}, headers=HTMX
+        )
+    )
     assert answer.select_one(".feedback").get_text().count("Right.") == 1

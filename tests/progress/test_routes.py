@@ -17,8 +17,11 @@ def _reach(client: TestClient, slug: str, *cards: int) -> None:
 
 def _pass_quiz(client: TestClient, lesson) -> None:
     for question in lesson.questions:
-        client.post(f"/lessons/{lesson.slug}/quiz/{question.id}",
-                    data={"option": question.correct_option.id}, headers=HTMX)
+        client.post(
+            f"/lessons/{lesson.slug}/quiz/{question.id}",
+            data={"option": question.correct_option.id},
+            headers=HTMX,
+        )
 
 
 def _progress(client: TestClient, **kwargs) -> dict:
@@ -58,8 +61,9 @@ def test_without_htmx_a_card_post_records_and_answers_204(client):
     assert _progress(client)["lessons"]["bottleneck"]["cards_read"] == 1
 
 
-@pytest.mark.parametrize("url", ["/lessons/bottleneck/cards/99", "/lessons/bottleneck/cards/-1",
-                                 "/lessons/nope/cards/0"])
+@pytest.mark.parametrize(
+    "url", ["/lessons/bottleneck/cards/99", "/lessons/bottleneck/cards/-1", "/lessons/nope/cards/0"]
+)
 def test_unknown_cards_are_404(client, url):
     assert client.post(url, headers=HTMX).status_code == 404
 
@@ -73,13 +77,23 @@ def test_a_malformed_card_is_a_422_in_the_learners_language(client):
 def test_a_quick_check_answer_updates_the_progress_out_of_band(client, course):
     lesson = course.lesson("bottleneck")
     question = lesson.questions[0]
-    fragment = html(client.post(f"/lessons/bottleneck/quiz/{question.id}",
-                                data={"option": question.correct_option.id}, headers=HTMX))
+    fragment = html(
+        client.post(
+            f"/lessons/bottleneck/quiz/{question.id}",
+            data={"option": question.correct_option.id},
+            headers=HTMX,
+        )
+    )
     assert fragment.select_one(f"#feedback-{question.id}")
     assert fragment.select_one("section#lesson-progress")["hx-swap-oob"] == "true"
     _pass_quiz(client, lesson)
-    fragment = html(client.post(f"/lessons/bottleneck/quiz/{question.id}",
-                                data={"option": question.correct_option.id}, headers=HTMX))
+    fragment = html(
+        client.post(
+            f"/lessons/bottleneck/quiz/{question.id}",
+            data={"option": question.correct_option.id},
+            headers=HTMX,
+        )
+    )
     assert "Quick check: passed" in fragment.select_one("#lesson-progress label").get_text(" ", strip=True)
 
 
@@ -87,8 +101,9 @@ def test_the_quiz_counts_as_answered_once_every_question_was_right_once(client, 
     lesson = course.lesson("mixed-precision")
     first, *others = lesson.questions
     wrong = next(o for o in first.options if not o.correct)
-    client.post(f"/lessons/{lesson.slug}/quiz/{first.id}", data={"option": first.correct_option.id},
-                headers=HTMX)
+    client.post(
+        f"/lessons/{lesson.slug}/quiz/{first.id}", data={"option": first.correct_option.id}, headers=HTMX
+    )
     client.post(f"/lessons/{lesson.slug}/quiz/{first.id}", data={"option": wrong.id}, headers=HTMX)
     row = _progress(client)["lessons"][lesson.slug]
     assert (row["quiz_questions_right"], row["quiz_answered"]) == (1, False)
@@ -104,10 +119,16 @@ def test_api_progress_lists_every_lesson(client, course):
     assert list(body["lessons"]) == [lesson.slug for lesson in course.lessons]
     for lesson in course.lessons:
         assert body["lessons"][lesson.slug] == {
-            "lesson": lesson.slug, "title": lesson.text("en").title,
-            "cards_total": len(lesson.text("en").core_cards), "cards_read": 0, "last_card": None,
-            "quiz_questions": len(lesson.questions), "quiz_questions_right": 0, "quiz_answered": False,
-            "exercises_total": len(lesson.exercises), "exercises_passed": [],
+            "lesson": lesson.slug,
+            "title": lesson.text("en").title,
+            "cards_total": len(lesson.text("en").core_cards),
+            "cards_read": 0,
+            "last_card": None,
+            "quiz_questions": len(lesson.questions),
+            "quiz_questions_right": 0,
+            "quiz_answered": False,
+            "exercises_total": len(lesson.exercises),
+            "exercises_passed": [],
         }
 
 
@@ -149,6 +170,7 @@ def test_a_new_visitor_is_invited_to_start(client):
 
 # ---------------------------------------------------------------- isolation
 
+
 def test_another_learner_sees_none_of_my_progress(db_client, db_app):
     course = db_app.state.course
     sign_up(db_client, "ana@example.com")
@@ -162,8 +184,11 @@ def test_another_learner_sees_none_of_my_progress(db_client, db_app):
         views = [_progress(other)]  # anonymous
         sign_up(other, "bea@example.com")
         views.append(_progress(other))  # another account, by cookie
-        token = other.post("/api/tokens", json={"email": "bea@example.com", "password": PASSWORD},
-                           headers={"Authorization": ""}).json()["token"]
+        token = other.post(
+            "/api/tokens",
+            json={"email": "bea@example.com", "password": PASSWORD},
+            headers={"Authorization": ""},
+        ).json()["token"]
         with TestClient(db_app) as api:  # and by bearer token
             views.append(_progress(api, headers={"Authorization": f"Bearer {token}"}))
         for view in views:

@@ -13,7 +13,9 @@ HTMX = {"HX-Request": "true"}
 COURSE = load_course(LESSONS)
 EVERY_OPTION = [
     pytest.param(lesson.slug, question.id, option.id, id=f"{lesson.slug}/{question.id}/{option.id}")
-    for lesson in COURSE.lessons for question in lesson.questions for option in question.options
+    for lesson in COURSE.lessons
+    for question in lesson.questions
+    for option in question.options
 ]
 
 
@@ -26,8 +28,7 @@ def _attempts(app) -> list[QuizAttempt]:
 def test_each_option_gets_its_own_explanation(client, course, slug, question_id, option_id):
     question = course.lesson(slug).question(question_id)
     option = question.option(option_id)
-    response = client.post(f"/lessons/{slug}/quiz/{question_id}", data={"option": option_id},
-                            headers=HTMX)
+    response = client.post(f"/lessons/{slug}/quiz/{question_id}", data={"option": option_id}, headers=HTMX)
     assert response.status_code == 200
     fragment = html(response)
     feedback = fragment.select_one(f"#feedback-{question_id}")
@@ -41,8 +42,11 @@ def test_htmx_answers_in_portuguese(client, course):
     question = course.lesson("gradient-accumulation").questions[0]
     wrong = next(o for o in question.options if not o.correct)
     client.get("/", params={"lang": "pt-BR"})
-    fragment = html(client.post(f"/lessons/gradient-accumulation/quiz/{question.id}",
-                                data={"option": wrong.id}, headers=HTMX))
+    fragment = html(
+        client.post(
+            f"/lessons/gradient-accumulation/quiz/{question.id}", data={"option": wrong.id}, headers=HTMX
+        )
+    )
     assert fragment.select_one(".verdict strong").get_text(strip=True) == "Ainda não."
     assert fragment.select_one(".explanation").decode_contents() == wrong.explanation_html["pt-BR"]
 
@@ -71,13 +75,13 @@ def test_attempts_are_stored_for_the_anonymous_visitor(client, app, course):
     visitor = client.cookies["treino_visitor"]
     attempts = _attempts(app)
     assert [(a.visitor_id, a.lesson, a.question, a.option, a.correct) for a in attempts] == [
-        (visitor, "bottleneck", question.id, o.id, o.correct) for o in question.options[:2]]
+        (visitor, "bottleneck", question.id, o.id, o.correct) for o in question.options[:2]
+    ]
 
 
 def test_another_visitor_does_not_see_my_answers(client, app, course):
     question = course.lesson("bottleneck").questions[0]
-    client.post(f"/lessons/bottleneck/quiz/{question.id}",
-                data={"option": question.correct_option.id})
+    client.post(f"/lessons/bottleneck/quiz/{question.id}", data={"option": question.correct_option.id})
     client.cookies.clear()
     page = html(client.get("/lessons/bottleneck"))
     assert not page.select(f"form#quiz-{question.id} input:checked")
@@ -86,16 +90,33 @@ def test_another_visitor_does_not_see_my_answers(client, app, course):
 
 @pytest.mark.parametrize("lang", LANGS)
 @pytest.mark.parametrize("htmx", [True, False])
-@pytest.mark.parametrize(("data", "message"), [
-    ({}, {"en": "Choose one of the answers, then check it.",
-          "pt-BR": "Escolha uma das respostas e depois confira."}),
-    ({"option": "not-an-option"}, {"en": "That answer is not one of this question's options.",
-                                   "pt-BR": "Essa resposta não é uma das opções desta pergunta."}),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {},
+            {
+                "en": "Choose one of the answers, then check it.",
+                "pt-BR": "Escolha uma das respostas e depois confira.",
+            },
+        ),
+        (
+            {"option": "not-an-option"},
+            {
+                "en": "That answer is not one of this question's options.",
+                "pt-BR": "Essa resposta não é uma das opções desta pergunta.",
+            },
+        ),
+    ],
+)
 def test_a_malformed_answer_is_a_clear_422(client, app, course, data, message, htmx, lang):
     question = course.lesson("mixed-precision").questions[0]
-    response = client.post(f"/lessons/mixed-precision/quiz/{question.id}", data=data,
-                           params={"lang": lang}, headers=HTMX if htmx else {})
+    response = client.post(
+        f"/lessons/mixed-precision/quiz/{question.id}",
+        data=data,
+        params={"lang": lang},
+        headers=HTMX if htmx else {},
+    )
     assert response.status_code == 422
     feedback = html(response).select_one(f"#feedback-{question.id}")
     assert "is-error" in feedback["class"]
@@ -122,8 +143,9 @@ def test_an_oversized_body_is_refused_with_413(client, app, course):
         for _ in range(40):
             yield b"x" * 10_000
 
-    response = client.post(url, content=chunks(),
-                           headers={"Content-Type": "application/x-www-form-urlencoded"})
+    response = client.post(
+        url, content=chunks(), headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert response.status_code == 413
     assert _attempts(app) == []
 

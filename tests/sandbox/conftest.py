@@ -70,8 +70,11 @@ class Pools(dict):
 
     def __missing__(self, key):
         mode, start = key
-        self[key] = (pool.Pool(2, start=lambda: sandbox.Sandbox(mode, "cpu")) if start == "exec"
-                     else forkserver.ForkServer(mode, "cpu"))
+        self[key] = (
+            pool.Pool(2, start=lambda: sandbox.Sandbox(mode, "cpu"))
+            if start == "exec"
+            else forkserver.ForkServer(mode, "cpu")
+        )
         return self[key]
 
 
@@ -212,8 +215,7 @@ def host_paths():
     course = load_course(get_settings().lessons_dir)
     folder = Path(course.exercise("gradient-accumulation/accumulate").path)
     mistakes = sorted((folder / "mistakes").glob("*.py"))
-    return {"solution": folder / "solution.py", "mistake": mistakes[0], "repo": ROOT,
-            "var": ROOT / "var"}
+    return {"solution": folder / "solution.py", "mistake": mistakes[0], "repo": ROOT, "var": ROOT / "var"}
 
 
 def listener() -> socket.socket:

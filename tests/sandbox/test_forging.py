@@ -68,7 +68,9 @@ def deliver(payload):
 
 ROUTES = {
     # 1: a complete fake trace into the inherited trace descriptor, then "done"
-    "fake-trace-on-inherited-descriptor": CONCATENATED + FORGE + """
+    "fake-trace-on-inherited-descriptor": CONCATENATED
+    + FORGE
+    + """
 def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
     deliver(forged_trace())
@@ -76,7 +78,8 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     time.sleep(5)
 """,
     # 2: the harness's trace writer replaced through sys.modules
-    "write-trace-replaced": CONCATENATED + """
+    "write-trace-replaced": CONCATENATED
+    + """
 runtime = sys.modules.get("runtime")
 if runtime is not None:
     real = runtime.write_trace
@@ -90,7 +93,8 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """,
     # 3: the meter found with gc and reset, after every cycle and at the end
-    "meter-reset-through-gc": CONCATENATED + """
+    "meter-reset-through-gc": CONCATENATED
+    + """
 def reset():
     for o in gc.get_objects():
         if type(o).__name__ in ("SavedTensorMeter", "LiveTensorMeter"):
@@ -110,7 +114,8 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     reset()
 """,
     # 3b: a function the meter uses replaced in its module
-    "meter-max-replaced": CONCATENATED + """
+    "meter-max-replaced": CONCATENATED
+    + """
 memory = sys.modules.get("memory")
 if memory is not None:
     memory.max = lambda *args: 0
@@ -119,13 +124,15 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """,
     # 4: saved activations hidden under an inner saved_tensors_hooks (public API)
-    "activations-hidden-by-inner-hooks": CONCATENATED + """
+    "activations-hidden-by-inner-hooks": CONCATENATED
+    + """
 def train(model, loader, loss_fn, optimizer, accum_steps):
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
         concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """,
     # 4b: the torch class the meter is built on replaced before the harness builds it
-    "torch-hooks-replaced": CONCATENATED + """
+    "torch-hooks-replaced": CONCATENATED
+    + """
 class Nothing:
     def __init__(self, pack, unpack):
         pass
@@ -140,7 +147,9 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """,
     # the harness killed (when it is the parent), then the fake trace delivered
-    "harness-killed-then-fake-trace": CONCATENATED + FORGE + """
+    "harness-killed-then-fake-trace": CONCATENATED
+    + FORGE
+    + """
 import signal
 def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
@@ -157,7 +166,8 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     time.sleep(5)
 """,
     # a grandchild that outlives the loop and rewrites the trace file once it appears
-    "grandchild-rewrites-the-trace": CONCATENATED + """
+    "grandchild-rewrites-the-trace": CONCATENATED
+    + """
 import time
 
 def rewrite():

@@ -84,7 +84,9 @@ def host_comms() -> list[str]:
 
 
 def test_a_job_has_the_single_use_sandboxs_guarantees(server):
-    output = run(server, """
+    output = run(
+        server,
+        """
 import os, socket
 STATUS = ("Seccomp:", "NoNewPrivs", "CapEff", "CapBnd")
 def writable(path):
@@ -104,35 +106,55 @@ def train(*args):
     except OSError as e:
         print("keys hidden", e.strerror)  # as under bwrap: /dev/null on a nodev mount
     print("userns max", open("/proc/sys/user/max_user_namespaces").read().strip())
-""")
+""",
+    )
     inside, outside, count = output.split("map ", 1)[1].split(" end")[0].split()
     assert outside != "0" and count == "1", output
     if os.geteuid() == 0:
         assert int(outside) in sandbox.SANDBOX_UIDS and inside == outside
-    for line in ("'Seccomp:\\t2'", "'NoNewPrivs:\\t1'", "'CapEff:\\t0000000000000000'",
-                 "'CapBnd:\\t0000000000000000'", "interfaces [(1, 'lo')]", "sysctl writable 0",
-                 "keys hidden Permission denied", "userns max 0"):
+    for line in (
+        "'Seccomp:\\t2'",
+        "'NoNewPrivs:\\t1'",
+        "'CapEff:\\t0000000000000000'",
+        "'CapBnd:\\t0000000000000000'",
+        "interfaces [(1, 'lo')]",
+        "sysctl writable 0",
+        "keys hidden Permission denied",
+        "userns max 0",
+    ):
         assert line in output, output
 
 
 def test_a_job_cannot_see_signal_trace_or_read_another_job_or_the_template(server):
     victim_done: list[str] = []
-    victim = threading.Thread(target=lambda: victim_done.append(run(server, f"""
+    victim = threading.Thread(
+        target=lambda: victim_done.append(
+            run(
+                server,
+                f"""
 import ctypes, time
 def train(*args):
     ctypes.CDLL(None).prctl(15, b"victim-{MARK}", 0, 0, 0)
     time.sleep(6)
     print("survived")
-""")))
+""",
+            )
+        )
+    )
     victim.start()
     deadline = time.monotonic() + 30
     while f"victim-{MARK}" not in host_comms() and time.monotonic() < deadline:
         time.sleep(0.05)
-    host_pids = [int(n) for n in os.listdir("/proc") if n.isdigit()
-                 and Path(f"/proc/{n}/comm").read_text().strip() == f"victim-{MARK}"]
+    host_pids = [
+        int(n)
+        for n in os.listdir("/proc")
+        if n.isdigit() and Path(f"/proc/{n}/comm").read_text().strip() == f"victim-{MARK}"
+    ]
     assert host_pids, "the victim job did not start"
     targets = [*host_pids, template_pid(server)]
-    output = run(server, f"""
+    output = run(
+        server,
+        f"""
 import ctypes, errno, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
 def train(*args):
@@ -154,7 +176,8 @@ def train(*args):
         except OSError as e:
             print("refused mem", pid, e.strerror)
         print("ptrace", pid, libc.ptrace(16, pid, 0, 0), errno.errorcode.get(ctypes.get_errno()))
-""")
+""",
+    )
     victim.join(30)
     assert victim_done and "survived" in victim_done[0], victim_done
     assert f"victim-{MARK}" not in output and "DONE" not in output, output
@@ -163,7 +186,9 @@ def train(*args):
 
 
 def test_a_job_cannot_outlive_itself_into_the_next(server):
-    run(server, f"""
+    run(
+        server,
+        f"""
 import ctypes, os, threading, time
 def linger():
     ctypes.CDLL(None).prctl(15, b"linger-{MARK}", 0, 0, 0)
@@ -175,7 +200,8 @@ def train(*args):
         if os.fork() == 0:
             linger()
         os._exit(0)
-""")
+""",
+    )
     assert job_processes(server) == {}
     assert f"linger-{MARK}" not in host_comms()
     output = run(server, "import os\ndef train(*args):\n    print(sorted(os.listdir('/proc')))\n")
@@ -183,7 +209,9 @@ def train(*args):
 
 
 def test_a_job_cannot_change_the_template(server):
-    first = run(server, f"""
+    first = run(
+        server,
+        f"""
 import json, os, sys, torch
 def train(*args):
     torch.allclose = lambda *a, **k: True
@@ -197,21 +225,27 @@ def train(*args):
             print("WROTE", path)
         except OSError as e:
             print("refused", path, e.strerror)
-""")
+""",
+    )
     assert "WROTE" not in first and first.count("refused") == 2, first
-    second = run(server, f"""
+    second = run(
+        server,
+        f"""
 import json, os, sys, torch
 def train(*args):
     print("allclose", torch.allclose(torch.zeros(1), torch.ones(1)))
     print("json", hasattr(json, "planted"), "module", "planted_{MARK}" in sys.modules)
     print("files", [f for d in ("/job", "/tmp", "/dev/shm") for f in os.listdir(d) if "{MARK}" in f])
-""")
+""",
+    )
     assert "allclose False" in second and "json False module False" in second, second
     assert "files []" in second, second
 
 
 def test_a_job_leaves_no_key_or_segment_behind(server):
-    first = run(server, f"""
+    first = run(
+        server,
+        f"""
 import ctypes, errno, mmap, os
 libc = ctypes.CDLL(None, use_errno=True)
 def train(*args):
@@ -222,9 +256,12 @@ def train(*args):
     os.write(fd, b"x")
     print("key", libc.syscall(248, b"user", b"planted-{MARK}", b"secret", 6, -3),
           errno.errorcode.get(ctypes.get_errno()))
-""")
+""",
+    )
     assert "shm -1" not in first and "key -1 EPERM" in first, first
-    second = run(server, f"""
+    second = run(
+        server,
+        f"""
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 def train(*args):
@@ -232,14 +269,16 @@ def train(*args):
         print(what, len(open(f"/proc/sysvipc/{{what}}").read().splitlines()))
     print("posix", os.listdir("/dev/shm"))
     print("found", libc.syscall(249, b"user", b"planted-{MARK}", None, 0))
-""")
+""",
+    )
     for what in ("shm", "sem", "msg"):
         assert f"{what} 1" in second.splitlines(), second  # the header only
     assert "posix []" in second and "found -1" in second, second
     key = str(0x4F2A)
     for what in ("shm", "sem", "msg"):  # nor on the host (each job has an IPC namespace)
-        assert all(line.split()[0] != key for line in
-                   Path(f"/proc/sysvipc/{what}").read_text().splitlines()[1:])
+        assert all(
+            line.split()[0] != key for line in Path(f"/proc/sysvipc/{what}").read_text().splitlines()[1:]
+        )
 
 
 # ---------------------------------------------------------------- a template that fails
@@ -254,13 +293,16 @@ def test_a_template_that_dies_takes_its_jobs_along_and_loses_none(isolation):
     try:
         template_pid(fs)
         killer.start()
-        output = run(fs, f"""
+        output = run(
+            fs,
+            f"""
 import ctypes, time
 def train(*args):
     ctypes.CDLL(None).prctl(15, b"doomed-{MARK}", 0, 0, 0)
     time.sleep(3)
     print("graded")
-""")
+""",
+        )
         killer.join()
         assert "graded" in output  # run again in a cold single-use sandbox
         sandbox.reap_all()  # (that one too is gone)
@@ -325,8 +367,11 @@ def test_the_process_only_sandbox_forks_too():
     a job's own work directory, its pid from its credentials, nothing left afterwards."""
     fs = forkserver.ForkServer("process", "cpu")
     try:
-        output = run(fs, "import os\ndef train(*args):\n    open('tmp/x', 'w').write('x')\n"
-                         "    print('cwd', os.getcwd())\n")
+        output = run(
+            fs,
+            "import os\ndef train(*args):\n    open('tmp/x', 'w').write('x')\n"
+            "    print('cwd', os.getcwd())\n",
+        )
         assert f"cwd {tempfile.gettempdir()}/treino-job-" in output, output
         assert job_processes(fs) == {}
     finally:

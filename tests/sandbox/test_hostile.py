@@ -41,7 +41,8 @@ def no_pass(outcome, *, within):
 def test_fork_bomb(run, mode, has_cgroups):
     if not has_cgroups:
         pytest.skip("no pids cgroup here: a fork bomb would only be stopped by the wall clock")
-    outcome = run("""
+    outcome = run(
+        """
 import os
 def train(*args):
     while True:
@@ -49,18 +50,24 @@ def train(*args):
             os.fork()
         except OSError:
             pass
-""", wall_seconds=4)
+""",
+        wall_seconds=4,
+    )
     no_pass(outcome, within=15)
     assert outcome.status in ("timeout", "error")
 
 
 def test_memory_bomb(run, mode):
-    outcome = run("""
+    outcome = run(
+        """
 def train(*args):
     hoard = []
     while True:
         hoard.append(bytearray(64 * 1024 * 1024))
-""", memory_mb=768, wall_seconds=20)
+""",
+        memory_mb=768,
+        wall_seconds=20,
+    )
     no_pass(outcome, within=30)
     assert outcome.status == "error"  # OOM-killed in its cgroup, or MemoryError under RLIMIT_AS
 
@@ -68,8 +75,7 @@ def train(*args):
 def test_busy_loop_hits_the_cpu_limit(run, mode):
     # 2 s of CPU take far longer on the wall clock of a busy machine (18 s seen beside other test
     # runs): the wall limit is set far off, so the CPU limit is what ends it however loaded
-    outcome = run("def train(*args):\n    while True:\n        pass\n", cpu_seconds=2,
-                  wall_seconds=120)
+    outcome = run("def train(*args):\n    while True:\n        pass\n", cpu_seconds=2, wall_seconds=120)
     no_pass(outcome, within=120)
     assert outcome.status == "error" and "cpu" in outcome.text
 
@@ -83,35 +89,45 @@ def test_sleep_hits_the_wall_clock(run, mode):
 def test_threads_bomb(run, mode, has_cgroups):
     if not has_cgroups and mode == "process":
         pytest.skip("no pids cgroup here: threads are bounded by memory only")
-    outcome = run("""
+    outcome = run(
+        """
 import threading, time
 def train(*args):
     while True:
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-""", wall_seconds=10)
+""",
+        wall_seconds=10,
+    )
     no_pass(outcome, within=20)
 
 
 def test_huge_output_is_capped(run, mode):
-    outcome = run("""
+    outcome = run(
+        """
 import os
 def train(*args):
     for _ in range(10_000):
         print("y" * 1000)
     while True:
         os.write(1, b"x" * (1 << 20))  # straight to the process's stdout
-""", output_kb=8, wall_seconds=20)
+""",
+        output_kb=8,
+        wall_seconds=20,
+    )
     no_pass(outcome, within=25)
     assert len(outcome.verdict["output"]) < 2 * 8 * 1024 + 100
 
 
 def test_huge_file_hits_the_file_size_limit(run, mode):
-    outcome = run("""
+    outcome = run(
+        """
 def train(*args):
     with open("tmp/big", "wb") as f:
         while True:
             f.write(b"x" * (1 << 20))
-""", wall_seconds=20)
+""",
+        wall_seconds=20,
+    )
     no_pass(outcome, within=25)
     assert outcome.status == "error"
     assert "File too large" in outcome.text or "No space left" in outcome.text
@@ -119,7 +135,8 @@ def train(*args):
 
 def test_many_files_fill_only_a_tmpfs(run, mode):
     bwrap_only(mode, "the process-only sandbox bounds each file, not how many it writes")
-    outcome = run("""
+    outcome = run(
+        """
 import os
 def train(*args):
     for where in ("/tmp", "/job", "/dev/shm"):
@@ -130,7 +147,9 @@ def train(*args):
         except OSError as e:
             print(where, i, e.strerror)
     raise SystemExit("done")
-""", wall_seconds=20)
+""",
+        wall_seconds=20,
+    )
     no_pass(outcome, within=25)
     for where in ("/tmp", "/job", "/dev/shm"):
         assert f"{where} " in outcome.verdict["output"]
@@ -319,7 +338,8 @@ def train(*args):
 
 
 def test_closed_stdout_and_new_session_still_time_out(run, mode):
-    outcome = run("""
+    outcome = run(
+        """
 import os, time
 def train(*args):
     try:
@@ -329,7 +349,9 @@ def train(*args):
     os.close(1)
     os.close(2)
     time.sleep(10**6)
-""", wall_seconds=2)
+""",
+        wall_seconds=2,
+    )
     no_pass(outcome, within=10)
     assert outcome.status == "timeout"
 
@@ -440,8 +462,19 @@ def test_dangerous_system_calls_are_refused(run, mode):
     no_pass(outcome, within=15)
     output = outcome.verdict["output"]
     assert "'Seccomp:\\t2'" in output and "'NoNewPrivs:\\t1'" in output
-    for name in ("add_key", "keyctl", "io_uring_setup", "ptrace_attach_pid1", "perf_event_open",
-                 "bpf", "userfaultfd", "unshare_user", "clone_newuser", "setns", "mount"):
+    for name in (
+        "add_key",
+        "keyctl",
+        "io_uring_setup",
+        "ptrace_attach_pid1",
+        "perf_event_open",
+        "bpf",
+        "userfaultfd",
+        "unshare_user",
+        "clone_newuser",
+        "setns",
+        "mount",
+    ):
         assert f"call {name} -1 EPERM" in output, (name, output)
 
 
@@ -492,11 +525,14 @@ def train(*args):
 def test_fifo_where_the_trace_goes(run, mode):
     """What the job leaves where the trace goes is removed by the harness, which writes the trace
     itself once the job's processes are dead: the run is judged (the loop did nothing)."""
-    outcome = run("""
+    outcome = run(
+        """
 import os
 def train(*args):
     os.mkfifo("out/trace.json.tmp")
-""", wall_seconds=3)
+""",
+        wall_seconds=3,
+    )
     no_pass(outcome, within=15)
     assert outcome.status == "failed", outcome.verdict
 
@@ -542,7 +578,8 @@ def train(*args):
 def test_saying_done_early_ends_the_job_without_a_verdict(run, mode):
     """The done pipe is the learner's to write too: saying "D" before the harness does only ends
     their own job early (killed, no trace, no pass), with a thread still running left behind."""
-    outcome = run("""
+    outcome = run(
+        """
 import os, sys, threading, time
 def spin():
     while True:
@@ -551,7 +588,9 @@ def train(*args):
     threading.Thread(target=spin).start()
     os.write(int(sys.argv[4]), b"D")
     time.sleep(30)
-""", wall_seconds=20)
+""",
+        wall_seconds=20,
+    )
     no_pass(outcome, within=10)
     assert outcome.status == "error", outcome.verdict
 
@@ -569,13 +608,17 @@ def train(*args):
 """
 
 
-@pytest.mark.parametrize("payload", [  # Python expressions, built in the job
-    """b'{"version": 1, "kind": "accumulation", "outcome": "ok", "error": null, "data": {},'"""
-    """ b' "output": "", "timings": {"run_ms": NaN}}'""",
-    'b"[" * 200_000 + b"]" * 200_000',
-    """b'{"version": 1, "kind": "accumulation", "outcome": "ok", "error": null, "output": "'"""
-    """ + b"y" * (3 << 20) + b'", "data": {}}'""",
-], ids=["nan", "deep", "blob"])
+@pytest.mark.parametrize(
+    "payload",
+    [  # Python expressions, built in the job
+        """b'{"version": 1, "kind": "accumulation", "outcome": "ok", "error": null, "data": {},'"""
+        """ b' "output": "", "timings": {"run_ms": NaN}}'""",
+        'b"[" * 200_000 + b"]" * 200_000',
+        """b'{"version": 1, "kind": "accumulation", "outcome": "ok", "error": null, "output": "'"""
+        """ + b"y" * (3 << 20) + b'", "data": {}}'""",
+    ],
+    ids=["nan", "deep", "blob"],
+)
 def test_a_report_forged_on_the_link_is_refused_as_interference(run, mode, payload):
     """The job's process holds no trace descriptor (tests/sandbox/test_forging.py); what it can
     write is a report to the harness, which refuses anything but strict, bounded JSON of the
@@ -589,23 +632,32 @@ def test_a_report_forged_on_the_link_is_refused_as_interference(run, mode, paylo
     assert len(repr(outcome.verdict)) < 300_000
 
 
-@pytest.mark.parametrize("code, shown", [
-    ("""
+@pytest.mark.parametrize(
+    "code, shown",
+    [
+        (
+            """
 class Loud(Exception):
     def __str__(self):
         return str(self)  # recurses
 def train(*args):
     raise Loud()
-""", "Loud"),
-    ("""
+""",
+            "Loud",
+        ),
+        (
+            """
 import sys
 sys.setrecursionlimit(60_000)
 def down(n):
     return down(n + 1) if n < 50_000 else 1 / 0
 def train(*args):
     down(0)
-""", "ZeroDivisionError"),
-])
+""",
+            "ZeroDivisionError",
+        ),
+    ],
+)
 def test_a_hostile_exception_is_described_as_the_learners(run, mode, code, shown):
     outcome = run(code, wall_seconds=30)
     no_pass(outcome, within=40)

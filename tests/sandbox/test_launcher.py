@@ -25,8 +25,7 @@ LDCONFIG = """\
 
 @pytest.fixture
 def fake_dev(tmp_path):
-    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools",
-                 "nvidia-modeset"):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"):
         (tmp_path / name).touch()
     return tmp_path
 
@@ -48,8 +47,7 @@ def test_only_the_assigned_gpu_is_bound(fake_dev):
     assert "/dev/nvidia-modeset" not in args
     binds = [src for flag, src, _dst in pairs if flag == "--ro-bind"]
     # /usr/lib is visible already; the libraries elsewhere are bound one by one
-    assert binds == ["/opt/nvidia/lib64/libcuda.so.1",
-                     "/opt/nvidia/lib64/libnvidia-ptxjitcompiler.so.1"]
+    assert binds == ["/opt/nvidia/lib64/libcuda.so.1", "/opt/nvidia/lib64/libnvidia-ptxjitcompiler.so.1"]
 
 
 def test_a_missing_gpu_node_is_refused(fake_dev):
@@ -73,8 +71,16 @@ def test_the_worker_owns_one_gpu(fake_dev, monkeypatch):
 
 def test_bwrap_args_show_the_isolation():
     args = sandbox._bwrap_args("cpu", None, 60123, 9)
-    for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-                 "--unshare-uts", "--disable-userns", "--die-with-parent", "--new-session"):
+    for flag in (
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+    ):
         assert flag in args
     assert args[args.index("--uid") + 1] == args[args.index("--gid") + 1] == "60123"
     assert args[args.index("--seccomp") + 1] == "9"
@@ -85,8 +91,10 @@ def test_bwrap_args_show_the_isolation():
     visible = {args[i + 2] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")}
     from app.config import ROOT
 
-    assert not any(v == str(ROOT) or v.startswith(str(ROOT / "lessons")) or
-                   v.startswith(str(ROOT / "var")) for v in visible)
+    assert not any(
+        v == str(ROOT) or v.startswith(str(ROOT / "lessons")) or v.startswith(str(ROOT / "var"))
+        for v in visible
+    )
     assert "--bind" not in args  # nothing of the host is writable
     devices = {args[i + 2] for i, a in enumerate(args) if a == "--dev-bind"}
     assert devices == {f"/dev/{name}" for name in sandbox.DEVICES}
@@ -260,8 +268,7 @@ def test_the_memory_watch_counts_shared_pages_once():
         children.append(pid)
     try:
         grown = sandbox.tree_memory(os.getpid()) - before
-        child_rss = sum(int(Path(f"/proc/{p}/statm").read_text().split()[1]) * sandbox.PAGE
-                        for p in children)
+        child_rss = sum(int(Path(f"/proc/{p}/statm").read_text().split()[1]) * sandbox.PAGE for p in children)
         assert child_rss > 3 * 128 * 1024 * 1024  # what counting RSS would have added
         assert grown < 64 * 1024 * 1024, grown
     finally:

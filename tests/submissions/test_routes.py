@@ -33,7 +33,7 @@ def test_exercise_page_offers_the_prompt_the_starter_and_an_editor(client, cours
     phrases = json.loads(textarea["data-phrases"])
     assert (phrases == {}) if lang == "en" else (phrases["Find"] == "Procurar")
     assert page.select_one('label[for="code"]')
-    assert page.select_one('script[type=module]')["src"] == "/static/js/editor.js"
+    assert page.select_one("script[type=module]")["src"] == "/static/js/editor.js"
     form = page.select_one("form.code-form")
     assert form["method"] == "post" and form["action"] == f"{EXERCISE_URL}/submissions"
     assert [b["value"] for b in form.select("button[name=mode]")] == ["submit", "run"]
@@ -52,7 +52,8 @@ def test_hints_open_one_at_a_time(client, course, lang):
         assert link["hx-get"].endswith(f"hints?shown={shown}")
         hints = html(client.get(link["hx-get"], headers=HTMX)).select_one("#hints")
         assert [h.select_one("h3").get_text() for h in hints.select(".hint-item")] == [
-            word.format(n) for n in range(1, shown + 1)]
+            word.format(n) for n in range(1, shown + 1)
+        ]
         assert hints.select(".hint-item p")[-1].get_text() == exercise.hints[shown - 1][lang].replace("`", "")
     assert not hints.select("a.hint-next"), "all three are open"
 
@@ -68,13 +69,16 @@ def test_hints_without_javascript_go_through_the_exercise_page(client):
 def test_the_lesson_page_links_its_exercises(client, course):
     page = html(client.get("/lessons/gradient-accumulation"))
     links = [a["href"] for a in page.select(".exercises a")]
-    assert links == [f"/lessons/gradient-accumulation/exercises/{ex.slug}"
-                     for ex in course.lesson("gradient-accumulation").exercises]
+    assert links == [
+        f"/lessons/gradient-accumulation/exercises/{ex.slug}"
+        for ex in course.lesson("gradient-accumulation").exercises
+    ]
 
 
 def test_htmx_submit_returns_a_status_that_polls_until_the_verdict(client, app):
-    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "x = 1", "mode": "submit"},
-                           headers=HTMX)
+    response = client.post(
+        f"{EXERCISE_URL}/submissions", data={"code": "x = 1", "mode": "submit"}, headers=HTMX
+    )
     assert response.status_code == 200
     fragment = html(response)
     status = fragment.select_one("#submission-status")
@@ -85,7 +89,9 @@ def test_htmx_submit_returns_a_status_that_polls_until_the_verdict(client, app):
     again = html(client.get(poll_url, headers=HTMX))
     assert not again.select("#status-announcer"), "a poll that changes nothing says nothing"
     grade_all(app)
-    final_page = html(client.get(poll_url, headers={**HTMX, "HX-Current-URL": f"http://testserver{EXERCISE_URL}"}))
+    final_page = html(
+        client.get(poll_url, headers={**HTMX, "HX-Current-URL": f"http://testserver{EXERCISE_URL}"})
+    )
     final = final_page.select_one("#submission-status")
     assert final.get("hx-trigger") is None, "a final status stops polling"
     assert "state-passed" in final["class"]
@@ -95,8 +101,7 @@ def test_htmx_submit_returns_a_status_that_polls_until_the_verdict(client, app):
 
 
 def test_without_javascript_the_submit_redirects_to_the_submission_page(client, app):
-    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "y = 2"},
-                           follow_redirects=False)
+    response = client.post(f"{EXERCISE_URL}/submissions", data={"code": "y = 2"}, follow_redirects=False)
     assert response.status_code == 303
     page = html(client.get(response.headers["location"]))
     assert page.select_one("noscript meta[http-equiv=refresh]"), "refreshes itself while queued"
@@ -127,8 +132,14 @@ def test_api_submit_poll_and_verdict(client, app):
     body = created.json()
     assert body["status"] == "queued"
     polled = client.get(f"/api/submissions/{body['id']}").json()
-    assert polled == {"id": body["id"], "exercise": "gradient-accumulation/accumulate", "mode": "submit",
-                      "status": "queued", "queue_position": 1, "verdict": None}
+    assert polled == {
+        "id": body["id"],
+        "exercise": "gradient-accumulation/accumulate",
+        "mode": "submit",
+        "status": "queued",
+        "queue_position": 1,
+        "verdict": None,
+    }
     grade_all(app)
     polled = client.get(f"/api/submissions/{body['id']}").json()
     assert polled["status"] == "passed" and polled["queue_position"] is None
@@ -145,20 +156,29 @@ def test_another_learner_cannot_see_my_submission(client, app):
         assert "secret = 42" not in stranger.get(EXERCISE_URL).text
 
 
-@pytest.mark.parametrize(("url", "kwargs", "status"), [
-    ("/lessons/gradient-accumulation/exercises/nope", {}, 404),
-    ("/lessons/nope/exercises/accumulate", {}, 404),
-])
+@pytest.mark.parametrize(
+    ("url", "kwargs", "status"),
+    [
+        ("/lessons/gradient-accumulation/exercises/nope", {}, 404),
+        ("/lessons/nope/exercises/accumulate", {}, 404),
+    ],
+)
 def test_unknown_exercise_is_404(client, url, kwargs, status):
     assert client.get(url, **kwargs).status_code == status
-    assert client.post(url.replace("/lessons/", "/api/lessons/") + "/submissions",
-                       json={"code": "x"}).status_code == status
+    assert (
+        client.post(
+            url.replace("/lessons/", "/api/lessons/") + "/submissions", json={"code": "x"}
+        ).status_code
+        == status
+    )
 
 
 def test_malformed_submissions_are_clear_4xx(client):
     assert client.post(API_URL, json={}).status_code == 422
     assert client.post(API_URL, json={"code": "x", "mode": "fly"}).status_code == 422
-    assert client.post(API_URL, content=b"{not json", headers={"Content-Type": "application/json"}
-                       ).status_code == 422
+    assert (
+        client.post(API_URL, content=b"{not json", headers={"Content-Type": "application/json"}).status_code
+        == 422
+    )
     assert client.post(f"{EXERCISE_URL}/submissions", data={}).status_code == 422
     assert client.post(API_URL, json={"code": "x" * (300 * 1024)}).status_code == 413

@@ -17,27 +17,46 @@ EXERCISE_URL = "/lessons/gradient-accumulation/exercises/accumulate"
 HTMX = {"HX-Request": "true"}
 
 NOT_SCALED = {  # what `treino check … loss-not-scaled.py --json` printed
-    "version": 1, "exercise": "gradient-accumulation/accumulate", "status": "failed",
-    "diagnosis": {"id": "loss-not-scaled", "title": "The loss is not divided by accum_steps",
-                  "explanation": "Every update was 4.00× the large-batch one."},
+    "version": 1,
+    "exercise": "gradient-accumulation/accumulate",
+    "status": "failed",
+    "diagnosis": {
+        "id": "loss-not-scaled",
+        "title": "The loss is not divided by accum_steps",
+        "explanation": "Every update was 4.00× the large-batch one.",
+    },
     "checks": [
         {"name": "Optimizer steps", "status": "passed", "message": "3 optimizer steps."},
         {"name": "Parameters after each step", "status": "failed", "message": "Differ from step 1."},
-        {"name": "Activation memory", "status": "passed", "message": "1,808 bytes."}],
-    "metrics": {"optimizer_steps": 3, "reference_optimizer_steps": 3, "update_ratio": 4.0,
-                "peak_activation_bytes": 1808, "reference_peak_activation_bytes": 1808,
-                "large_batch_peak_activation_bytes": 7232, "device": "cpu", "sandbox_ms": 393,
-                "check_ms": 1375},
-    "output": "step 1\nstep 2\n"}
+        {"name": "Activation memory", "status": "passed", "message": "1,808 bytes."},
+    ],
+    "metrics": {
+        "optimizer_steps": 3,
+        "reference_optimizer_steps": 3,
+        "update_ratio": 4.0,
+        "peak_activation_bytes": 1808,
+        "reference_peak_activation_bytes": 1808,
+        "large_batch_peak_activation_bytes": 7232,
+        "device": "cpu",
+        "sandbox_ms": 393,
+        "check_ms": 1375,
+    },
+    "output": "step 1\nstep 2\n",
+}
 
 
 def finished(app, client, verdict: dict, *, mode: str = "submit"):
     """A submission of this client's learner, finished with `verdict`; its page."""
-    sub_id = client.post("/api/lessons/gradient-accumulation/exercises/accumulate/submissions",
-                         json={"code": "x = 1", "mode": mode}).json()["id"]
+    sub_id = client.post(
+        "/api/lessons/gradient-accumulation/exercises/accumulate/submissions",
+        json={"code": "x = 1", "mode": mode},
+    ).json()["id"]
     with app.state.sessionmaker.begin() as session:
-        session.execute(update(Submission).where(Submission.id == sub_id).values(
-            status=verdict["status"], verdict=verdict, active_owner=None))
+        session.execute(
+            update(Submission)
+            .where(Submission.id == sub_id)
+            .values(status=verdict["status"], verdict=verdict, active_owner=None)
+        )
     return html(client.get(f"/submissions/{sub_id}"))
 
 
@@ -49,7 +68,10 @@ def test_a_failed_verdict_names_the_mistake_and_draws_the_figures(client, app):
     assert "2 of 3 checks passed" in verdict.select_one(".verdict-sub").get_text()
     assert verdict.select_one(".diagnosis h4").get_text() == "The loss is not divided by accum_steps"
     assert [li["class"][-1] for li in verdict.select(".checks li")] == [
-        "check-passed", "check-failed", "check-passed"]
+        "check-passed",
+        "check-failed",
+        "check-passed",
+    ]
     charts = {f["class"][-1]: f for f in verdict.select("figure")}
     assert set(charts) == {"figure-update", "figure-memory"}, "3 steps against 3 is a fact, not a chart"
     memory = charts["figure-memory"]
@@ -58,22 +80,37 @@ def test_a_failed_verdict_names_the_mistake_and_draws_the_figures(client, app):
     assert memory.select_one(".bar-yours .bar-fill")["width"] == "25.00"
     assert charts["figure-update"].select(".bar-value")[0].get_text() == "4.00×"
     assert ("Running your code", "0.4 s") in [
-        (d.select_one("dt").get_text(), d.select_one("dd").get_text()) for d in verdict.select(".facts div")]
+        (d.select_one("dt").get_text(), d.select_one("dd").get_text()) for d in verdict.select(".facts div")
+    ]
     assert verdict.select_one("details.output pre").get_text() == "step 1\nstep 2\n"
 
 
-@pytest.mark.parametrize(("verdict", "words"), [
-    ({"status": "error", "reason": "worker-trouble"}, "stopped several times"),
-    ({"status": "error", "reason": "grader-crashed"}, "bug on our side"),
-    ({"status": "error", "reason": "exercise-gone"}, "changed or was removed"),
-    ({"status": "timeout", "checks": [{"name": "Run", "status": "failed", "message": "60 s"}]},
-     "past the time limit"),
-    ({"status": "rejected", "checks": [{"name": "Input", "status": "failed", "message": "too big"}]},
-     "was not accepted"),
-])
+@pytest.mark.parametrize(
+    ("verdict", "words"),
+    [
+        ({"status": "error", "reason": "worker-trouble"}, "stopped several times"),
+        ({"status": "error", "reason": "grader-crashed"}, "bug on our side"),
+        ({"status": "error", "reason": "exercise-gone"}, "changed or was removed"),
+        (
+            {"status": "timeout", "checks": [{"name": "Run", "status": "failed", "message": "60 s"}]},
+            "past the time limit",
+        ),
+        (
+            {"status": "rejected", "checks": [{"name": "Input", "status": "failed", "message": "too big"}]},
+            "was not accepted",
+        ),
+    ],
+)
 def test_trouble_timeouts_and_refusals_each_have_plain_words(client, app, verdict, words):
-    full = {"version": 1, "exercise": "gradient-accumulation/accumulate", "diagnosis": None,
-            "checks": [], "metrics": {}, "output": "", **verdict}
+    full = {
+        "version": 1,
+        "exercise": "gradient-accumulation/accumulate",
+        "diagnosis": None,
+        "checks": [],
+        "metrics": {},
+        "output": "",
+        **verdict,
+    }
     page = finished(app, client, full)
     assert words in page.select_one(".verdict-plain").get_text()
 
@@ -92,8 +129,12 @@ def test_a_run_reads_ran_with_its_losses_and_no_checks(client, app):
     assert "verdict-ran" in verdict["class"] and verdict.select_one(".verdict-title").get_text() == "Ran"
     assert not verdict.select(".checks")
     rows = verdict.select(".figure-losses tbody tr")
-    assert [r.select_one("th").get_text() for r in rows] == ["Start", "After step 1", "After step 2",
-                                                             "After step 3"]
+    assert [r.select_one("th").get_text() for r in rows] == [
+        "Start",
+        "After step 1",
+        "After step 2",
+        "After step 3",
+    ]
     assert rows[2].select_one(".bar-value").get_text() == "—"
     stored = client.get(f"/api/submissions/{poll.rsplit('/', 1)[1]}").json()
     assert stored["mode"] == "run" and stored["verdict"]["mode"] == "run"
@@ -119,18 +160,36 @@ def test_figures_are_empty_when_nothing_was_measured():
 
 # ---------------------------------------------------------------- records: rendered when read
 
+
 def _not_scaled_record() -> dict:
     """What the worker stores for loss-not-scaled: message keys and values, no texts."""
     from app.submissions.messages import Phrase, Sci
     from app.submissions.verdict import check_record, record, seal
 
-    checks = [check_record("steps", True, "check.steps.passed", {"steps": 3}),
-              check_record("trajectory", False, "check.trajectory.diverged",
-                           {"step": 1, "error": Sci(3.0), "ratio": Sci(4.0)})]
-    diagnosis = ("loss-not-scaled", {"ratio": Sci(4.0), "coefficient": 1.0, "share": 0.25, "k": 4,
-                                     "unused": Phrase("token.not_divided")})
-    return seal(record("gradient-accumulation/accumulate", "failed", checks, diagnosis,
-                       {"optimizer_steps": 3, "update_ratio": 4.0}, "olá\n"), output_kb=64)
+    checks = [
+        check_record("steps", True, "check.steps.passed", {"steps": 3}),
+        check_record(
+            "trajectory",
+            False,
+            "check.trajectory.diverged",
+            {"step": 1, "error": Sci(3.0), "ratio": Sci(4.0)},
+        ),
+    ]
+    diagnosis = (
+        "loss-not-scaled",
+        {"ratio": Sci(4.0), "coefficient": 1.0, "share": 0.25, "k": 4, "unused": Phrase("token.not_divided")},
+    )
+    return seal(
+        record(
+            "gradient-accumulation/accumulate",
+            "failed",
+            checks,
+            diagnosis,
+            {"optimizer_steps": 3, "update_ratio": 4.0},
+            "olá\n",
+        ),
+        output_kb=64,
+    )
 
 
 def test_a_record_holds_keys_and_values_and_survives_json():
@@ -159,10 +218,13 @@ def test_a_record_is_sealed_as_strict_bounded_json():
 
     from app.submissions.verdict import MAX_BYTES, check_record, record, render, seal
 
-    rec = record("x/y", "error", [check_record("run", False, "error.exception",
-                                               {"type": "ValueError", "message": "m" * 400_000})],
-                 metrics={"losses": [1.0, float("nan"), float("inf")], "update_ratio": float("-inf")},
-                 output="o" * 400_000)
+    rec = record(
+        "x/y",
+        "error",
+        [check_record("run", False, "error.exception", {"type": "ValueError", "message": "m" * 400_000})],
+        metrics={"losses": [1.0, float("nan"), float("inf")], "update_ratio": float("-inf")},
+        output="o" * 400_000,
+    )
     sealed = seal(rec, output_kb=64)
     assert len(json.dumps(sealed, allow_nan=False)) <= MAX_BYTES  # raises on NaN or infinity
     assert sealed["metrics"] == {"losses": [1.0, None, None], "update_ratio": None}

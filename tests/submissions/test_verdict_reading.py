@@ -14,10 +14,15 @@ from tests.submissions.test_verdict import NOT_SCALED, finished
 EXERCISE_URL = "/lessons/gradient-accumulation/exercises/accumulate"
 API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 HTMX = {"HX-Request": "true"}
-PASSED = {"version": 1, "exercise": "gradient-accumulation/accumulate", "status": "passed",
-          "diagnosis": None, "checks": [{"name": "Optimizer steps", "status": "passed", "message": "3."}],
-          "metrics": {"optimizer_steps": 3, "reference_optimizer_steps": 3, "update_ratio": 1.0},
-          "output": ""}
+PASSED = {
+    "version": 1,
+    "exercise": "gradient-accumulation/accumulate",
+    "status": "passed",
+    "diagnosis": None,
+    "checks": [{"name": "Optimizer steps", "status": "passed", "message": "3."}],
+    "metrics": {"optimizer_steps": 3, "reference_optimizer_steps": 3, "update_ratio": 1.0},
+    "output": "",
+}
 
 
 def test_close_losses_are_drawn_from_just_below_the_smallest_not_from_zero():
@@ -30,8 +35,16 @@ def test_close_losses_are_drawn_from_just_below_the_smallest_not_from_zero():
 
 
 def test_equal_values_are_facts_not_charts():
-    flat = figures({"metrics": {"losses": [0.5, 0.5], "optimizer_steps": 3, "reference_optimizer_steps": 3,
-                                "update_ratio": 1.0001}})
+    flat = figures(
+        {
+            "metrics": {
+                "losses": [0.5, 0.5],
+                "optimizer_steps": 3,
+                "reference_optimizer_steps": 3,
+                "update_ratio": 1.0001,
+            }
+        }
+    )
     assert [c.id for c in flat.charts] == ["losses"]
     assert all(bar.share is None for bar in flat.charts[0].bars), "no bars that all look the same"
     assert ("Optimizer steps", "3, as the large batch") in flat.facts
@@ -49,9 +62,11 @@ def test_the_chart_and_its_sentence_say_the_same_number(client, app):
 
 
 def test_inline_code_is_code_and_plurals_follow_the_number(client, app):
-    one = {**NOT_SCALED, "checks": [{"name": "Run", "status": "failed",
-                                     "message": "Use `with torch.autocast(...)` <here>."}],
-           "diagnosis": {"id": "x", "title": "No `scaler`", "explanation": "Call `scaler.step(opt)`."}}
+    one = {
+        **NOT_SCALED,
+        "checks": [{"name": "Run", "status": "failed", "message": "Use `with torch.autocast(...)` <here>."}],
+        "diagnosis": {"id": "x", "title": "No `scaler`", "explanation": "Call `scaler.step(opt)`."},
+    }
     verdict = finished(app, client, one).select_one(".verdict-card")
     assert verdict.select_one(".check p code").get_text() == "with torch.autocast(...)"
     assert "<here>" in verdict.select_one(".check p").get_text(), "the rest stays escaped text"
@@ -62,8 +77,10 @@ def test_inline_code_is_code_and_plurals_follow_the_number(client, app):
     pt = html(client.get(f"{href}?lang=pt-BR"))
     assert "0 de 1 verificação passou" in pt.select_one(".verdict-sub").get_text()
     three = finished(app, client, NOT_SCALED).select_one(".verdict-sub a")["href"]
-    assert "2 de 3 verificações passaram" in html(client.get(f"{three}?lang=pt-BR")).select_one(
-        ".verdict-sub").get_text()
+    assert (
+        "2 de 3 verificações passaram"
+        in html(client.get(f"{three}?lang=pt-BR")).select_one(".verdict-sub").get_text()
+    )
 
 
 def test_attempts_are_numbered_per_learner_and_exercise(client, app):
@@ -80,10 +97,22 @@ def test_attempts_are_numbered_per_learner_and_exercise(client, app):
 
 
 def test_an_error_names_its_line_for_the_editor(client, app):
-    error = {"version": 1, "exercise": "gradient-accumulation/accumulate", "status": "error",
-             "diagnosis": None, "metrics": {}, "output": "",
-             "checks": [{"name": "Run", "status": "failed", "line": 4,
-                         "message": "Syntax error on line 4: expected ':': for batch in batches"}]}
+    error = {
+        "version": 1,
+        "exercise": "gradient-accumulation/accumulate",
+        "status": "error",
+        "diagnosis": None,
+        "metrics": {},
+        "output": "",
+        "checks": [
+            {
+                "name": "Run",
+                "status": "failed",
+                "line": 4,
+                "message": "Syntax error on line 4: expected ':': for batch in batches",
+            }
+        ],
+    }
     verdict = finished(app, client, error).select_one(".verdict-card")
     assert verdict["data-failing-line"] == "4"
     assert "line 4" in verdict.select_one(".verdict-plain").get_text()
@@ -162,18 +191,33 @@ def test_the_submission_page_wraps_and_highlights_the_code(client, app):
 
 
 def test_measure_it_draws_time_and_memory_by_configuration():
-    """"Measure it on your card": the table in the checks, and the same numbers as two charts."""
-    metrics = {"low_precision": "bfloat16", "peak_measure": "live_tensor_bytes",
-               "fp32_ms_per_step": 2.05, "low_ms_per_step": 4.21, "accum_ms_per_step": 2.71,
-               "checkpoint_ms_per_step": 3.45, "all_ms_per_step": 14.37,
-               "fp32_peak_bytes": 57560, "low_peak_bytes": 36568, "accum_peak_bytes": 27672,
-               "checkpoint_peak_bytes": 32984, "all_peak_bytes": 22430}
+    """ "Measure it on your card": the table in the checks, and the same numbers as two charts."""
+    metrics = {
+        "low_precision": "bfloat16",
+        "peak_measure": "live_tensor_bytes",
+        "fp32_ms_per_step": 2.05,
+        "low_ms_per_step": 4.21,
+        "accum_ms_per_step": 2.71,
+        "checkpoint_ms_per_step": 3.45,
+        "all_ms_per_step": 14.37,
+        "fp32_peak_bytes": 57560,
+        "low_peak_bytes": 36568,
+        "accum_peak_bytes": 27672,
+        "checkpoint_peak_bytes": 32984,
+        "all_peak_bytes": 22430,
+    }
     time, memory = [c for c in figures({"metrics": metrics}).charts if c.id.startswith("configurations")]
-    assert [bar.label for bar in time.bars] == ["float32", "bfloat16", "accumulation", "checkpointing",
-                                               "all three"]
+    assert [bar.label for bar in time.bars] == [
+        "float32",
+        "bfloat16",
+        "accumulation",
+        "checkpointing",
+        "all three",
+    ]
     assert time.bars[0].share == 100 * 2.05 / 14.37 and time.bars[4].share == 100
     assert time.summary == "The fastest was float32, at 2.05 ms per step."
     assert memory.summary == "The smallest peak was all three, with 21.9 KB."
     assert "no GPU" in memory.note
-    assert not [c for c in figures({"metrics": {"optimizer_steps": 3}}).charts
-                if c.id.startswith("configurations")]
+    assert not [
+        c for c in figures({"metrics": {"optimizer_steps": 3}}).charts if c.id.startswith("configurations")
+    ]

@@ -40,9 +40,11 @@ CASES = {
     "endless-loop": Case(
         "accumulate",
         b"import time\n\ndef train(*args):\n    while True:\n        time.sleep(0.5)\n",
-        limits={"wall_seconds": 8}),
+        limits={"wall_seconds": 8},
+    ),
     "exit-without-trace": Case(
-        "accumulate", b"import os\n\ndef train(*args):\n    print('bye')\n    os._exit(3)\n"),
+        "accumulate", b"import os\n\ndef train(*args):\n    print('bye')\n    os._exit(3)\n"
+    ),
     # zeroing between backward and step: no known mistake id
     "zero-before-step": Case("accumulate", ZERO_BEFORE_STEP, lang="pt-BR"),
 }

@@ -17,8 +17,17 @@ from tests.worker.cases import CASES  # noqa: E402
 from worker.grading import Grader  # noqa: E402
 
 # exercise slugs are unique across the course: golden/<slug>/ and exercise(slug) use them
-EXERCISES = ("accumulate", "remainder", "scaler-clipping", "token-loss",  # lesson 2
-             "amp-loop", "find-the-bottleneck", "input-pipeline", "fit-the-budget", "measure-it")
+EXERCISES = (
+    "accumulate",
+    "remainder",
+    "scaler-clipping",
+    "token-loss",  # lesson 2
+    "amp-loop",
+    "find-the-bottleneck",
+    "input-pipeline",
+    "fit-the-budget",
+    "measure-it",
+)
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_FILES = sorted(GOLDEN.glob("*/*.py"))
 
@@ -68,8 +77,10 @@ def graded(exercise, grade):
     solution and mistakes, ``("case", name)`` for ``cases.CASES``. One pool keeps every
     core busy: a grade is mostly the child importing torch.
     """
-    jobs = {("golden", p.parent.name, p.stem): (exercise(p.parent.name), p.read_bytes(), "en")
-            for p in GOLDEN_FILES}
+    jobs = {
+        ("golden", p.parent.name, p.stem): (exercise(p.parent.name), p.read_bytes(), "en")
+        for p in GOLDEN_FILES
+    }
     for slug in EXERCISES:
         for p in bank(exercise, slug):
             jobs[("bank", slug, p.stem)] = (exercise(slug), p.read_bytes(), "en")

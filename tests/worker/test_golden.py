@@ -14,8 +14,14 @@ from tests.worker.conftest import EXERCISES, GOLDEN, GOLDEN_FILES
 from worker import grading, sandbox
 from worker.grading import format_verdict
 
-FIXED = {"loss-not-scaled", "zero-grad-every-micro-batch", "step-every-micro-batch",
-         "never-zero-grad", "wrong-boundary", "wrong-scale"}
+FIXED = {
+    "loss-not-scaled",
+    "zero-grad-every-micro-batch",
+    "step-every-micro-batch",
+    "never-zero-grad",
+    "wrong-boundary",
+    "wrong-scale",
+}
 
 
 def expected(path: Path) -> str:
@@ -86,16 +92,24 @@ def test_unknown_mistake_still_says_what_differed(graded):
 
 
 def test_check_exercise_names_every_problem(exercise, monkeypatch):
-    answers = {"solution": ("failed", None), "token-mean-of-means": ("passed", None),
-               "token-padding-counted": ("failed", "token-sum-not-normalised"),
-               "token-sum-not-normalised": ("failed", "token-sum-not-normalised")}
+    answers = {
+        "solution": ("failed", None),
+        "token-mean-of-means": ("passed", None),
+        "token-padding-counted": ("failed", "token-sum-not-normalised"),
+        "token-sum-not-normalised": ("failed", "token-sum-not-normalised"),
+    }
 
     def fake_grade(ex, code):
         for name, (status, found) in answers.items():
-            if code == (Path(ex.path) / ("" if name == "solution" else "mistakes")
-                        / f"{name}.py").read_bytes():
-                return {"status": status, "diagnosis": found and {"id": found},
-                        "checks": [{"status": "failed", "message": "why"}]}
+            if (
+                code
+                == (Path(ex.path) / ("" if name == "solution" else "mistakes") / f"{name}.py").read_bytes()
+            ):
+                return {
+                    "status": status,
+                    "diagnosis": found and {"id": found},
+                    "checks": [{"status": "failed", "message": "why"}],
+                }
         raise AssertionError("unexpected file")
 
     grader = grading.Grader(sandbox.Setup("process", "cpu"), pool=None)

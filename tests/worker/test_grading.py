@@ -33,8 +33,10 @@ def test_rejects_non_utf8(exercise, grade):
 
 
 def test_syntax_error_is_reported_with_its_line(exercise, grade):
-    verdict = grade(exercise("accumulate"), b"def train(model, loader, loss_fn, optimizer, k):\n"
-                                            b"    for x in loader\n        pass\n")
+    verdict = grade(
+        exercise("accumulate"),
+        b"def train(model, loader, loss_fn, optimizer, k):\n    for x in loader\n        pass\n",
+    )
     assert verdict["status"] == "error"
     message = only_message(verdict)
     assert "line 2" in message and "for x in loader" in message
@@ -93,7 +95,9 @@ def test_exit_without_trace_is_an_error(graded):
 
 def test_format_verdict_in_portuguese():
     verdict = {
-        "version": 1, "exercise": "gradient-accumulation/accumulate", "status": "failed",
+        "version": 1,
+        "exercise": "gradient-accumulation/accumulate",
+        "status": "failed",
         "diagnosis": {"id": "loss-not-scaled", "title": "A perda…", "explanation": "4,00×"},
         "checks": [{"name": "Passos", "status": "passed", "message": "3 passos"}],
         "metrics": {"optimizer_steps": 3, "update_ratio": 4.0, "peak_activation_bytes": 1808},
@@ -122,4 +126,3 @@ def test_live_tensor_meter_charges_new_storage_not_aliases():
         y = x * 2
         z = y.view(-1).detach()
     assert meter.peak == 8192, (y, z)
-

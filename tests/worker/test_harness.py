@@ -34,15 +34,19 @@ def test_leaf_modules_import_no_siblings():
     own = {p.stem for p in HARNESS.glob("*.py")}
     for leaf in ("scenarios", "memory"):
         tree = ast.parse((HARNESS / f"{leaf}.py").read_text())
-        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-                    for a in n.names}
+        imported = {
+            a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        }
         assert not imported & own, leaf
 
 
-@pytest.mark.parametrize("params", [
-    {"scenario": "mlp", "n_micro": 12, "micro_batch": 5, "accum_steps": 4, "lr": 0.1},
-    {"scenario": "tokens", "n_micro": 8, "micro_batch": 2, "accum_steps": 4, "lr": 0.5},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"scenario": "mlp", "n_micro": 12, "micro_batch": 5, "accum_steps": 4, "lr": 0.1},
+        {"scenario": "tokens", "n_micro": 8, "micro_batch": 2, "accum_steps": 4, "lr": 0.5},
+    ],
+)
 def test_one_micro_batch_holds_a_quarter_of_the_cycle(params):
     ref = reference(params)
     assert len(ref.trajectory) == 2 if params["scenario"] == "tokens" else 3
@@ -52,8 +56,10 @@ def test_one_micro_batch_holds_a_quarter_of_the_cycle(params):
 def test_scenarios_are_seeded():
     a = scenarios.build({"scenario": "tokens", "n_micro": 2, "micro_batch": 2, "seed": 3})
     b = scenarios.build({"scenario": "tokens", "n_micro": 2, "micro_batch": 2, "seed": 3})
-    assert all((x1 == x2).all() and (y1 == y2).all()
-               for (x1, y1), (x2, y2) in zip(a.micro_batches, b.micro_batches, strict=True))
+    assert all(
+        (x1 == x2).all() and (y1 == y2).all()
+        for (x1, y1), (x2, y2) in zip(a.micro_batches, b.micro_batches, strict=True)
+    )
 
 
 def test_live_tensor_meter_sees_what_a_checkpointed_backward_recomputes():

@@ -25,13 +25,23 @@ ROWS = ["measure_fp32", "measure_low", "measure_accum", "measure_checkpoint", "m
 
 def load(name):
     data = json.loads((TRACES / f"{name}.json").read_text())
-    events = [["step", CONFIGS.index(c), 0.0, -1] for c, config in data["configs"].items()
-              for _ in range(config["steps"])]
+    events = [
+        ["step", CONFIGS.index(c), 0.0, -1]
+        for c, config in data["configs"].items()
+        for _ in range(config["steps"])
+    ]
     run = data["reference_run"]
     events += [["reference-step", -1, 0.0, i] for i in range(len(run["steps"]))]
-    data["observed"] = {"mode": "inline", "counts": {}, "events": events, "events_dropped": 0,
-                        "snapshots": run["steps"], "final_params": run["final_params"],
-                        "meters": [], "interfered": None}
+    data["observed"] = {
+        "mode": "inline",
+        "counts": {},
+        "events": events,
+        "events_dropped": 0,
+        "snapshots": run["steps"],
+        "final_params": run["final_params"],
+        "meters": [],
+        "interfered": None,
+    }
     return data
 
 
@@ -71,8 +81,13 @@ def test_a_cpu_verdict_says_so_and_shows_the_cpus_numbers(graded):
     assert_answer(verdict, "solution")
     device, *rows = verdict["checks"][:6]
     assert device["message"].startswith("This worker has no GPU: every number below is the CPU's.")
-    assert [r["name"] for r in rows] == ["float32", "Low precision", "Gradient accumulation",
-                                         "Checkpointing", "All three"]
+    assert [r["name"] for r in rows] == [
+        "float32",
+        "Low precision",
+        "Gradient accumulation",
+        "Checkpointing",
+        "All three",
+    ]
     assert all(" ms per step · " in r["message"] for r in rows)
     metrics = verdict["metrics"]
     assert metrics["measured_on"] == "cpu" and metrics["peak_measure"] == "live_tensor_bytes"

@@ -44,8 +44,14 @@ def _enqueue(sessions, n: int, code: str = "pass") -> list[int]:
     ids = []
     for i in range(n):
         with sessions.begin() as session:
-            sub = enqueue(session, Learner(f"visitor-{i}-{time.monotonic_ns()}"), EXERCISE,
-                          f"{code} {i}", mode=Mode.SUBMIT, lang="en")
+            sub = enqueue(
+                session,
+                Learner(f"visitor-{i}-{time.monotonic_ns()}"),
+                EXERCISE,
+                f"{code} {i}",
+                mode=Mode.SUBMIT,
+                lang="en",
+            )
             ids.append(sub.id)
     return ids
 
@@ -96,10 +102,18 @@ def test_one_active_submission_per_learner(sessions):
 def test_clients_are_served_in_turn(sessions):
     """Five cookie-less learners from one address, then one learner from another: the second
     address waits for one job, not five."""
+
     def send(client: str) -> int:
         with sessions.begin() as session:
-            return enqueue(session, Learner(f"visitor-{time.monotonic_ns()}"), EXERCISE, "x",
-                           mode=Mode.SUBMIT, lang="en", client=client).id
+            return enqueue(
+                session,
+                Learner(f"visitor-{time.monotonic_ns()}"),
+                EXERCISE,
+                "x",
+                mode=Mode.SUBMIT,
+                lang="en",
+                client=client,
+            ).id
 
     flood = [send("203.0.113.7") for _ in range(5)]
     honest = send("198.51.100.2")
@@ -233,8 +247,12 @@ print("stopped", flush=True)
 
 
 def _spawn_worker(url: str, grade_seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, url, str(grade_seconds)],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER_SCRIPT, url, str(grade_seconds)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "grading"
     return proc
 
@@ -303,8 +321,14 @@ def test_a_worker_reports_itself_while_it_runs_and_leaves_when_it_stops(sessions
         with sessions() as session:
             return [(b.isolation, b.device, b.warm) for b in session.scalars(select(WorkerBeat))]
 
-    with Worker(_settings(database_url, poll_seconds=0.05), grade=fake_verdict, course=COURSE,
-                isolation="bwrap", device="cpu", warm=lambda: 2) as worker:
+    with Worker(
+        _settings(database_url, poll_seconds=0.05),
+        grade=fake_verdict,
+        course=COURSE,
+        isolation="bwrap",
+        device="cpu",
+        warm=lambda: 2,
+    ) as worker:
         thread = threading.Thread(target=worker.run)
         thread.start()
         deadline = time.monotonic() + 10

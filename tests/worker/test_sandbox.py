@@ -9,9 +9,16 @@ from worker.harness import trace_schema
 
 
 def good(**changes) -> dict:
-    trace = {"version": 1, "kind": "accumulation", "outcome": "ok", "error": None,
-             "data": {"steps": [{"loss": 1.25, "grads": [[0.5, -0.25]]}]},
-             "output": "hello\n", "output_dropped": 0, "timings": {"import_ms": 3100, "run_ms": 42}}
+    trace = {
+        "version": 1,
+        "kind": "accumulation",
+        "outcome": "ok",
+        "error": None,
+        "data": {"steps": [{"loss": 1.25, "grads": [[0.5, -0.25]]}]},
+        "output": "hello\n",
+        "output_dropped": 0,
+        "timings": {"import_ms": 3100, "run_ms": 42},
+    }
     return {**trace, **changes}
 
 
@@ -22,39 +29,49 @@ def raw(trace) -> bytes:
 def test_a_trace_the_harness_writes_is_taken_as_it_is():
     trace = good()
     assert trace_schema.parse(trace_schema.dumps(trace).encode()) == trace
-    error = {"phase": "run", "type": "ValueError", "message": "bad", "traceback": [
-        {"line": 3, "function": "train", "code": "x = 1"}]}
+    error = {
+        "phase": "run",
+        "type": "ValueError",
+        "message": "bad",
+        "traceback": [{"line": 3, "function": "train", "code": "x = 1"}],
+    }
     assert trace_schema.parse(raw(good(outcome="error", error=error)))["error"] == error
 
 
-@pytest.mark.parametrize("text, why", [
-    ('{"version": 1, "timings": {"run_ms": NaN}}', "non-finite"),
-    ('{"version": 1, "timings": {"run_ms": Infinity}}', "non-finite"),
-    ('{"version": 1, "data": -Infinity}', "non-finite"),
-    ("[" * 100_000 + "]" * 100_000, "nested deeper"),
-    ('{"a": ' * 40 + "1" + "}" * 40, "nested deeper"),
-    ("[1, 2]", "not an object"),
-    ("\xff\xfe", "not JSON"),
-    ("", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('{"version": 1, "timings": {"run_ms": NaN}}', "non-finite"),
+        ('{"version": 1, "timings": {"run_ms": Infinity}}', "non-finite"),
+        ('{"version": 1, "data": -Infinity}', "non-finite"),
+        ("[" * 100_000 + "]" * 100_000, "nested deeper"),
+        ('{"a": ' * 40 + "1" + "}" * 40, "nested deeper"),
+        ("[1, 2]", "not an object"),
+        ("\xff\xfe", "not JSON"),
+        ("", "not JSON"),
+    ],
+)
 def test_what_is_not_a_trace_is_refused(text, why):
     with pytest.raises(trace_schema.Invalid, match=why):
         trace_schema.parse(text.encode("latin-1") if text.startswith("\xff") else text.encode())
 
 
-@pytest.mark.parametrize("changes, why", [
-    ({"version": 2}, "version"),
-    ({"kind": 3}, "kind"),
-    ({"outcome": "passed"}, "outcome"),
-    ({"outcome": "error", "error": None}, "without error"),
-    ({"outcome": "error", "error": {"message": ["x"]}}, "message"),
-    ({"outcome": "error", "error": {"traceback": [{"line": "3"}]}}, "line number"),
-    ({"output": {"text": "hi"}}, "output"),
-    ({"output_dropped": -1}, "count"),
-    ({"timings": {"run_ms": "fast"}}, "timing"),
-    ({"timings": {"run_ms": -5}}, "timing"),
-    ({"output": "y" * (trace_schema.MAX_STRING + 1)}, "string of"),
-])
+@pytest.mark.parametrize(
+    "changes, why",
+    [
+        ({"version": 2}, "version"),
+        ({"kind": 3}, "kind"),
+        ({"outcome": "passed"}, "outcome"),
+        ({"outcome": "error", "error": None}, "without error"),
+        ({"outcome": "error", "error": {"message": ["x"]}}, "message"),
+        ({"outcome": "error", "error": {"traceback": [{"line": "3"}]}}, "line number"),
+        ({"output": {"text": "hi"}}, "output"),
+        ({"output_dropped": -1}, "count"),
+        ({"timings": {"run_ms": "fast"}}, "timing"),
+        ({"timings": {"run_ms": -5}}, "timing"),
+        ({"output": "y" * (trace_schema.MAX_STRING + 1)}, "string of"),
+    ],
+)
 def test_a_trace_that_breaks_the_schema_is_refused(changes, why):
     with pytest.raises(trace_schema.Invalid, match=why):
         trace_schema.parse(raw(good(**changes)))
@@ -64,5 +81,4 @@ def test_size_and_value_count_are_capped():
     with pytest.raises(trace_schema.Invalid, match="bytes"):
         trace_schema.parse(raw(good(output="y" * 100)), limit=50)
     with pytest.raises(trace_schema.Invalid, match="values"):
-        trace_schema.parse(raw(good(data=[0] * (trace_schema.MAX_VALUES + 1))),
-                           limit=64 * 1024 * 1024)
+        trace_schema.parse(raw(good(data=[0] * (trace_schema.MAX_VALUES + 1))), limit=64 * 1024 * 1024)

@@ -51,11 +51,19 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_a_signal_to_serve_leaves_nothing_running(tmp_path, signum):
-    env = {**os.environ, "TREINO_DATABASE_URL": f"sqlite:///{tmp_path / 'treino.db'}",
-           "TREINO_POOL_SIZE": "2"}
+    env = {
+        **os.environ,
+        "TREINO_DATABASE_URL": f"sqlite:///{tmp_path / 'treino.db'}",
+        "TREINO_POOL_SIZE": "2",
+    }
     port = _free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "worker.cli", "serve", "--port", str(port)],
-                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 240
         tree: dict[int, str] = {}

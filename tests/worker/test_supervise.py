@@ -139,13 +139,23 @@ def part(link):
 def accumulation_data(steps, final, peak=0):
     """The reported half of an accumulation trace with the observed half as the supervisor
     writes it: three steps, each snapshot the parameters after it."""
-    seen = {"mode": "fork", "counts": {"step": 3},
-            "events": [["step", t, 0.0, t] for t in range(3)], "events_dropped": 0,
-            "snapshots": [[0.1 * t] * 4 for t in range(1, 4)], "final_params": [0.3] * 4,
-            "meters": [{"peak": 100, "packed": 1000, "freed": 900, "messages": 5}],
-            "interfered": None}
-    return {"steps_total": len(steps), "steps": [{"params": p} for p in steps],
-            "final_params": final, "peak_saved_bytes": peak, "observed": seen}
+    seen = {
+        "mode": "fork",
+        "counts": {"step": 3},
+        "events": [["step", t, 0.0, t] for t in range(3)],
+        "events_dropped": 0,
+        "snapshots": [[0.1 * t] * 4 for t in range(1, 4)],
+        "final_params": [0.3] * 4,
+        "meters": [{"peak": 100, "packed": 1000, "freed": 900, "messages": 5}],
+        "interfered": None,
+    }
+    return {
+        "steps_total": len(steps),
+        "steps": [{"params": p} for p in steps],
+        "final_params": final,
+        "peak_saved_bytes": peak,
+        "observed": seen,
+    }
 
 
 def test_accumulation_refuses_a_report_that_differs_from_the_observations():
@@ -164,9 +174,15 @@ def test_accumulation_refuses_a_report_that_differs_from_the_observations():
 def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
     params = {"lr": 0.5}
     before, after = [1.0, 2.0], [0.5, 2.5]  # the step: -lr * (1, -1)
-    seen = {"counts": {"call": 1}, "events": [["call", 0, 0.0, 0]], "events_dropped": 0,
-            "snapshots": [before], "final_params": after, "interfered": None,
-            "meters": [{"peak": 64, "packed": 64, "freed": 0, "messages": 1}]}
+    seen = {
+        "counts": {"call": 1},
+        "events": [["call", 0, 0.0, 0]],
+        "events_dropped": 0,
+        "snapshots": [before],
+        "final_params": after,
+        "interfered": None,
+        "meters": [{"peak": 64, "packed": 64, "freed": 0, "messages": 1}],
+    }
     data = {"peaks": [64], "final_params": after, "steps": [{"grad": [1.0, -1.0]}], "observed": seen}
     checkpointing._observations(params, data)
     with pytest.raises(Interfered, match="gradients"):
@@ -177,7 +193,10 @@ def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
 
 def test_find_the_bottleneck_counts_are_the_supervisors():
     run = {"points": {"data": [[0, 1]] * 6, "optimizer": [[0, 1]] * 6}}
-    seen = {"events": [[label, 0, 0.0, -1] for label in ["fetch"] * 2 + ["step"] * 2],
-            "events_dropped": 0, "interfered": None}
+    seen = {
+        "events": [[label, 0, 0.0, -1] for label in ["fetch"] * 2 + ["step"] * 2],
+        "events_dropped": 0,
+        "interfered": None,
+    }
     with pytest.raises(Interfered, match="data events"):  # two fetches served, six reported
         phases._observed_counts({"runs": [run], "observed": seen})

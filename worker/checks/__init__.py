@@ -90,8 +90,9 @@ class Kind(Protocol):
 
     def evaluate(self, params: dict[str, Any], data: dict[str, Any], device: str) -> Evaluation: ...
 
-    def diagnose_error(self, params: dict[str, Any], data: dict[str, Any] | None,
-                       error: dict[str, Any]) -> Diagnosis | None: ...
+    def diagnose_error(
+        self, params: dict[str, Any], data: dict[str, Any] | None, error: dict[str, Any]
+    ) -> Diagnosis | None: ...
 
 
 def kind_module(kind: str) -> Kind:

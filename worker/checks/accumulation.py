@@ -65,7 +65,6 @@ class Reference:
     saved_total: int  # saved bytes of every micro-batch's forward, added up
 
 
-
 def _saved(scenario, batches):
     """The meter over one forward and backward of ``batches`` taken as one batch."""
     params = list(scenario.model.parameters())
@@ -98,8 +97,11 @@ def _reference(key: str) -> Reference:
         cycles=cycles,
         weights=[scenario.weight(y) for _, y in batches],
         positions=[scenario.positions(y) for _, y in batches],
-        initial=initial, trajectory=trajectory, grads=grads,
-        micro_peak=max(m.peak for m in micro), cycle_peak=cycle_peak,
+        initial=initial,
+        trajectory=trajectory,
+        grads=grads,
+        micro_peak=max(m.peak for m in micro),
+        cycle_peak=cycle_peak,
         saved_total=sum(m.packed for m in micro),
     )
 
@@ -120,8 +122,6 @@ def tolerance(params: dict, device: str) -> float:
     return tol * (GPU_FACTOR if device.startswith("cuda") else 1.0)
 
 
-
-
 # ---------------------------------------------------------------- outcome
 
 
@@ -135,7 +135,7 @@ def observations(data: dict) -> tuple[list, int, list, dict]:
     meter = (seen["meters"] or [None])[0] or {"peak": 0, "packed": 0}
     agree(data["steps_total"], taken, "number of steps")
     agree(len(data["steps"]), min(taken, MAX_STEPS), "number of recorded steps")
-    agree([s["params"] for s in data["steps"]], steps[:len(data["steps"])], "parameters")
+    agree([s["params"] for s in data["steps"]], steps[: len(data["steps"])], "parameters")
     agree(data["final_params"], seen["final_params"], "final parameters")
     agree(int(data["peak_saved_bytes"]), meter["peak"], "memory peak")
     return steps, taken, seen["final_params"], meter
@@ -163,16 +163,23 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     median = sorted(finite)[len(finite) // 2] if finite else None
     dtype = params.get("dtype", "float64")
     checks = [_steps_check(taken, expected)]
-    checks.append(_trajectory_check(taken, expected, errors, median, first_bad, final_err, tol,
-                                    EXACT.get(dtype, 0.0), dtype))
+    checks.append(
+        _trajectory_check(
+            taken, expected, errors, median, first_bad, final_err, tol, EXACT.get(dtype, 0.0), dtype
+        )
+    )
     if checks[1].passed and meter["packed"] < HIDDEN * ref.saved_total:
-        raise Interfered(f"{meter['packed']} bytes saved for backward seen, "
-                         f"{ref.saved_total} needed for these parameters")
+        raise Interfered(
+            f"{meter['packed']} bytes saved for backward seen, {ref.saved_total} needed for these parameters"
+        )
     peak = int(meter["peak"])
     limit = MEMORY_FACTOR * ref.micro_peak + MEMORY_SLACK
     values = {"peak": peak, "reference": ref.micro_peak, "times": peak / ref.micro_peak}
-    checks.append(Check("memory", peak <= limit,
-                        "check.memory.passed" if peak <= limit else "check.memory.failed", values))
+    checks.append(
+        Check(
+            "memory", peak <= limit, "check.memory.passed" if peak <= limit else "check.memory.failed", values
+        )
+    )
 
     metrics = {
         "optimizer_steps": taken,
@@ -210,9 +217,13 @@ def summarize(params: dict, data: dict) -> dict:
             torch.nn.utils.vector_to_parameters(tensors.vector(snapshot), weights)
             loss = float(scenario.batch_loss(scenario.model, scenario.micro_batches))
             losses.append(round(loss, 6) if math.isfinite(loss) else None)
-    return {"optimizer_steps": taken,
-            "peak_activation_bytes": int(meter["peak"]),
-            "forwards": int(data["forwards"]), "backwards": int(data["backwards"]), "losses": losses}
+    return {
+        "optimizer_steps": taken,
+        "peak_activation_bytes": int(meter["peak"]),
+        "forwards": int(data["forwards"]),
+        "backwards": int(data["backwards"]),
+        "losses": losses,
+    }
 
 
 def _round_sci(x: float) -> float | None:
@@ -237,14 +248,19 @@ def _trajectory_check(taken, expected, errors, median, first_bad, final_err, tol
             return Check("trajectory", False, "check.trajectory.diverged_direction", values)
         return Check("trajectory", False, "check.trajectory.diverged", {**values, "ratio": median})
     if taken != expected:
-        return Check("trajectory", False, "check.trajectory.count",
-                     {"steps": taken, "reference_steps": expected})
+        return Check(
+            "trajectory", False, "check.trajectory.count", {"steps": taken, "reference_steps": expected}
+        )
     if not final_err <= tol:
         return Check("trajectory", False, "check.trajectory.final", {"error": Sci(final_err)})
     error = max(errors)
     if error > exact:
-        return Check("trajectory", True, "check.trajectory.passed_rounding", {
-            "error": Sci(error), "tolerance": Sci(tol), "dtype": dtype, "exact": Sci(exact)})
+        return Check(
+            "trajectory",
+            True,
+            "check.trajectory.passed_rounding",
+            {"error": Sci(error), "tolerance": Sci(tol), "dtype": dtype, "exact": Sci(exact)},
+        )
     return Check("trajectory", True, "check.trajectory.passed", {"error": Sci(error)})
 
 
@@ -338,33 +354,48 @@ def diagnose(params, ref, data, numbers_ok):
 
     # only the last micro-batch of each step survived: zeroed on every micro-batch
     windows = [[i for i, c in enumerate(calls) if c["after_step"] == w.step] for w in weights]
-    if all(len(w.support) == 1 and win and w.support[0] == win[-1]
-           for w, win in zip(weights, windows, strict=True)) and any(len(win) > 1 for win in windows):
+    if all(
+        len(w.support) == 1 and win and w.support[0] == win[-1]
+        for w, win in zip(weights, windows, strict=True)
+    ) and any(len(win) > 1 for win in windows):
         w = next(w for w, win in zip(weights, windows, strict=True) if len(win) > 1)
-        return Diagnosis("zero-grad-every-micro-batch", {
-            "step": w.step + 1, "kept": calls[w.support[0]]["mbs"][0] + 1,
-            "lost": len(windows[w.step]) - 1, "share": w.shares[w.support[0]]})
+        return Diagnosis(
+            "zero-grad-every-micro-batch",
+            {
+                "step": w.step + 1,
+                "kept": calls[w.support[0]]["mbs"][0] + 1,
+                "lost": len(windows[w.step]) - 1,
+                "share": w.shares[w.support[0]],
+            },
+        )
 
     # a micro-batch counted in two steps: gradients leaked from cycle to cycle
     for t, support in enumerate(supports):
         stale = set().union(*supports[:t]) & support if t else set()
         if stale:
-            return Diagnosis("never-zero-grad", {
-                "step": t + 1, "stale": len({m for i in stale for m in calls[i]["mbs"]})})
+            return Diagnosis(
+                "never-zero-grad", {"step": t + 1, "stale": len({m for i in stale for m in calls[i]["mbs"]})}
+            )
 
     got = [w.micro_batches for w in weights]
     taken, expected = data["steps_total"], len(ref.cycles)
     short_last = len(ref.cycles[-1]) < k
-    if got != ref.cycles[:len(got)]:
-        return Diagnosis("wrong-boundary", {
-            "got": [len(g) for g in got], "expected": [len(c) for c in ref.cycles[:len(got)]],
-            "step": next(t for t, g in enumerate(got) if g != ref.cycles[t]) + 1})
+    if got != ref.cycles[: len(got)]:
+        return Diagnosis(
+            "wrong-boundary",
+            {
+                "got": [len(g) for g in got],
+                "expected": [len(c) for c in ref.cycles[: len(got)]],
+                "step": next(t for t, g in enumerate(got) if g != ref.cycles[t]) + 1,
+            },
+        )
     scale = _scale_mistake(params, ref, data, weights)
     if scale is not None:
         return scale
     if taken == expected - 1 and short_last:
-        return Diagnosis("remainder-dropped", {
-            "left": len(ref.cycles[-1]), "steps": taken, "reference_steps": expected})
+        return Diagnosis(
+            "remainder-dropped", {"left": len(ref.cycles[-1]), "steps": taken, "reference_steps": expected}
+        )
     return None
 
 
@@ -383,35 +414,44 @@ def _scale_mistake(params, ref, data, weights):
             counts = [calls[i]["n"] for i in w.support]
             if _same(coefficients) and not _same(counts):
                 light, heavy = max(counts), min(counts)
-                return Diagnosis("token-mean-of-means", {
-                    "few": heavy, "many": light, "times": light / heavy, "tokens": tokens})
+                return Diagnosis(
+                    "token-mean-of-means",
+                    {"few": heavy, "many": light, "times": light / heavy, "tokens": tokens},
+                )
             positions = sum(ref.positions[i] for i in cycle)
             if _same(shares, tokens / positions):
-                return Diagnosis("token-padding-counted", {
-                    "ratio": shares[0], "positions": positions, "tokens": tokens})
+                return Diagnosis(
+                    "token-padding-counted", {"ratio": shares[0], "positions": positions, "tokens": tokens}
+                )
             if not _same(shares):
                 return None
             # summed token losses over a wrong count: by nothing, by accum_steps, …
             ratio = sum(shares) / len(shares)
             divisor = tokens / ratio
-            divided = (Phrase("token.not_divided") if _same([divisor], 1.0)
-                       else Phrase("token.divided_by", {"divisor": Sci(divisor)}))
-            return Diagnosis("token-sum-not-normalised", {
-                "ratio": ratio, "tokens": tokens, "divided": divided})
+            divided = (
+                Phrase("token.not_divided")
+                if _same([divisor], 1.0)
+                else Phrase("token.divided_by", {"divisor": Sci(divisor)})
+            )
+            return Diagnosis(
+                "token-sum-not-normalised", {"ratio": ratio, "tokens": tokens, "divided": divided}
+            )
         if not _same(shares):
             return None
         ratio = sum(shares) / len(shares)
         if _same([ratio], float(k)):
-            return Diagnosis("loss-not-scaled", {"ratio": ratio, "k": k,
-                                                 "coefficient": coefficients[0], "share": 1 / k})
+            return Diagnosis(
+                "loss-not-scaled", {"ratio": ratio, "k": k, "coefficient": coefficients[0], "share": 1 / k}
+            )
         return Diagnosis("wrong-scale", {"ratio": ratio, "k": k, "divisor": k / ratio})
     for w in weights:
         size = len(ref.cycles[w.step])
         shares = [w.shares[i] for i in w.support]
         if size < k and _same(shares) and not _same(shares, 1.0):
             ratio = sum(shares) / len(shares)
-            return Diagnosis("remainder-wrong-scale", {
-                "left": size, "ratio": ratio, "divisor": size / ratio, "k": k})
+            return Diagnosis(
+                "remainder-wrong-scale", {"left": size, "ratio": ratio, "divisor": size / ratio, "k": k}
+            )
     return None
 
 
@@ -422,15 +462,18 @@ def _clip_and_scaler_order(params, ref, data):
         for clip in data["clips"]:
             per_step[clip["after_step"]] = per_step.get(clip["after_step"], 0) + 1
         if per_step and max(per_step.values()) > 1:
-            return Diagnosis("clip-every-micro-batch", {
-                "clips": data["clips_total"], "steps": data["steps_total"]})
+            return Diagnosis(
+                "clip-every-micro-batch", {"clips": data["clips_total"], "steps": data["steps_total"]}
+            )
         early = [c for c in data["clips"] if c["unscaled"] is False]
         if early:
             seen = tensors.norm(tensors.vector(early[0]["grad"]).nan_to_num())
             t = early[0]["after_step"]
             true = tensors.norm(ref.grads[t]) if t < len(ref.grads) else math.nan
-            return Diagnosis("clip-before-unscale", {
-                "scale": _scale_before(data, early[0]), "norm": seen, "true_norm": true})
+            return Diagnosis(
+                "clip-before-unscale",
+                {"scale": _scale_before(data, early[0]), "norm": seen, "true_norm": true},
+            )
     if params.get("scaler"):
         updates, steps = _count(events, "update"), _count(events, "scaler.step")
         if updates > steps:
@@ -441,9 +484,15 @@ def _clip_and_scaler_order(params, ref, data):
             # before the first step the weights are the reference's: its gradient is the true one
             seen, true = tensors.norm(tensors.vector(first["grad"]).nan_to_num()), tensors.norm(ref.grads[0])
             if 0.5 <= seen / true * scale <= 2.0:  # divided by the scale it never carried
-                return Diagnosis("unscaled-backward", {"evidence": Phrase(
-                    "diagnosis.unscaled-backward.divided_step",
-                    {"scale": int(scale), "seen": Sci(seen), "true": Sci(true)})})
+                return Diagnosis(
+                    "unscaled-backward",
+                    {
+                        "evidence": Phrase(
+                            "diagnosis.unscaled-backward.divided_step",
+                            {"scale": int(scale), "seen": Sci(seen), "true": Sci(true)},
+                        )
+                    },
+                )
     return None
 
 
@@ -457,16 +506,27 @@ def _steps_per_micro_batch(params, ref, data):
     taken, expected = data["steps_total"], len(ref.cycles)
     micro = len(ref.weights)
     if taken > expected and taken >= 0.75 * micro:
-        return Diagnosis("step-every-micro-batch", {
-            "steps": taken, "micro_batches": micro, "reference_steps": expected,
-            "k": int(params["accum_steps"])})
+        return Diagnosis(
+            "step-every-micro-batch",
+            {
+                "steps": taken,
+                "micro_batches": micro,
+                "reference_steps": expected,
+                "k": int(params["accum_steps"]),
+            },
+        )
     return None
 
 
 def _memory_mistake(params, ref, data):
     peak = int(data["peak_saved_bytes"])
-    values = {"peak": peak, "reference": ref.micro_peak, "times": peak / ref.micro_peak,
-              "forwards": data["forwards"], "backwards": data["backwards"]}
+    values = {
+        "peak": peak,
+        "reference": ref.micro_peak,
+        "times": peak / ref.micro_peak,
+        "forwards": data["forwards"],
+        "backwards": data["backwards"],
+    }
     if data["backwards"] < data["forwards"]:
         return Diagnosis("backward-once-per-cycle", values)
     largest = max((e[1] for e in data["events"] if e[0] == "F"), default=0)
@@ -480,6 +540,8 @@ def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | 
     """A known mistake behind an exception (GradScaler refuses some wrong orders)."""
     if params.get("scaler") and "No inf checks were recorded" in error.get("message", ""):
         events = (data or {}).get("events", [])
-        return Diagnosis("scaler-update-every-micro-batch", {
-            "updates": _count(events, "update"), "steps": _count(events, "scaler.step")})
+        return Diagnosis(
+            "scaler-update-every-micro-batch",
+            {"updates": _count(events, "update"), "steps": _count(events, "scaler.step")},
+        )
     return None

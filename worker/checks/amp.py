@@ -48,7 +48,6 @@ class Reference:
     clip_norms: list  # the true (unscaled) gradient norm at every batch
 
 
-
 @lru_cache(maxsize=8)
 def _reference(key: str, device: str) -> Reference:
     params = json.loads(key)
@@ -56,8 +55,9 @@ def _reference(key: str, device: str) -> Reference:
     device_type = torch.device(device).type
     dtype = getattr(torch, params["amp_dtype"])
     optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
-    scaler = torch.amp.GradScaler(device_type, init_scale=float(params["init_scale"]),
-                                  growth_interval=int(params["growth_interval"]))
+    scaler = torch.amp.GradScaler(
+        device_type, init_scale=float(params["init_scale"]), growth_interval=int(params["growth_interval"])
+    )
     snapshots, scales, norms = [], [], []
     for x, y in batches:
         snapshots.append(tensors.flat(model.parameters()))
@@ -67,8 +67,7 @@ def _reference(key: str, device: str) -> Reference:
             loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                          float(params["max_norm"]))))
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), float(params["max_norm"]))))
         scaler.step(optimizer)
         scaler.update()
     snapshots.append(tensors.flat(model.parameters()))
@@ -88,8 +87,6 @@ def prepare(params: dict, device: str) -> None:
     reference(params, device)
 
 
-
-
 def _count(events, code):
     return sum(1 for e in events if e[0] == code)
 
@@ -104,7 +101,7 @@ def _observations(data):
     shots = snapshots(seen, "forward")
     reported = [s["params"] for s in data["snapshots"]]
     agree(len(reported), min(len(shots), MAX_SNAPSHOTS), "number of forwards")
-    agree(reported, shots[:len(reported)], "parameters")
+    agree(reported, shots[: len(reported)], "parameters")
     agree(data["final_params"], seen["final_params"], "final parameters")
 
 
@@ -133,17 +130,24 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     checks.append(_overflow_check(params, mine))
     tol = float(params.get("tolerance", TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]))
     travelled = tensors.norm(ref.snapshots[-1] - ref.snapshots[0])
-    errors = [(tensors.norm(tensors.vector(s["params"]) - ref.snapshots[i]) / travelled) if s else math.inf
-              for i, s in enumerate(mine)]
+    errors = [
+        (tensors.norm(tensors.vector(s["params"]) - ref.snapshots[i]) / travelled) if s else math.inf
+        for i, s in enumerate(mine)
+    ]
     worst = max(range(len(errors)), key=lambda i: errors[i] if math.isfinite(errors[i]) else 1e300)
     error = errors[worst]
     if all(e <= tol for e in errors):
-        checks.append(Check("amp_trajectory", True, "check.amp_trajectory.passed",
-                            {"error": Sci(error)}))
+        checks.append(Check("amp_trajectory", True, "check.amp_trajectory.passed", {"error": Sci(error)}))
     else:
         first = next(i for i, e in enumerate(errors) if not e <= tol)
-        checks.append(Check("amp_trajectory", False, "check.amp_trajectory.failed",
-                            {"batch": first, "error": Sci(errors[first])}))
+        checks.append(
+            Check(
+                "amp_trajectory",
+                False,
+                "check.amp_trajectory.failed",
+                {"batch": first, "error": Sci(errors[first])},
+            )
+        )
     metrics = {
         "linear_dtypes": data["linear_dtypes"],
         "loss_dtypes": data["loss_dtypes"],
@@ -183,8 +187,7 @@ def _true_norms(params, mine):
     norms = []
     for snapshot, (x, y) in zip(mine, batches, strict=False):
         values = snapshot["params"] if snapshot else None
-        if not values or any(v is None for v in values) or len(values) != sum(
-                w.numel() for w in weights):
+        if not values or any(v is None for v in values) or len(values) != sum(w.numel() for w in weights):
             norms.append(math.nan)
             continue
         torch.nn.utils.vector_to_parameters(tensors.vector(values).float(), weights)
@@ -199,7 +202,8 @@ def _flow(params, data, mine):
     norms = _true_norms(params, mine)
     max_norm = float(params["max_norm"])
     seen: list[tuple[str, int, float | None, float | None, float | None]] = [
-        ("clip", c["batch"], c["norm"], c["scale"], 1.0) for c in data["clips"]]
+        ("clip", c["batch"], c["norm"], c["scale"], 1.0) for c in data["clips"]
+    ]
     seen += [("step", s["batch"], s["norm"], None, None) for s in data["step_norms"]]
     for where, batch, norm, scale, _ in seen:
         if not 0 <= batch < len(norms) or norm is None:
@@ -221,27 +225,37 @@ def _autocast_check(data, wanted):
     low = linear.get(wanted, 0)
     total = sum(linear.values())
     if low != total or not total:
-        return Check("autocast", False, "check.autocast.linear",
-                     {"count": total - low, "total": total, "dtype": wanted,
-                      "seen": ", ".join(sorted(linear))})
+        return Check(
+            "autocast",
+            False,
+            "check.autocast.linear",
+            {"count": total - low, "total": total, "dtype": wanted, "seen": ", ".join(sorted(linear))},
+        )
     if losses and set(losses) != {"float32"}:
-        return Check("autocast", False, "check.autocast.loss",
-                     {"seen": ", ".join(sorted(losses))})
+        return Check("autocast", False, "check.autocast.loss", {"seen": ", ".join(sorted(losses))})
     return Check("autocast", True, "check.autocast.passed", {"total": total, "dtype": wanted})
 
 
 def _order_check(data, n, flow):
     events = data["events"]
     counts = {code: _count(events, code) for code in ("scale", "scaler.step", "update", "C")}
-    values = {"scales": counts["scale"], "steps": counts["scaler.step"],
-              "updates": counts["update"], "clips": counts["C"], "batches": n}
+    values = {
+        "scales": counts["scale"],
+        "steps": counts["scaler.step"],
+        "updates": counts["update"],
+        "clips": counts["C"],
+        "batches": n,
+    }
     early = [c for c in data["clips"] if not c["unscaled"]]
     if any(count != n for count in counts.values()) or early:
         return Check("scaler_order", False, "check.scaler_order.failed", values)
     if flow is not None:
-        return Check("scaler_order", False, f"check.scaler_order.{flow.where}_flow", {
-            "batch": flow.batch, "seen": Sci(flow.seen), "true": Sci(flow.true),
-            "ratio": Sci(flow.ratio)})
+        return Check(
+            "scaler_order",
+            False,
+            f"check.scaler_order.{flow.where}_flow",
+            {"batch": flow.batch, "seen": Sci(flow.seen), "true": Sci(flow.true), "ratio": Sci(flow.ratio)},
+        )
     return Check("scaler_order", True, "check.scaler_order.passed", values)
 
 
@@ -276,21 +290,39 @@ def diagnose(params, ref, data, mine, flow=None):
     if not scaled and not stepped:
         return Diagnosis("no-scaler", {"batch": j, **_overflow_values(mine, j)})
     if not stepped and _count(events, "S"):
-        return Diagnosis("step-without-scaler", {
-            "steps": _count(events, "S"), "batch": j, **_overflow_values(mine, j)})
+        return Diagnosis(
+            "step-without-scaler", {"steps": _count(events, "S"), "batch": j, **_overflow_values(mine, j)}
+        )
     early = [(i, c) for i, c in enumerate(data["clips"]) if not c["unscaled"]]
     if early:
         i, clip = early[0]
         true = ref.clip_norms[i] if i < len(ref.clip_norms) else math.nan
-        return Diagnosis("clip-before-unscale", {
-            "scale": int(clip["scale"]), "norm": clip["norm"] if clip["norm"] is not None else math.inf,
-            "true_norm": true, "max_norm": float(params["max_norm"])})
+        return Diagnosis(
+            "clip-before-unscale",
+            {
+                "scale": int(clip["scale"]),
+                "norm": clip["norm"] if clip["norm"] is not None else math.inf,
+                "true_norm": true,
+                "max_norm": float(params["max_norm"]),
+            },
+        )
     if flow is not None and math.isfinite(flow.scale) and FLOW[0] <= flow.ratio * flow.scale <= FLOW[1]:
         # divided by the scale once too often: the gradients never carried it
-        return Diagnosis("unscaled-backward", {"evidence": Phrase(
-            "diagnosis.unscaled-backward.divided", {
-                "where": Phrase(f"flow.{flow.where}"), "batch": flow.batch, "seen": Sci(flow.seen),
-                "true": Sci(flow.true), "scale": int(flow.scale)})})
+        return Diagnosis(
+            "unscaled-backward",
+            {
+                "evidence": Phrase(
+                    "diagnosis.unscaled-backward.divided",
+                    {
+                        "where": Phrase(f"flow.{flow.where}"),
+                        "batch": flow.batch,
+                        "seen": Sci(flow.seen),
+                        "true": Sci(flow.true),
+                        "scale": int(flow.scale),
+                    },
+                )
+            },
+        )
     return None
 
 
@@ -306,18 +338,35 @@ def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | 
     frames = error.get("traceback") or []
     if "_scale is None" in message and not _count(events, "scale"):
         # unscale_/step need the scale that scaler.scale(loss) sets up
-        return Diagnosis("unscaled-backward", {"evidence": Phrase(
-            "diagnosis.unscaled-backward.raised", {"code": frames[-1]["code"] if frames else ""})})
+        return Diagnosis(
+            "unscaled-backward",
+            {
+                "evidence": Phrase(
+                    "diagnosis.unscaled-backward.raised", {"code": frames[-1]["code"] if frames else ""}
+                )
+            },
+        )
     codes = [e[0] for e in events]
     last_step = max((i for i, c in enumerate(codes) if c == "scaler.step"), default=None)
-    if (("has already been called since the last update()" in message
-         or "is being called after step()" in message)
-            and last_step is not None and "update" not in codes[last_step:]):
-        return Diagnosis("update-missing", {
-            "code": frames[-1]["code"] if frames else "", "steps": codes.count("scaler.step"),
-            "updates": codes.count("update")})
+    if (
+        (
+            "has already been called since the last update()" in message
+            or "is being called after step()" in message
+        )
+        and last_step is not None
+        and "update" not in codes[last_step:]
+    ):
+        return Diagnosis(
+            "update-missing",
+            {
+                "code": frames[-1]["code"] if frames else "",
+                "steps": codes.count("scaler.step"),
+                "updates": codes.count("update"),
+            },
+        )
     if "No inf checks were recorded" in message and not _count(events, "scaler.step"):
-        return Diagnosis("step-without-scaler", {
-            "steps": _count(events, "S"), "batch": int(params["overflow_batch"]),
-            "nan": 0, "count": 0})
+        return Diagnosis(
+            "step-without-scaler",
+            {"steps": _count(events, "S"), "batch": int(params["overflow_batch"]), "nan": 0, "count": 0},
+        )
     return None

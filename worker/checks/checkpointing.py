@@ -39,7 +39,6 @@ class Reference:
     peak: int  # naive step, largest over the batches
 
 
-
 @lru_cache(maxsize=8)
 def _reference(key: str) -> Reference:
     params = json.loads(key)
@@ -64,8 +63,6 @@ def reference(params: dict) -> Reference:
 
 def prepare(params: dict, device: str) -> None:
     reference(params)
-
-
 
 
 # the step the supervisor saw (parameters before and after a call, over the learning rate)
@@ -98,18 +95,25 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     _observations(params, data)
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
-    errors = [tensors.norm(tensors.vector(s["grad"]) - g) / tensors.norm(g)
-              for s, g in zip(data["steps"], ref.grads, strict=False)]
+    errors = [
+        tensors.norm(tensors.vector(s["grad"]) - g) / tensors.norm(g)
+        for s, g in zip(data["steps"], ref.grads, strict=False)
+    ]
     expected = len(ref.grads)
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
     if len(data["steps"]) != expected:
-        grads = Check("gradients", False, "check.gradients.steps",
-                      {"steps": len(data["steps"]), "expected": expected})
+        grads = Check(
+            "gradients", False, "check.gradients.steps", {"steps": len(data["steps"]), "expected": expected}
+        )
     elif bad is not None:
         mine = tensors.vector(data["steps"][bad]["grad"]).nan_to_num()
         norm = tensors.norm(mine) / tensors.norm(ref.grads[bad])
-        grads = Check("gradients", False, "check.gradients.failed",
-                      {"step": bad + 1, "error": Sci(errors[bad]), "ratio": Sci(norm)})
+        grads = Check(
+            "gradients",
+            False,
+            "check.gradients.failed",
+            {"step": bad + 1, "error": Sci(errors[bad]), "ratio": Sci(norm)},
+        )
     else:
         grads = Check("gradients", True, "check.gradients.passed", {"error": Sci(max(errors))})
     peak = max(data["peaks"])
@@ -118,12 +122,16 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     fits = peak <= budget * ref.peak
     mem = Check("peak", fits, "check.peak.passed" if fits else "check.peak.failed", values)
     kept = max(data["grads_kept"])
-    released = Check("released", not kept,
-                     "check.released.passed" if not kept else "check.released.failed",
-                     {"kept": kept})
+    released = Check(
+        "released", not kept, "check.released.passed" if not kept else "check.released.failed", {"kept": kept}
+    )
     checks = [grads, mem, released]
-    metrics = {"peak_live_bytes": peak, "naive_peak_live_bytes": ref.peak,
-               "peak_ratio": round(peak / ref.peak, 3), "recomputed_blocks": _recomputed(data)}
+    metrics = {
+        "peak_live_bytes": peak,
+        "naive_peak_live_bytes": ref.peak,
+        "peak_ratio": round(peak / ref.peak, 3),
+        "recomputed_blocks": _recomputed(data),
+    }
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = diagnose(params, ref, data, errors, values)
@@ -154,8 +162,10 @@ def diagnose(params, ref, data, errors, values):
         without = data["blocks"] - len({e[1] for e in data["events"] if e[0] == "G"})
         if not without:
             return None
-        return Diagnosis("gradients-changed", {
-            "step": t + 1, "error": Sci(errors[t]), "without": without, "blocks": data["blocks"]})
+        return Diagnosis(
+            "gradients-changed",
+            {"step": t + 1, "error": Sci(errors[t]), "without": without, "blocks": data["blocks"]},
+        )
     blocks, kept = data["blocks"], max(data["grads_kept"])
     kept_values = {**values, "kept": kept, "bytes": data["grad_bytes"]}
     if values["ratio"] > values["budget"]:
@@ -164,8 +174,7 @@ def diagnose(params, ref, data, errors, values):
         if kept and _recomputed(data) == blocks:  # checkpointed, but last step's grads linger
             return Diagnosis("grads-kept", kept_values)
         if _recomputed(data) < blocks:  # some blocks kept every activation until backward
-            return Diagnosis("over-budget", {**values, "recomputed": _recomputed(data),
-                                             "blocks": blocks})
+            return Diagnosis("over-budget", {**values, "recomputed": _recomputed(data), "blocks": blocks})
         return None
     if kept:
         return Diagnosis("grads-kept", kept_values)

@@ -29,25 +29,42 @@ def _row(name, config, data):
     if config is None:
         return Check(f"measure_{name}", False, "check.measure_run.missing", values)
     if config["steps"] != data["expected_steps"]:
-        return Check(f"measure_{name}", False, "check.measure_run.steps",
-                     {**values, "steps": config["steps"], "expected": data["expected_steps"]})
+        return Check(
+            f"measure_{name}",
+            False,
+            "check.measure_run.steps",
+            {**values, "steps": config["steps"], "expected": data["expected_steps"]},
+        )
     seconds = max(config["seconds"], 1e-9)
-    return Check(f"measure_{name}", True, "check.measure_run.passed", {
-        **values, "ms": Sci(seconds * 1000 / config["steps"]),
-        "rate": round(config["samples"] / seconds), "peak": int(config["peak"] or 0)})
+    return Check(
+        f"measure_{name}",
+        True,
+        "check.measure_run.passed",
+        {
+            **values,
+            "ms": Sci(seconds * 1000 / config["steps"]),
+            "rate": round(config["samples"] / seconds),
+            "peak": int(config["peak"] or 0),
+        },
+    )
 
 
 def _precision(data):
     configs, low = data["configs"], data["low_precision"]
-    wrong = [n for n in CONFIGS if n in configs
-             and configs[n]["dtypes"] != [low if n in LOW else "float32"]]
+    wrong = [n for n in CONFIGS if n in configs and configs[n]["dtypes"] != [low if n in LOW else "float32"]]
     if not wrong:
         return Check("measure_precision", True, "check.measure_precision.passed", {"low": low})
     name = wrong[0]
-    return Check("measure_precision", False, "check.measure_precision.failed", {
-        "config": Phrase(f"check.measure_{name}.name"),
-        "dtypes": ", ".join(configs[name]["dtypes"]) or "—",
-        "expected": low if name in LOW else "float32"})
+    return Check(
+        "measure_precision",
+        False,
+        "check.measure_precision.failed",
+        {
+            "config": Phrase(f"check.measure_{name}.name"),
+            "dtypes": ", ".join(configs[name]["dtypes"]) or "—",
+            "expected": low if name in LOW else "float32",
+        },
+    )
 
 
 def _accumulation(params, data, device):
@@ -58,17 +75,31 @@ def _accumulation(params, data, device):
         return Check("measure_accumulation", False, "check.measure_accumulation.missing", {})
     steps = [tensors.vector(s) for s in run["steps"]]
     if len(steps) != len(ref.trajectory):
-        return Check("measure_accumulation", False, "check.steps.failed",
-                     {"steps": len(steps), "reference_steps": len(ref.trajectory)})
-    errors = [tensors.norm(s - r) / tensors.norm(r - ref.initial)
-              for s, r in zip(steps, ref.trajectory, strict=True)]
+        return Check(
+            "measure_accumulation",
+            False,
+            "check.steps.failed",
+            {"steps": len(steps), "reference_steps": len(ref.trajectory)},
+        )
+    errors = [
+        tensors.norm(s - r) / tensors.norm(r - ref.initial)
+        for s, r in zip(steps, ref.trajectory, strict=True)
+    ]
     tol = accumulation.tolerance(ref_params, device)
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
     if bad is not None:
-        return Check("measure_accumulation", False, "check.measure_accumulation.failed",
-                     {"step": bad + 1, "error": Sci(errors[bad]), "tolerance": Sci(tol)})
-    return Check("measure_accumulation", True, "check.measure_accumulation.passed",
-                 {"error": Sci(max(errors)), "steps": len(steps)})
+        return Check(
+            "measure_accumulation",
+            False,
+            "check.measure_accumulation.failed",
+            {"step": bad + 1, "error": Sci(errors[bad]), "tolerance": Sci(tol)},
+        )
+    return Check(
+        "measure_accumulation",
+        True,
+        "check.measure_accumulation.passed",
+        {"error": Sci(max(errors)), "steps": len(steps)},
+    )
 
 
 def _checkpoint(params, data):
@@ -77,9 +108,12 @@ def _checkpoint(params, data):
     drop = float(params["peak_drop"])
     values = {"peak": ckpt, "base": base, "ratio": ckpt / base if base else 0.0, "limit": drop}
     passed = bool(base) and ckpt <= drop * base
-    return Check("measure_checkpoint_peak", passed,
-                 "check.measure_checkpoint_peak.passed" if passed
-                 else "check.measure_checkpoint_peak.failed", values)
+    return Check(
+        "measure_checkpoint_peak",
+        passed,
+        "check.measure_checkpoint_peak.passed" if passed else "check.measure_checkpoint_peak.failed",
+        values,
+    )
 
 
 def _observations(data):
@@ -95,7 +129,7 @@ def _observations(data):
     if data["meter"] == "live":
         peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
         reported = [configs[n]["peak"] for n in CONFIGS if n in configs and configs[n]["peak"] is not None]
-        agree(reported, (peaks + [0] * len(reported))[:len(reported)], "memory peaks")
+        agree(reported, (peaks + [0] * len(reported))[: len(reported)], "memory peaks")
     run = data.get("reference_run")
     if run is not None:
         agree(run["steps"], snapshots(seen, "reference-step"), "parameters")
@@ -106,15 +140,21 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     _observations(data)
     configs = data["configs"]
     cuda = data["meter"] == "cuda"
-    where = Check("measure_device", True, "check.measure_device.cuda" if cuda
-                  else "check.measure_device.cpu",
-                  {"name": data["device_name"], "low": data["low_precision"]})
+    where = Check(
+        "measure_device",
+        True,
+        "check.measure_device.cuda" if cuda else "check.measure_device.cpu",
+        {"name": data["device_name"], "low": data["low_precision"]},
+    )
     rows = [_row(name, configs.get(name), data) for name in CONFIGS]
     checks = [where, *rows]
     if all(row.passed for row in rows):
         checks += [_precision(data), _accumulation(params, data, device), _checkpoint(params, data)]
-    metrics = {"measured_on": data["device_name"], "low_precision": data["low_precision"],
-               "peak_measure": "max_memory_allocated" if cuda else "live_tensor_bytes"}
+    metrics = {
+        "measured_on": data["device_name"],
+        "low_precision": data["low_precision"],
+        "peak_measure": "max_memory_allocated" if cuda else "live_tensor_bytes",
+    }
     for name, config in configs.items():
         if config.get("steps"):
             metrics[f"{name}_ms_per_step"] = round(config["seconds"] * 1000 / config["steps"], 3)
@@ -137,8 +177,11 @@ def diagnose(checks, data):
             return Diagnosis("precision-ignored", {"low": data["low_precision"]})
         return None
     ckpt = by_name.get("measure_checkpoint_peak")
-    if ckpt is not None and not ckpt.passed and not (
-            configs["checkpoint"]["recomputed"] or configs["all"]["recomputed"]):
+    if (
+        ckpt is not None
+        and not ckpt.passed
+        and not (configs["checkpoint"]["recomputed"] or configs["all"]["recomputed"])
+    ):
         return Diagnosis("checkpoint-ignored", ckpt.values)
     return None
 

@@ -20,8 +20,13 @@ def _inside(span, ranges, name):
 
 def _coverage(run):
     """phase → (events inside a range with its name, events)."""
-    return {phase: (sum(_inside(s, run["ranges"], phase) for s in run["points"][phase]),
-                    len(run["points"][phase])) for phase in PHASES}
+    return {
+        phase: (
+            sum(_inside(s, run["ranges"], phase) for s in run["points"][phase]),
+            len(run["points"][phase]),
+        )
+        for phase in PHASES
+    }
 
 
 def _totals(run):
@@ -59,8 +64,9 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
                 uncovered.append((phase, inside, total))
     if uncovered:
         phase, inside, total = uncovered[0]
-        checks.append(Check("labels", False, "check.labels.failed",
-                            {"phase": phase, "inside": inside, "total": total}))
+        checks.append(
+            Check("labels", False, "check.labels.failed", {"phase": phase, "inside": inside, "total": total})
+        )
     else:
         checks.append(Check("labels", True, "check.labels.passed", {"phases": ", ".join(PHASES)}))
     batches = int(params["n_batches"])
@@ -73,11 +79,18 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     wrong = [run for run in runs if run["answer"] != run["slow"]]
     if wrong:
         run = wrong[0]
-        checks.append(Check("answer", False, "check.answer.failed",
-                            {"answer": run["answer"], "slow": run["slow"]}))
+        checks.append(
+            Check("answer", False, "check.answer.failed", {"answer": run["answer"], "slow": run["slow"]})
+        )
     else:
-        checks.append(Check("answer", True, "check.answer.passed",
-                            {"loops": len(runs), "slow": ", ".join(r["slow"] for r in runs)}))
+        checks.append(
+            Check(
+                "answer",
+                True,
+                "check.answer.passed",
+                {"loops": len(runs), "slow": ", ".join(r["slow"] for r in runs)},
+            )
+        )
     metrics = {"labelled_ms": [{k: round(v, 1) for k, v in _totals(r).items()} for r in runs]}
     diagnosis = None
     if not all(c.passed for c in checks):
@@ -87,9 +100,15 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
 
 def _counts(run):
     """How many fetches, forwards, backwards and optimizer steps the loop made."""
-    return {key: len(run["points"][phase]) for key, phase in
-            (("fetches", "data"), ("forwards", "forward"), ("backwards", "backward"),
-             ("steps", "optimizer"))}
+    return {
+        key: len(run["points"][phase])
+        for key, phase in (
+            ("fetches", "data"),
+            ("forwards", "forward"),
+            ("backwards", "backward"),
+            ("steps", "optimizer"),
+        )
+    }
 
 
 def diagnose(runs, batches):
@@ -97,14 +116,21 @@ def diagnose(runs, batches):
     names = {r[0] for run in runs for r in run["ranges"]}
     missing = [phase for phase in PHASES if phase not in names]
     if missing:
-        return Diagnosis("missing-labels", {"missing": ", ".join(missing),
-                                            "found": ", ".join(sorted(names)) or "—"})
+        return Diagnosis(
+            "missing-labels", {"missing": ", ".join(missing), "found": ", ".join(sorted(names)) or "—"}
+        )
     for run in runs:
         inside, total = _coverage(run)["data"]
         if inside < total and run["slow"] == "data":
-            return Diagnosis("data-outside-label", {
-                "outside": total - inside, "total": total,
-                "labelled": round(_totals(run)["data"]), "spent": round(_spent(run, "data"))})
+            return Diagnosis(
+                "data-outside-label",
+                {
+                    "outside": total - inside,
+                    "total": total,
+                    "labelled": round(_totals(run)["data"]),
+                    "spent": round(_spent(run, "data")),
+                },
+            )
     if any(inside < total for run in runs for inside, total in _coverage(run).values()):
         return None
     for counts in map(_counts, runs):
@@ -116,9 +142,15 @@ def diagnose(runs, batches):
     for run in runs:
         if run["answer"] != run["slow"]:
             totals = _totals(run)
-            return Diagnosis("wrong-phase-named", {
-                "answer": run["answer"], "slow": run["slow"], "slow_ms": round(totals[run["slow"]]),
-                "answer_ms": round(totals.get(run["answer"], 0.0))})
+            return Diagnosis(
+                "wrong-phase-named",
+                {
+                    "answer": run["answer"],
+                    "slow": run["slow"],
+                    "slow_ms": round(totals[run["slow"]]),
+                    "answer_ms": round(totals.get(run["answer"], 0.0)),
+                },
+            )
     return None
 
 

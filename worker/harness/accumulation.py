@@ -8,7 +8,6 @@ the parameters after it; the gradient every clip saw; per-loss-call unit gradien
 graph) for the checks' decomposition; and peak bytes saved for backward.
 """
 
-
 import memory
 import scenarios
 import torch
@@ -95,14 +94,20 @@ class RecordingLoss:
                 unit = self._scenario.unit_objective(loss, target)
                 grads = torch.autograd.grad(unit, rec.params, retain_graph=True, allow_unused=True)
                 index = len(rec.calls)
-                rec.calls.append({
-                    "mbs": mbs,
-                    "n": self._scenario.weight(target),
-                    "positions": self._scenario.positions(target),
-                    "after_step": rec.steps_total,
-                    "unit": flat([g if g is not None else torch.zeros_like(p)
-                                  for g, p in zip(grads, rec.params, strict=True)]),
-                })
+                rec.calls.append(
+                    {
+                        "mbs": mbs,
+                        "n": self._scenario.weight(target),
+                        "positions": self._scenario.positions(target),
+                        "after_step": rec.steps_total,
+                        "unit": flat(
+                            [
+                                g if g is not None else torch.zeros_like(p)
+                                for g, p in zip(grads, rec.params, strict=True)
+                            ]
+                        ),
+                    }
+                )
         rec.event("L", index, mbs)
         return loss
 
@@ -130,8 +135,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
 
     def after_step(result):
         if rec.steps_total < MAX_STEPS:
-            rec.steps.append({"grad": rec.pending_grad, "params": flat(rec.params),
-                              "scale": rec.scale()})
+            rec.steps.append({"grad": rec.pending_grad, "params": flat(rec.params), "scale": rec.scale()})
         api.sync("step", rec.steps_total, snapshot=True)  # the supervisor reads the parameters
         rec.steps_total += 1
 
@@ -140,6 +144,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
     def zero(who):
         def before(*args, **kwargs):
             rec.event("Z", who)
+
         return before
 
     wrap_method(optimizer, "zero_grad", zero("optimizer"))
@@ -150,9 +155,14 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
     def on_clip(parameters, max_norm, clip):  # the gradient before it is clipped
         rec.event("C", rec.clips_total)
         if rec.clips_total < MAX_CLIPS:
-            rec.clips.append({"grad": rec.grads(), "max_norm": float(max_norm),
-                              "after_step": rec.steps_total,
-                              "unscaled": rec.unscaled if scaler is not None else None})
+            rec.clips.append(
+                {
+                    "grad": rec.grads(),
+                    "max_norm": float(max_norm),
+                    "after_step": rec.steps_total,
+                    "unscaled": rec.unscaled if scaler is not None else None,
+                }
+            )
         rec.clips_total += 1
         return clip()
 
@@ -173,7 +183,8 @@ def run(job, api):
     scaler = None
     if params.get("scaler"):
         scaler = torch.amp.GradScaler(
-            device, init_scale=float(params["scaler"]["init_scale"]),
+            device,
+            init_scale=float(params["scaler"]["init_scale"]),
             growth_interval=int(params["scaler"]["growth_interval"]),
         )
     rec = Recorder(model, scaler)
@@ -183,9 +194,12 @@ def run(job, api):
     def learner():
         _instrument(model, optimizer, scaler, batches, rec, api)
         available = {
-            "model": model, "loader": scenarios.Loader(batches),
-            "loss_fn": RecordingLoss(scenario, rec), "optimizer": optimizer,
-            "accum_steps": int(params["accum_steps"]), "scaler": scaler,
+            "model": model,
+            "loader": scenarios.Loader(batches),
+            "loss_fn": RecordingLoss(scenario, rec),
+            "optimizer": optimizer,
+            "accum_steps": int(params["accum_steps"]),
+            "scaler": scaler,
             "max_norm": params.get("max_norm"),
         }
         names = params.get("signature", DEFAULT_SIGNATURE)

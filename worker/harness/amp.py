@@ -9,7 +9,6 @@ optimizer step received, with the batch they belong to (what flowed, not only th
 the checks compare them with the true gradient); the end state.
 """
 
-
 import scenarios
 import torch
 from instrument import finite, flat, patch_clip, watch_scaler, wrap_method
@@ -17,8 +16,7 @@ from instrument import finite, flat, patch_clip, watch_scaler, wrap_method
 MAX_EVENTS = 2000
 MAX_SNAPSHOTS = 64
 
-SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "scaler", "device_type", "amp_dtype",
-             "max_norm"]
+SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "scaler", "device_type", "amp_dtype", "max_norm"]
 
 
 class Recorder:
@@ -80,8 +78,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
         rec.event("F", index)
         api.sync("forward", index, snapshot=True)  # the supervisor reads the parameters
         if len(rec.snapshots) < MAX_SNAPSHOTS:
-            rec.snapshots.append({"batch": index, "params": flat(rec.params),
-                                  "scale": rec.scale()})
+            rec.snapshots.append({"batch": index, "params": flat(rec.params), "scale": rec.scale()})
 
     def on_linear(module, args, output):
         if isinstance(output, torch.Tensor):
@@ -107,8 +104,14 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
         norm = clip()
         rec.event("C")
         if len(rec.clips) < MAX_SNAPSHOTS:
-            rec.clips.append({"norm": finite(float(norm)), "unscaled": rec.unscaled,
-                              "scale": rec.scale(), "batch": rec.batch})
+            rec.clips.append(
+                {
+                    "norm": finite(float(norm)),
+                    "unscaled": rec.unscaled,
+                    "scale": rec.scale(),
+                    "batch": rec.batch,
+                }
+            )
         return norm
 
     patch_clip(on_clip)
@@ -122,18 +125,23 @@ def run(job, api):
     device_type = torch.device(device).type
     model, batches, loss_fn = scenarios.amp_batches(params, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
-    scaler = torch.amp.GradScaler(device_type, init_scale=float(params["init_scale"]),
-                                  growth_interval=int(params["growth_interval"]))
+    scaler = torch.amp.GradScaler(
+        device_type, init_scale=float(params["init_scale"]), growth_interval=int(params["growth_interval"])
+    )
     rec = Recorder(model, scaler)
     api.share(rec.params)
 
     def learner():
         _instrument(model, optimizer, scaler, batches, rec, api)
         available = {
-            "model": model, "loader": scenarios.Loader(batches),
-            "loss_fn": RecordingLoss(loss_fn, rec, device_type), "optimizer": optimizer,
-            "scaler": scaler, "device_type": device_type,
-            "amp_dtype": getattr(torch, params["amp_dtype"]), "max_norm": float(params["max_norm"]),
+            "model": model,
+            "loader": scenarios.Loader(batches),
+            "loss_fn": RecordingLoss(loss_fn, rec, device_type),
+            "optimizer": optimizer,
+            "scaler": scaler,
+            "device_type": device_type,
+            "amp_dtype": getattr(torch, params["amp_dtype"]),
+            "max_norm": float(params["max_norm"]),
         }
         fn = api.load_entry()
         api.check_signature(fn, SIGNATURE)

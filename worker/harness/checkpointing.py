@@ -9,7 +9,6 @@ step, whether gradients were still held after each call, and the order of block 
 block (G).
 """
 
-
 import memory
 import scenarios
 import torch
@@ -45,18 +44,23 @@ def run(job, api):
                 events.append(list(item))
 
         for index, block in enumerate(model.blocks):
-            block.register_forward_pre_hook(
-                lambda m, a, index=index: event("F", index, _backward_running()))
+            block.register_forward_pre_hook(lambda m, a, index=index: event("F", index, _backward_running()))
             next(block.parameters()).register_post_accumulate_grad_hook(
-                lambda p, index=index: event("G", index))
+                lambda p, index=index: event("G", index)
+            )
         step = optimizer.step
 
         def recorded_step(*args, **kwargs):
             event("S")
             with _python_dispatch._disable_current_modes():  # the copy is ours: not metered
-                steps.append({"grad": flat([p.grad if p.grad is not None else torch.zeros_like(p)
-                                            for p in weights]),
-                              "missing": [i for i, p in enumerate(weights) if p.grad is None]})
+                steps.append(
+                    {
+                        "grad": flat(
+                            [p.grad if p.grad is not None else torch.zeros_like(p) for p in weights]
+                        ),
+                        "missing": [i for i, p in enumerate(weights) if p.grad is None],
+                    }
+                )
             return step(*args, **kwargs)
 
         optimizer.step = recorded_step
@@ -73,9 +77,15 @@ def run(job, api):
             kept.append(sum(p.grad is not None for p in weights))
             if error is not None:
                 break
-        data = {"peaks": peaks, "grads_kept": kept, "steps": steps, "events": events,
-                "final_params": flat(weights), "blocks": len(model.blocks),
-                "grad_bytes": sum(p.numel() * p.element_size() for p in weights)}
+        data = {
+            "peaks": peaks,
+            "grads_kept": kept,
+            "steps": steps,
+            "events": events,
+            "final_params": flat(weights),
+            "blocks": len(model.blocks),
+            "grad_bytes": sum(p.numel() * p.element_size() for p in weights),
+        }
         return data, error
 
     return api.supervise(learner)

@@ -83,8 +83,11 @@ class Probe:
 
 
 def _micro_batches(batches, accum):
-    return [(x[i:i + len(x) // accum], y[i:i + len(x) // accum])
-            for x, y in batches for i in range(0, len(x), len(x) // accum)]
+    return [
+        (x[i : i + len(x) // accum], y[i : i + len(x) // accum])
+        for x, y in batches
+        for i in range(0, len(x), len(x) // accum)
+    ]
 
 
 class Counted:
@@ -126,21 +129,23 @@ def run(job, api):
     def learner():
         fn = api.load_entry()
         # the configuration goes by keyword: the four positional arguments are what is checked
-        api.check_signature(functools.partial(fn, precision=torch.float32, accum_steps=1,
-                                              checkpoint=False),
-                            ["model", "loader", "loss_fn", "optimizer"])
+        api.check_signature(
+            functools.partial(fn, precision=torch.float32, accum_steps=1, checkpoint=False),
+            ["model", "loader", "loss_fn", "optimizer"],
+        )
         data, error = _configurations(job, api, fn, base, batches, loss_fn)
         if error is not None:
             return data, error
-        counted = Counted(checked, float(ref["lr"]), record=True,
-                          sync=lambda: api.sync("reference-step", snapshot=True))
+        counted = Counted(
+            checked, float(ref["lr"]), record=True, sync=lambda: api.sync("reference-step", snapshot=True)
+        )
         loader = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
-        kwargs = {"precision": torch.float32, "accum_steps": int(ref["accum_steps"]),
-                  "checkpoint": False}
-        error = api.call(functools.partial(fn, **kwargs),
-                         [checked, scenarios.Loader(loader), scenario.loss_fn, counted.optimizer])
-        data["reference_run"] = {"steps": counted.trajectory,
-                                 "final_params": flat(checked.parameters())}
+        kwargs = {"precision": torch.float32, "accum_steps": int(ref["accum_steps"]), "checkpoint": False}
+        error = api.call(
+            functools.partial(fn, **kwargs),
+            [checked, scenarios.Loader(loader), scenario.loss_fn, counted.optimizer],
+        )
+        data["reference_run"] = {"steps": counted.trajectory, "final_params": flat(checked.parameters())}
         return data, error
 
     return api.supervise(learner)
@@ -157,8 +162,11 @@ def _configurations(job, api, fn, base, batches, loss_fn):
         model = copy.deepcopy(base)
         probe, counted = Probe(model), Counted(model, lr, sync=sync)
         loader = _micro_batches(batches[:steps], k if accum_on else 1)
-        kwargs = {"precision": low if low_on else torch.float32,
-                  "accum_steps": k if accum_on else 1, "checkpoint": checkpoint}
+        kwargs = {
+            "precision": low if low_on else torch.float32,
+            "accum_steps": k if accum_on else 1,
+            "checkpoint": checkpoint,
+        }
         args = [model, scenarios.Loader(loader), loss_fn, counted.optimizer]
         if metered:
             with memory.LiveTensorMeter(model.parameters(), api.meter_report()) as meter:
@@ -174,9 +182,15 @@ def _configurations(job, api, fn, base, batches, loss_fn):
         _sync(device)
         seconds = time.perf_counter() - started
         peak = torch.cuda.max_memory_allocated() - before if cuda else None
-        return {"steps": counted.steps, "seconds": seconds, "samples": sum(len(y) for _, y in batches),
-                "peak": peak, "dtypes": sorted(probe.dtypes), "recomputed": probe.recomputed,
-                "micro_batch": len(loader[0][1])}, error
+        return {
+            "steps": counted.steps,
+            "seconds": seconds,
+            "samples": sum(len(y) for _, y in batches),
+            "peak": peak,
+            "dtypes": sorted(probe.dtypes),
+            "recomputed": probe.recomputed,
+            "micro_batch": len(loader[0][1]),
+        }, error
 
     configs, error = {}, None
     for number, (name, low_on, accum_on, checkpoint) in enumerate(CONFIGS):
@@ -185,14 +199,21 @@ def _configurations(job, api, fn, base, batches, loss_fn):
         _, error = one(low_on, accum_on, checkpoint, False, steps=1)
         if error is not None:
             break
-        result, error = one(low_on, accum_on, checkpoint, False,
-                            sync=lambda number=number: api.sync("step", number))
+        result, error = one(
+            low_on, accum_on, checkpoint, False, sync=lambda number=number: api.sync("step", number)
+        )
         if error is None and not cuda:
             result["peak"], error = one(low_on, accum_on, checkpoint, True)
         configs[name] = result
         if error is not None:
             break
-    data = {"device": device, "device_name": torch.cuda.get_device_name() if cuda else "cpu",
-            "low_precision": str(low).replace("torch.", ""), "accum_steps": k,
-            "meter": "cuda" if cuda else "live", "configs": configs, "expected_steps": len(batches)}
+    data = {
+        "device": device,
+        "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+        "low_precision": str(low).replace("torch.", ""),
+        "accum_steps": k,
+        "meter": "cuda" if cuda else "live",
+        "configs": configs,
+        "expected_steps": len(batches),
+    }
     return data, error

@@ -49,10 +49,7 @@ class SavedTensorMeter:
         self.freed += nbytes
 
     def _pack(self, tensor):
-        if (
-            tensor.untyped_storage().data_ptr() in self._storages
-            or tuple(tensor.shape) in self._shapes
-        ):
+        if tensor.untyped_storage().data_ptr() in self._storages or tuple(tensor.shape) in self._shapes:
             return tensor
         nbytes = tensor.numel() * tensor.element_size()
         held = _Held(tensor)
@@ -108,8 +105,7 @@ class LiveTensorMeter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {_storage_key(t) for t in tree_flatten((args, kwargs))[0]
-                  if isinstance(t, torch.Tensor)}
+        inputs = {_storage_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
         packed = self.packed
         for tensor in tree_flatten(out)[0]:
             if not isinstance(tensor, torch.Tensor):

@@ -87,8 +87,11 @@ def _patch_record_function(state):
             result = super().__exit__(*exc)
             run = state["run"]
             name = str(self.name)
-            if (run is not None and len(run.ranges) < MAX_RANGES
-                    and not any(mark in name for mark in TORCH_LABELS)):
+            if (
+                run is not None
+                and len(run.ranges) < MAX_RANGES
+                and not any(mark in name for mark in TORCH_LABELS)
+            ):
                 run.ranges.append([name[:40], self._started, time.perf_counter()])
             return result
 
@@ -100,12 +103,12 @@ def _patch_record_function(state):
 def _build(params, slow, run, sync):
     seconds = float(params["slow_ms"]) / 1000
     torch.manual_seed(int(params.get("seed", 0)))
-    pause = Pause(forward_s=seconds if slow == "forward" else 0.0,
-                  backward_s=seconds if slow == "backward" else 0.0)
+    pause = Pause(
+        forward_s=seconds if slow == "forward" else 0.0, backward_s=seconds if slow == "backward" else 0.0
+    )
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), pause, nn.Linear(16, 3))
     size = int(params["batch_size"])
-    batches = [(torch.randn(size, 6), torch.randint(0, 3, (size,)))
-               for _ in range(int(params["n_batches"]))]
+    batches = [(torch.randn(size, 6), torch.randint(0, 3, (size,))) for _ in range(int(params["n_batches"]))]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
     started = {}
@@ -122,7 +125,8 @@ def _build(params, slow, run, sync):
 
     model.register_forward_hook(on_output)
     first.register_post_accumulate_grad_hook(
-        lambda p: run.point("backward", started.pop("b", time.perf_counter())))
+        lambda p: run.point("backward", started.pop("b", time.perf_counter()))
+    )
     step = optimizer.step
 
     def timed_step(*args, **kwargs):
@@ -154,7 +158,8 @@ def run(job, api):
         for number, slow in enumerate(params["slow"]):
             state["run"] = current = Run()
             model, loader, loss_fn, optimizer = _build(
-                params, slow, current, lambda label, number=number: api.sync(label, number))
+                params, slow, current, lambda label, number=number: api.sync(label, number)
+            )
             origin = time.perf_counter()
             answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
             state["run"] = None
@@ -162,14 +167,17 @@ def run(job, api):
             def ms(t, origin=origin):
                 return round((t - origin) * 1000, 3)
 
-            runs.append({
-                "slow": slow,
-                "answer": answer[:MAX_ANSWER] if isinstance(answer, str) else repr(answer)[:MAX_ANSWER],
-                "answer_is_text": isinstance(answer, str),
-                "ranges": [[name, ms(a), ms(b)] for name, a, b in current.ranges],
-                "points": {phase: [[ms(a), ms(b)] for a, b in spans]
-                           for phase, spans in current.points.items()},
-            })
+            runs.append(
+                {
+                    "slow": slow,
+                    "answer": answer[:MAX_ANSWER] if isinstance(answer, str) else repr(answer)[:MAX_ANSWER],
+                    "answer_is_text": isinstance(answer, str),
+                    "ranges": [[name, ms(a), ms(b)] for name, a, b in current.ranges],
+                    "points": {
+                        phase: [[ms(a), ms(b)] for a, b in spans] for phase, spans in current.points.items()
+                    },
+                }
+            )
             if error is not None:
                 return {"runs": runs}, error
         return {"runs": runs}, None

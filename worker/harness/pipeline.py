@@ -61,9 +61,13 @@ def _consume(loader, model, optimizer, dataset, device):
 def _describe(loader):
     if not isinstance(loader, DataLoader):
         return {"type": type(loader).__name__[:60]}
-    return {"type": "DataLoader", "num_workers": loader.num_workers,
-            "pin_memory": bool(loader.pin_memory), "drop_last": bool(loader.drop_last),
-            "sampler": type(loader.sampler).__name__[:60]}
+    return {
+        "type": "DataLoader",
+        "num_workers": loader.num_workers,
+        "pin_memory": bool(loader.pin_memory),
+        "drop_last": bool(loader.drop_last),
+        "sampler": type(loader.sampler).__name__[:60],
+    }
 
 
 def run(job, api):
@@ -73,8 +77,9 @@ def run(job, api):
 
     def learner():
         device = job.get("device", "cpu")
-        dataset = SlowDataset(int(params["samples"]), float(params["item_ms"]) / 1000,
-                              int(params.get("seed", 0)))
+        dataset = SlowDataset(
+            int(params["samples"]), float(params["item_ms"]) / 1000, int(params.get("seed", 0))
+        )
         batch_size = int(params["batch_size"])
         torch.manual_seed(int(params.get("seed", 0)))
         model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(device)

@@ -25,8 +25,11 @@ sys.path.insert(0, HERE)  # harness modules import each other by name; -I leaves
 import quiet  # noqa: E402
 import runtime  # noqa: E402
 
-HARNESS_MODULES = sorted(name[:-3] for name in os.listdir(HERE)
-                         if name.endswith(".py") and name not in ("__init__.py", "run.py", "template.py"))
+HARNESS_MODULES = sorted(
+    name[:-3]
+    for name in os.listdir(HERE)
+    if name.endswith(".py") and name not in ("__init__.py", "run.py", "template.py")
+)
 
 
 def warm_up(device, autograd=True):
@@ -85,7 +88,8 @@ def apply_limits(limits):
 
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(
-            min(1.0, int(limits["gpu_memory_mb"]) * 1024 * 1024 / total))
+            min(1.0, int(limits["gpu_memory_mb"]) * 1024 * 1024 / total)
+        )
 
 
 def send_trace(out_dir, trace_fd, limit):

@@ -93,8 +93,14 @@ def learner_frames(tb):
         if os.path.basename(code.co_filename) == SUBMISSION:
             kept.append((tb.tb_lineno, code.co_name))
         tb = tb.tb_next
-    return [{"line": line, "function": _clip(name, 200),
-             "code": _clip(linecache.getline(SUBMISSION, line).strip(), 200)} for line, name in kept]
+    return [
+        {
+            "line": line,
+            "function": _clip(name, 200),
+            "code": _clip(linecache.getline(SUBMISSION, line).strip(), 200),
+        }
+        for line, name in kept
+    ]
 
 
 def describe_exception(exc, phase):
@@ -171,11 +177,15 @@ class Api:
             return None, None
         data, error = report.get("data"), report.get("error")
         text, dropped = report.get("output"), report.get("dropped")
-        if (not isinstance(text, str) or not isinstance(dropped, int) or isinstance(dropped, bool)
-                or (error is not None and not isinstance(error, dict))):
+        if (
+            not isinstance(text, str)
+            or not isinstance(dropped, int)
+            or isinstance(dropped, bool)
+            or (error is not None and not isinstance(error, dict))
+        ):
             observed["interfered"] = observed["interfered"] or "a report of the wrong shape"
             return None, None
-        self.output["text"], self.output["dropped"] = text[:self.output["limit"]], max(dropped, 0)
+        self.output["text"], self.output["dropped"] = text[: self.output["limit"]], max(dropped, 0)
         return data, error
 
     def _part(self, learner):
@@ -191,14 +201,27 @@ class Api:
             except Stop as stop:
                 data, error = None, stop.error
             except BaseException as exc:  # noqa: BLE001 (the harness failed, or was made to)
-                data, error = None, {"phase": "harness", "type": _clip(type(exc).__name__, 200),
-                                     "message": _clip(exc), "traceback": [],
-                                     "detail": _harness_detail()}
+                data, error = (
+                    None,
+                    {
+                        "phase": "harness",
+                        "type": _clip(type(exc).__name__, 200),
+                        "message": _clip(exc),
+                        "traceback": [],
+                        "detail": _harness_detail(),
+                    },
+                )
             finally:
                 sys.stdout, sys.stderr = real
-            return trace_schema.dumps({"t": "report", "data": data, "error": error,
-                                       "output": self.output["text"],
-                                       "dropped": self.output["dropped"]}).encode()
+            return trace_schema.dumps(
+                {
+                    "t": "report",
+                    "data": data,
+                    "error": error,
+                    "output": self.output["text"],
+                    "dropped": self.output["dropped"],
+                }
+            ).encode()
 
         return part
 
@@ -235,8 +258,9 @@ class Api:
                 }
             ) from None
         except (UnicodeDecodeError, ValueError) as exc:
-            raise Stop({"phase": "syntax", "type": type(exc).__name__,
-                        "message": _clip(exc), "traceback": []}) from None
+            raise Stop(
+                {"phase": "syntax", "type": type(exc).__name__, "message": _clip(exc), "traceback": []}
+            ) from None
         lines = source.splitlines(keepends=True)
         linecache.cache[SUBMISSION] = (len(source), None, lines, SUBMISSION)
         module = types.ModuleType("submission")
@@ -249,8 +273,15 @@ class Api:
         entry = self.job["entry"]
         fn = module.__dict__.get(entry)
         if not callable(fn):
-            raise Stop({"phase": "signature", "type": "MissingFunction", "entry": entry,
-                        "message": f"no function named {entry!r}", "traceback": []})
+            raise Stop(
+                {
+                    "phase": "signature",
+                    "type": "MissingFunction",
+                    "entry": entry,
+                    "message": f"no function named {entry!r}",
+                    "traceback": [],
+                }
+            )
         return fn
 
     def check_signature(self, fn, names):
@@ -258,9 +289,16 @@ class Api:
         try:
             inspect.signature(fn).bind(*names)
         except TypeError as exc:
-            raise Stop({"phase": "signature", "type": "WrongSignature",
-                        "entry": self.job["entry"], "expected": list(names),
-                        "message": _clip(exc), "traceback": []}) from None
+            raise Stop(
+                {
+                    "phase": "signature",
+                    "type": "WrongSignature",
+                    "entry": self.job["entry"],
+                    "expected": list(names),
+                    "message": _clip(exc),
+                    "traceback": [],
+                }
+            ) from None
         except ValueError:  # builtins without a signature: let the call decide
             pass
 
@@ -280,7 +318,6 @@ class Api:
             return None, describe_exception(exc, "run")
 
 
-
 def _harness_detail():
     """The harness's own traceback, for our logs; never allowed to fail in turn."""
     try:
@@ -295,9 +332,12 @@ def write_trace(out_dir, trace, limit):
     if len(text) > limit:
         slim = {k: v for k, v in trace.items() if k != "data"}
         slim["outcome"] = "error"
-        slim["error"] = {"phase": "harness", "type": "TraceTooLarge",
-                         "message": f"the trace was {len(text)} bytes (limit {limit})",
-                         "traceback": []}
+        slim["error"] = {
+            "phase": "harness",
+            "type": "TraceTooLarge",
+            "message": f"the trace was {len(text)} bytes (limit {limit})",
+            "traceback": [],
+        }
         text = trace_schema.dumps(slim)
     tmp = os.path.join(out_dir, "trace.json.tmp")
     for name in (tmp, os.path.join(out_dir, "trace.json")):  # whatever the learner left there
@@ -344,8 +384,13 @@ def main(argv):
             trace["error"] = error
     except BaseException as exc:  # a harness failure is still reported as data
         trace["outcome"] = "error"
-        trace["error"] = {"phase": "harness", "type": type(exc).__name__, "message": _clip(exc),
-                          "traceback": [], "detail": _harness_detail()}
+        trace["error"] = {
+            "phase": "harness",
+            "type": type(exc).__name__,
+            "message": _clip(exc),
+            "traceback": [],
+            "detail": _harness_detail(),
+        }
     trace["output"] = api.output["text"]
     trace["output_dropped"] = api.output["dropped"]
     trace["timings"] = timings

@@ -19,8 +19,10 @@ class TokenLoss(nn.Module):
 
     def forward(self, logits, targets):
         flat = nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-            ignore_index=IGNORE_INDEX, reduction="none",
+            logits.reshape(-1, logits.shape[-1]),
+            targets.reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            reduction="none",
         )
         return flat.reshape(targets.shape)
 
@@ -59,8 +61,7 @@ def _mlp(params, dtype):
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(dtype)
     x = torch.randn(n_micro * micro, 6, dtype=dtype)
     y = torch.randint(0, 3, (n_micro * micro,))
-    batches = [(x[i:i + micro].clone(), y[i:i + micro].clone())
-               for i in range(0, n_micro * micro, micro)]
+    batches = [(x[i : i + micro].clone(), y[i : i + micro].clone()) for i in range(0, n_micro * micro, micro)]
     return Scenario(model, batches, nn.CrossEntropyLoss(), tokens=False)
 
 
@@ -122,7 +123,8 @@ class BlockNet(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(
             nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.Tanh())])
-            for _ in range(blocks))
+            for _ in range(blocks)
+        )
         self.head = nn.Linear(width, classes)
 
     def forward(self, x):
@@ -137,8 +139,10 @@ def block_net(params, dtype=torch.float64):
     width, classes = int(params["width"]), 3
     model = BlockNet(width, int(params["blocks"]), int(params["depth"]), classes).to(dtype)
     size = int(params["batch_size"])
-    batches = [(torch.randn(size, width, dtype=dtype), torch.randint(0, classes, (size,)))
-               for _ in range(int(params["n_batches"]))]
+    batches = [
+        (torch.randn(size, width, dtype=dtype), torch.randint(0, classes, (size,)))
+        for _ in range(int(params["n_batches"]))
+    ]
     return model, batches, nn.CrossEntropyLoss()
 
 

@@ -144,8 +144,11 @@ class Observer:
     def _meter(self, meter):
         """``[number, packed, freed]``: the bytes meter ``number`` ever counted in and out;
         both only grow, so live bytes are their difference and the peak is kept here."""
-        if (not isinstance(meter, list) or len(meter) != 3
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in meter)):
+        if (
+            not isinstance(meter, list)
+            or len(meter) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in meter)
+        ):
             raise Interference("a meter message of the wrong shape")
         number, packed, freed = meter
         if not 0 <= number < MAX_METERS:
@@ -158,10 +161,15 @@ class Observer:
         state["messages"] += 1
 
     def result(self, final):
-        return {"counts": self.counts, "events": self.events, "events_dropped": self.events_dropped,
-                "snapshots": self.snapshots, "final_params": final,
-                "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
-                "interfered": "; ".join(self.problems) or None}
+        return {
+            "counts": self.counts,
+            "events": self.events,
+            "events_dropped": self.events_dropped,
+            "snapshots": self.snapshots,
+            "final_params": final,
+            "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
+            "interfered": "; ".join(self.problems) or None,
+        }
 
 
 def _send(sock, payload: bytes):
@@ -228,7 +236,7 @@ def _stat(pid):
             raw = f.read()
     except OSError:
         return None
-    fields = raw[raw.rfind(b")") + 2:].split()
+    fields = raw[raw.rfind(b")") + 2 :].split()
     return int(fields[1]), fields[0]
 
 
@@ -300,8 +308,11 @@ class Supervisor:
             os.kill(pid, signal.SIGKILL)
         status = self._status if self._status is not None else os.waitpid(pid, 0)[1]
         if report is None and problem is None:
-            death = ("signal", os.WTERMSIG(status)) if os.WIFSIGNALED(status) \
+            death = (
+                ("signal", os.WTERMSIG(status))
+                if os.WIFSIGNALED(status)
                 else ("exit", os.waitstatus_to_exitcode(status))
+            )
         if not sweep(spared):
             problem = problem or "processes the program started could not be stopped"
         parent_end.close()

@@ -69,10 +69,14 @@ def _expect(condition: bool, what: str) -> None:
 def _frame(frame: object) -> None:
     _expect(isinstance(frame, dict), "a traceback frame that is not an object")
     assert isinstance(frame, dict)
-    _expect(isinstance(frame.get("line"), int) and not isinstance(frame.get("line"), bool),
-            "a frame without a line number")
-    _expect(isinstance(frame.get("function", ""), str) and isinstance(frame.get("code", ""), str),
-            "a frame with a non-text function or code")
+    _expect(
+        isinstance(frame.get("line"), int) and not isinstance(frame.get("line"), bool),
+        "a frame without a line number",
+    )
+    _expect(
+        isinstance(frame.get("function", ""), str) and isinstance(frame.get("code", ""), str),
+        "a frame with a non-text function or code",
+    )
 
 
 def _error(error: object) -> None:
@@ -85,8 +89,9 @@ def _error(error: object) -> None:
     for frame in frames:
         _frame(frame)
     line = error.get("line")
-    _expect(line is None or (isinstance(line, int) and not isinstance(line, bool)),
-            "error.line is not a number")
+    _expect(
+        line is None or (isinstance(line, int) and not isinstance(line, bool)), "error.line is not a number"
+    )
 
 
 def validate(trace: object) -> dict[str, Any]:
@@ -102,13 +107,17 @@ def validate(trace: object) -> dict[str, Any]:
     _expect(trace["outcome"] == "ok" or trace.get("error") is not None, "an error outcome without error")
     _expect(isinstance(trace.get("output", ""), str), "output is not text")
     dropped = trace.get("output_dropped", 0)
-    _expect(isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0,
-            "output_dropped is not a count")
+    _expect(
+        isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0,
+        "output_dropped is not a count",
+    )
     timings = trace.get("timings", {})
     _expect(isinstance(timings, dict), "timings is not an object")
     for value in timings.values():
-        _expect(isinstance(value, int | float) and not isinstance(value, bool) and value >= 0,
-                "a timing that is not a non-negative number")
+        _expect(
+            isinstance(value, int | float) and not isinstance(value, bool) and value >= 0,
+            "a timing that is not a non-negative number",
+        )
     return trace
 
 

@@ -14,5 +14,7 @@ def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
-        print(f"step {step}: loss {loss.item():.4f}, grad norm {norm.item():.3f}, "
-              f"scale {scaler.get_scale():.0f}")
+        print(
+            f"step {step}: loss {loss.item():.4f}, grad norm {norm.item():.3f}, "
+            f"scale {scaler.get_scale():.0f}"
+        )

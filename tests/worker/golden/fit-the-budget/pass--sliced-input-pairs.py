@@ -14,7 +14,7 @@ class Pair:
 def train_step(model, x, y, loss_fn, optimizer):
     act = x[:, :]
     for start in range(0, len(model.blocks), 2):
-        act = ckpt.checkpoint(Pair(model.blocks[start:start + 2]), act, use_reentrant=False)
+        act = ckpt.checkpoint(Pair(model.blocks[start : start + 2]), act, use_reentrant=False)
     logits = model.head(act)
     loss_fn(logits, y).backward()
     optimizer.step()

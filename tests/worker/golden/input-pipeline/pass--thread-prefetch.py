@@ -5,6 +5,7 @@ import torch
 
 def make_loader(dataset, batch_size):
     """Load items in threads (the loading sleeps, so threads overlap) and batch them in order."""
+
     def batches():
         with ThreadPoolExecutor(max_workers=8) as pool:
             items = pool.map(dataset.__getitem__, range(len(dataset)))

@@ -4,7 +4,7 @@ import torch
 def train(model, loader, loss_fn, optimizer, accum_steps):
     batches = list(loader)
     for start in range(0, len(batches), accum_steps):
-        cycle = batches[start:start + accum_steps]
+        cycle = batches[start : start + accum_steps]
         optimizer.zero_grad()
         for x, y in cycle:
             (loss_fn(model(x), y) / len(cycle)).backward()

@@ -5,7 +5,7 @@ def train(model, loader, loss_fn, optimizer, scaler, accum_steps, max_norm):
     batches = list(loader)
     for start in range(0, len(batches), accum_steps):
         optimizer.zero_grad(set_to_none=True)
-        for x, y in batches[start:start + accum_steps]:
+        for x, y in batches[start : start + accum_steps]:
             loss = loss_fn(model(x), y) / accum_steps
             print("scaled loss:", scaler.scale(loss).item())
             loss.backward()
