@@ -5,13 +5,15 @@ import ast
 from graphlib import TopologicalSorter
 from pathlib import Path
 
+import pytest
+
 from app.config import ROOT
 
 APP = ROOT / "app"
 
 
-def _trees() -> dict[Path, ast.Module]:
-    return {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in APP.rglob("*.py")}
+def _trees(root: Path = APP) -> dict[Path, ast.Module]:
+    return {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in root.rglob("*.py")}
 
 
 def test_whether_a_request_is_the_apis_is_decided_only_by_is_api():
@@ -65,10 +67,11 @@ def _module(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
-def test_the_modules_of_app_import_one_another_without_a_cycle():
+@pytest.mark.parametrize("package", ["app", "worker"])
+def test_the_modules_of_a_package_import_one_another_without_a_cycle(package):
     """Imports at the top of each module (those inside a function run later, and may point
     anywhere): graphlib's CycleError names the cycle."""
-    trees = {_module(path): tree for path, tree in _trees().items()}
+    trees = {_module(path): tree for path, tree in _trees(ROOT / package).items()}
     graph = {
         name: {
             imported

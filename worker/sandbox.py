@@ -56,14 +56,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from app.lessons.content import Limits
 from worker import nvml, seccomp
 from worker.harness import trace_schema
-
-if TYPE_CHECKING:
-    from worker import forkserver
 
 log = logging.getLogger("treino.sandbox")
 
@@ -1093,7 +1090,16 @@ _reaping: set[threading.Thread] = set()
 _reaping_lock = threading.Lock()
 
 
-def release(box: "Sandbox | forkserver.ForkedJob") -> None:
+class Used(Protocol):
+    """What is released after a job: a single-use ``Sandbox`` or a forked job."""
+
+    id: str
+    device: str
+
+    def close(self) -> None: ...
+
+
+def release(box: Used) -> None:
     """After its job: close a used sandbox (or forked job) at once on CUDA, where the next job
     must find the GPU's memory free, else in the background."""
     if box.device == "cuda":
@@ -1102,7 +1108,7 @@ def release(box: "Sandbox | forkserver.ForkedJob") -> None:
         _reap(box)
 
 
-def _reap(box: "Sandbox | forkserver.ForkedJob") -> None:
+def _reap(box: Used) -> None:
     """Close a used sandbox (wait for its killed tree, remove its cgroup) in the background."""
 
     def close() -> None:
