@@ -8,11 +8,12 @@ import httpx2
 from sqlalchemy import select
 
 from app.submissions.models import Submission
+from app.submissions.verdict import STATUSES
 from bench import settle
 from bench.stack import Stack
 
 POLL_SECONDS = 0.05
-FINAL = {"passed", "failed", "error", "timeout", "rejected"}
+FINAL = frozenset(STATUSES)  # a verdict is in
 
 
 def new_client(stack: Stack) -> httpx2.Client:

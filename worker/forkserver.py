@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from worker import sandbox
-from worker.pool import Pool
+from worker.pool import Pool, Starter
 from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox, Setup
 
 log = logging.getLogger("treino.forkserver")
@@ -245,7 +245,7 @@ def _ended(template: Sandbox, grace: float = 1.0) -> bool:
     return template.proc.poll() is not None
 
 
-class ForkServer:
+class ForkServer(Starter):
     """One template, kept running by a thread of its own (bubblewrap's --die-with-parent follows
     the thread that started it), and a fork of it per job."""
 
@@ -292,14 +292,8 @@ class ForkServer:
             if old is not None:
                 log.warning("template %s ended: starting another", old.id)
                 old.close()
-            try:
-                template = self._start()
-            except Exception as exc:  # e.g. out of processes: said, and tried again
-                log.error("cannot start a template: %s", exc)
-                with self._changed:
-                    self._error = self._error or exc
-                    self._changed.notify_all()
-                    self._changed.wait(timeout=5)
+            template = self._try_start("a template")
+            if template is None:
                 continue
             with self._changed:
                 if self._closed:

@@ -24,7 +24,28 @@ from worker import sandbox
 log = logging.getLogger("treino.pool")
 
 
-class Pool:
+class Starter:
+    """What keeps sandboxes started from a thread of its own (a ``Pool``, a fork server) shares:
+    a failed start is said, its error kept for whoever waits for the first one, and tried again
+    after a pause."""
+
+    _changed: threading.Condition
+    _error: BaseException | None
+    _start: Callable[[], sandbox.Sandbox]
+
+    def _try_start(self, what: str) -> sandbox.Sandbox | None:
+        try:
+            return self._start()
+        except Exception as exc:  # e.g. out of processes: said, and tried again
+            log.error("cannot start %s: %s", what, exc)
+            with self._changed:
+                self._error = self._error or exc
+                self._changed.notify_all()
+                self._changed.wait(timeout=5)
+            return None
+
+
+class Pool(Starter):
     def __init__(self, size: int, start: Callable[[], sandbox.Sandbox]) -> None:
         """Start filling the pool; returns once its sandboxes are started (not yet warm)."""
         self.size = max(0, size)
@@ -62,14 +83,8 @@ class Pool:
                     self._changed.wait(timeout=1)
                 if self._closed:
                     return
-            try:
-                box = self._start()
-            except Exception as exc:  # e.g. out of processes: said, and tried again
-                log.error("pool: cannot start a sandbox: %s", exc)
-                with self._changed:
-                    self._error = self._error or exc
-                    self._changed.notify_all()
-                    self._changed.wait(timeout=5)
+            box = self._try_start("a sandbox for the pool")
+            if box is None:
                 continue
             with self._changed:
                 if not self._closed:
