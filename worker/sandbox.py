@@ -847,11 +847,21 @@ def outcome(
     return Result("ok", trace, wall_ms, output, returncode)
 
 
+JOB_TMPFS = ("/job", "/tmp", "/dev/shm")  # each forked job's own, over the template's
+
+
+def under_job_tmpfs(paths: list[str]) -> list[str]:
+    """Those of ``paths`` that a forked job's own tmpfs would cover (a venv in /tmp, say): the job
+    binds them back, read-only, over its tmpfs."""
+    return [p for p in paths if any(p.startswith(place + "/") for place in JOB_TMPFS)]
+
+
 def template_config(isolate: bool) -> str:
     """What a template's jobs make of their sandbox (``worker/harness/template.py``), as JSON."""
     return json.dumps(
         {
             "isolate": isolate,
+            "keep": under_job_tmpfs(_readonly_paths()),
             "tmpfs_bytes": TMPFS_BYTES,
             "out_bytes": 2 * TRACE_LIMIT,
             "proc_read_only": PROC_READ_ONLY,

@@ -387,3 +387,13 @@ def test_a_host_where_templates_never_get_warm_falls_back_to_single_use_sandboxe
         assert all(t.closed for t in templates)
     finally:
         fs.close()
+
+
+def test_a_venv_under_tmp_is_bound_back_over_a_forked_jobs_own_tmp():
+    """A clone in /tmp (CI's, say) keeps its venv there: a forked job's own tmpfs on /tmp would
+    hide it, and the first lazy `import torch.x` of the learner's code would fail; the job binds
+    such paths back, read-only."""
+    paths = ["/tmp/ci/.venv", "/root/.pyenv/versions/3.11.7", "/usr/lib", "/dev/shm/py", "/tmpfoo"]
+    assert sandbox.under_job_tmpfs(paths) == ["/tmp/ci/.venv", "/dev/shm/py"]
+    config = json.loads(sandbox.template_config(isolate=True))
+    assert set(sandbox.under_job_tmpfs([sys.prefix])) <= set(config["keep"])  # this venv, if in /tmp

@@ -116,6 +116,7 @@ def enter_namespaces():
 def own_mounts(config):
     """The job's own writable places and /proc, as bwrap gives a single-use sandbox."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
+    kept = [(path, os.open(path, os.O_PATH)) for path in config["keep"]]  # before they are covered
     for where, size in (
         ("/job", config["tmpfs_bytes"]),
         ("/job/out", config["out_bytes"]),
@@ -124,6 +125,15 @@ def own_mounts(config):
     ):
         os.makedirs(where, exist_ok=True)  # /job/out: inside the new /job
         mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0755")
+    for path, fd in kept:  # the interpreter or venv under /tmp (a clone there): back, read-only
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # no user namespace below this one (the seccomp filter refuses them as well)
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
