@@ -212,10 +212,11 @@ def _status_context(
         "place": None,
         "solution": None,
         "failing_line": None,
+        "verdict": {},
     }
     if submission is None:
         return context
-    verdict = present.verdict_of(submission)
+    verdict = present.verdict_of(submission)  # rendered once, in the reader's language
     attempts = service.attempts(session, learner, submission.exercise)
     exercise = request.app.state.course.exercise(submission.exercise)
     final = Status(submission.status).final
@@ -223,6 +224,7 @@ def _status_context(
         "queue_position": service.queue_position(session, submission),
         "elapsed": service.elapsed_seconds(submission),
         "attempts": attempts,
+        "verdict": verdict,
         "figures": figures(verdict) if final else [],
         "failing_line": present.failing_line(verdict) if final else None,
         "place": present.place(request.app.state.course, exercise) if exercise else None,

@@ -16,7 +16,7 @@ from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.submissions.messages import decode, encode, language, text
+from app.submissions.messages import decode, encode, language
 from app.submissions.messages import render as render_text
 
 VerdictStatus = Literal["passed", "failed", "error", "timeout", "rejected"]
@@ -183,11 +183,20 @@ class Verdict(BaseModel):
     mode: Literal["run"] | None = Field(default=None, description="`run`: run and measured, not graded")
 
 
+def _say(key: str, lang: str, values: dict[str, Any] | None = None) -> str:
+    """The text of a stored key, or the key itself where the catalogue no longer has it (or its
+    placeholders changed) since the record was written: an old row must never break a page."""
+    try:
+        return render_text(key, lang, decode(values) if values else None)
+    except (KeyError, IndexError, ValueError):
+        return key
+
+
 def _render_check(check: CheckRecord, lang: str) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "name": text(f"check.{check['name']}.name", lang),
+        "name": _say(f"check.{check['name']}.name", lang),
         "status": "passed" if check["passed"] else "failed",
-        "message": render_text(check["message"], lang, decode(check["values"])),
+        "message": _say(check["message"], lang, check["values"]),
     }
     if "line" in check:
         out["line"] = check["line"]
@@ -208,10 +217,8 @@ def render(stored: Mapping[str, Any], lang: str) -> dict[str, Any]:
         if diagnosis is None
         else {
             "id": diagnosis["id"],
-            "title": text(f"diagnosis.{diagnosis['id']}.title", lang),
-            "explanation": render_text(
-                f"diagnosis.{diagnosis['id']}.explanation", lang, decode(diagnosis["values"])
-            ),
+            "title": _say(f"diagnosis.{diagnosis['id']}.title", lang),
+            "explanation": _say(f"diagnosis.{diagnosis['id']}.explanation", lang, diagnosis["values"]),
         },
         "checks": [_render_check(c, lang) for c in stored.get("checks", [])],
         "metrics": stored.get("metrics") or {},

@@ -246,3 +246,19 @@ def test_switching_language_re_renders_an_old_verdict(client, app):
     api = client.get(f"/api/submissions/{sub_id}", headers={"Accept-Language": "pt-BR"}).json()
     assert api["verdict"]["diagnosis"]["title"] == "A perda não é dividida por accum_steps"
     assert api["verdict"]["checks"][1]["status"] == "failed"
+
+
+def test_a_record_whose_keys_the_catalogue_lost_still_reads(client, app):
+    """A row graded under an older catalogue (a check renamed, a placeholder dropped since):
+    the page shows the stored key instead of failing."""
+    from app.submissions.verdict import check_record, record
+
+    stale = record(
+        "gradient-accumulation/accumulate",
+        "failed",
+        [check_record("retired", False, "check.retired.failed", {"step": 1})],
+        ("retired-mistake", {}),
+    )
+    page = finished(app, client, stale)
+    assert page.select_one(".diagnosis h4").get_text() == "diagnosis.retired-mistake.title"
+    assert "check.retired.failed" in page.select_one(".checks").get_text()

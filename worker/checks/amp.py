@@ -27,7 +27,7 @@ from worker.checks import (  # noqa: E402
     agree,
     observed,
     snapshots,
-    tensors,  # noqa: E402
+    tensors,
 )
 from worker.harness import scenarios  # noqa: E402
 
