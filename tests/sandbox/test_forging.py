@@ -335,3 +335,75 @@ class TestFitTheBudget:
         outcome = run(NAIVE_METER_RESET)
         assert outcome.status == "error", outcome.verdict  # it passed before the split
         assert "interfered with the measurements" in outcome.verdict["checks"][0]["message"]
+
+
+# input-pipeline: the loop must be faster over the learner's loader, with the dataset's own
+# batches; the items and the waits are the supervisor's (worker/harness/pipeline.py)
+PIPELINE_ROUTES = {
+    # loading made free once the baseline has been timed
+    "sleep-patched": """
+import time
+from torch.utils.data import DataLoader
+
+def make_loader(dataset, batch_size):
+    time.sleep = lambda seconds: None
+    return DataLoader(dataset, batch_size=batch_size)
+""",
+    # the clock slowed down for the learner's loops
+    "clock-patched": """
+import time
+real = time.perf_counter
+time_monotonic = time.monotonic
+
+def make_loader(dataset, batch_size):
+    from torch.utils.data import DataLoader
+    time.perf_counter = lambda: real() / 3
+    time.monotonic = lambda: time_monotonic() / 3
+    return DataLoader(dataset, batch_size=batch_size)
+""",
+    # the batches of the first attempt kept and given again, at no wait
+    "batches-replayed": """
+from torch.utils.data import DataLoader
+kept = []
+
+def make_loader(dataset, batch_size):
+    if not kept:
+        kept.extend(DataLoader(dataset, batch_size=batch_size, num_workers=4))
+    return kept
+""",
+    # the items made here from the server's seed, looked for with gc
+    "items-made-from-a-seed-found-with-gc": """
+import gc
+import torch
+import scenarios
+
+def make_loader(dataset, batch_size):
+    server = next((o for o in gc.get_objects() if type(o).__name__ == "Items"), None)
+    seeds = list(getattr(server, "seeds", [])) or [0]
+    n = len(dataset)
+    return [
+        (torch.tensor([scenarios.ITEM.unpack(scenarios.pipeline_item(seeds[-1], i))
+                       for i in range(s, min(s + batch_size, n))]),
+         torch.arange(s, min(s + batch_size, n)))
+        for s in range(0, n, batch_size)
+    ]
+""",
+}
+
+
+class TestInputPipeline:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        found = load_course(get_settings().lessons_dir).exercise("bottleneck/input-pipeline")
+        assert found is not None
+        return found
+
+    @pytest.mark.parametrize("route", PIPELINE_ROUTES)
+    def test_a_forged_speed_up_does_not_pass(self, run, mode, route):
+        """Each passed before the items were the supervisor's (a 190x speed-up, or the data
+        made without waiting); now the run is judged on what it really asked for and when."""
+        outcome = run(PIPELINE_ROUTES[route])
+        assert outcome.status == "failed", outcome.verdict
+        failed = {c["name"] for c in outcome.verdict["checks"] if c["status"] == "failed"}
+        assert failed == ({"Throughput"} if "patched" in route else {"Batches"}), outcome.verdict

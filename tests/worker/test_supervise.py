@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from worker.checks import Interfered, accumulation, checkpointing, observed, phases
+from worker.checks import Interfered, accumulation, checkpointing, observed, phases, pipeline
+from worker.harness import scenarios
 
 HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
 
@@ -32,10 +34,11 @@ supervise.harden()
 weights = torch.zeros(3, dtype=torch.float64)
 shared = supervise.Shared([weights])
 {body}
-supervisor = supervise.Supervisor(shared, 1 << 20)
+supervisor = supervise.Supervisor(shared, 1 << 20, items=globals().get("items"))
 report, death = supervisor.run(part)
-print(json.dumps({{"observed": supervisor.observer.result(shared.snapshot()), "report": report,
-                  "death": death}}))
+seen = supervisor.observer.result(shared.snapshot())
+seen["items"] = supervisor.items.result() if supervisor.items else None
+print(json.dumps({{"observed": seen, "report": report, "death": death}}))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -200,3 +203,99 @@ def test_find_the_bottleneck_counts_are_the_supervisors():
     }
     with pytest.raises(Interfered, match="data events"):  # two fetches served, six reported
         phases._observed_counts({"runs": [run], "observed": seen})
+
+
+ITEMS = """
+import socket, struct, threading
+items = supervise.Items(8, 0.3, lambda seed, i: struct.pack("!qI", seed % 2**62, i), 12)
+
+def ask(index):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(items.address)
+    sock.sendall(struct.pack("!I", index))
+    answer = b""
+    while len(answer) < 13:
+        answer += sock.recv(13 - len(answer))
+    sock.close()
+    return [answer[0], *struct.unpack("!qI", answer[1:])]
+
+def part(link):
+    out = {"before": ask(0)}  # no run open yet: no seed to make it from
+    link.sync("run", 0)
+    answers, started = [None] * 8, time.monotonic()
+    def one(i):
+        answers[i] = ask(i)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out["eight_at_once_s"] = time.monotonic() - started
+    out["run0"] = answers
+    out["past_the_end"] = ask(8)
+    link.sync("run", 1)
+    out["run1"] = ask(3)
+    return json.dumps({"t": "report", "data": out, "error": None, "output": "", "dropped": 0}).encode()
+"""
+
+
+def test_the_supervisor_serves_the_items_each_after_its_wait_many_at_once_new_each_run():
+    out = supervised(ITEMS)
+    data, items = out["report"]["data"], out["observed"]["items"]
+    assert data["before"][0] == 1 and data["past_the_end"][0] == 1  # refused: no run; no item 8
+    seed0, seed1 = (int(s) % 2**62 for s in items["seeds"])
+    assert seed0 != seed1  # drawn in the supervisor at each run, after the fork
+    assert data["run0"] == [[0, seed0, i] for i in range(8)]
+    assert data["run1"] == [0, seed1, 3]
+    assert items["served"] == [8, 1]  # items served per run; refused questions are not items
+    # eight questions at once are answered together: one wait (0.3 s), not eight (2.4 s)
+    assert 0.3 <= data["eight_at_once_s"] < 1.2, data
+
+
+PIPELINE = {"samples": 10, "batch_size": 4, "min_speedup": 1.3}
+
+
+def pipeline_start():
+    torch.manual_seed(0)
+    return scenarios.pipeline_model().to(torch.float64).parameters()
+
+
+def pipeline_data(batches, ends, ms=(1000.0, 500.0, 400.0, 450.0)):
+    """A pipeline trace whose baseline and three attempts started from the model's seeded
+    parameters and, by the supervisor's reading, ended on ``ends`` (one vector per run)."""
+    start = torch.cat([p.detach().reshape(-1) for p in pipeline_start()]).tolist()
+    events, snapshots, clock = [], [], 0.0
+    for k, end in enumerate(ends):
+        events.append(["run", k, clock, len(snapshots)])
+        snapshots.append(start)
+        clock += ms[k]
+        events.append(["done", k, clock, len(snapshots)])
+        snapshots.append(end)
+    seen = {
+        "events": events,
+        "events_dropped": 0,
+        "snapshots": snapshots,
+        "interfered": None,
+        "items": {"seeds": ["11", "12", "13", "14"], "served": [10] * 4},
+    }
+    return {"attempts": 3, "loader": {"type": "DataLoader"}, "batches": batches, "observed": seen}
+
+
+def test_the_input_pipeline_is_judged_on_the_parameters_and_times_the_supervisor_observed():
+    start = torch.cat([p.detach().reshape(-1) for p in pipeline_start()]).tolist()
+    right = pipeline.expected_batches(PIPELINE)
+    ends = [pipeline.trained(PIPELINE, start, seed).tolist() for seed in (11, 12, 13, 14)]
+    result = pipeline.evaluate(PIPELINE, pipeline_data(right, ends), "cpu")
+    assert result.passed
+    assert result.metrics["speedup"] == 2.5  # 1000 ms against the fastest attempt's 400
+    # the right indices reported, but the parameters moved by other items (another run's)
+    replayed = pipeline_data(right, ends[:2] + [ends[1], ends[1]])
+    check = pipeline.evaluate(PIPELINE, replayed, "cpu").checks[0]
+    assert (check.passed, check.message) == (False, "check.batches.altered")
+    regrouped = [[0, 1], [2, 3, 4, 5], [6, 7, 8, 9]]
+    with pytest.raises(Interfered, match="batches"):  # right parameters, other batches reported
+        pipeline.evaluate(PIPELINE, pipeline_data(regrouped, ends), "cpu")
+    extra = pipeline_data(right, ends)
+    extra["observed"]["events"].insert(2, ["run", 1, 999.0, 1])  # a run opened again by hand
+    with pytest.raises(Interfered, match="runs"):
+        pipeline.evaluate(PIPELINE, extra, "cpu")

@@ -4,9 +4,21 @@ The learner's loader must give the same batches as ``DataLoader(dataset, batch_s
 the same samples, in the same order, the dataset's own inputs — and the loop over it must
 be at least ``min_speedup`` times faster than over that baseline, both timed in the same
 run (the machines are noisy; ratios travel, milliseconds don't).
+
+Both rest on what the sandbox's supervisor observed (``worker/harness/pipeline.py``): the
+times are its own, from a run's ``run`` sync to its ``done`` sync, and a run gave the right
+batches when the training steps over them, redone here from that run's seed, end on the
+parameters the supervisor read. The indices the learner's process reported only name the
+mistake.
 """
 
-from worker.checks import Check, Diagnosis, Evaluation
+import torch
+
+from worker.checks import Check, Diagnosis, Evaluation, Interfered, observed
+from worker.checks.tensors import flat, vector
+from worker.harness import scenarios
+
+ATOL, RTOL = 1e-5, 1e-4  # float32 steps redone on another device or thread count; a wrong batch moves ~1e-2
 
 
 def expected_batches(params):
@@ -14,7 +26,44 @@ def expected_batches(params):
     return [list(range(i, min(i + size, samples))) for i in range(0, samples, size)]
 
 
+def _runs(seen, attempts):
+    """``[(ms, start parameters, end parameters, seed)]`` of the baseline and each attempt, from
+    the supervisor's events; ``Interfered`` unless they are one ``run`` and one ``done`` each,
+    in order, with a seed drawn for each."""
+    marks = [e for e in seen["events"] if e[0] in ("run", "done")]
+    wanted = [[label, k] for k in range(attempts + 1) for label in ("run", "done")]
+    seeds = (seen.get("items") or {}).get("seeds") or []
+    if [e[:2] for e in marks] != wanted or len(seeds) != attempts + 1 or seen["events_dropped"]:
+        raise Interfered("the runs the supervisor saw are not the ones reported")
+    if any(e[3] < 0 for e in marks):
+        raise Interfered("a run without the parameters read")
+    snapshots = seen["snapshots"]
+    return [
+        (end[2] - start[2], snapshots[start[3]], snapshots[end[3]], int(seed))
+        for start, end, seed in zip(marks[::2], marks[1::2], seeds, strict=True)
+    ]
+
+
+def trained(params, start, seed):
+    """The parameters after one pass of the training loop over the right batches of ``seed``'s
+    items, from ``start``: what the supervisor must have read at the run's end."""
+    model = scenarios.pipeline_model()
+    torch.nn.utils.vector_to_parameters(vector(start).float(), model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=scenarios.PIPELINE_LR)
+    for batch in expected_batches(params):
+        x = torch.tensor([scenarios.ITEM.unpack(scenarios.pipeline_item(seed, i)) for i in batch])
+        scenarios.pipeline_step(model, optimizer, x, torch.tensor(batch))
+    return flat(model.parameters())
+
+
+def _right(params, run):
+    """Whether a run's parameters ended where the right batches take them."""
+    _, start, end, seed = run
+    return bool(torch.allclose(vector(end), trained(params, start, seed), atol=ATOL, rtol=RTOL))
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    runs = _runs(observed(data), int(data["attempts"]))
     expected = expected_batches(params)
     got = data["batches"]
     flat_got = [i for batch in got for i in batch]
@@ -25,20 +74,25 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "batches": len(got),
         "expected_batches": len(expected),
     }
-    if got == expected and all(data["genuine"]):
+    right = all(_right(params, run) for run in runs[1:])
+    if right and got != expected:
+        raise Interfered("the reported batches are not the ones the parameters were trained on")
+    if right:
         data_check = Check("batches", True, "check.batches.passed", values)
-    elif not all(data["genuine"]):
+    elif got == expected:
         data_check = Check("batches", False, "check.batches.altered", values)
     elif flat_got == flat_expected:
         data_check = Check("batches", False, "check.batches.regrouped", values)
     else:
         data_check = Check("batches", False, "check.batches.failed", values)
-    speedup = data["baseline_ms"] / max(data["learner_ms"], 1e-3)
+    baseline_ms = runs[0][0]
+    learner_ms = min(run[0] for run in runs[1:])
+    speedup = baseline_ms / max(learner_ms, 1e-3)
     minimum = float(params["min_speedup"])
     timing = {
         "speedup": speedup,
-        "baseline": round(data["baseline_ms"]),
-        "yours": round(data["learner_ms"]),
+        "baseline": round(baseline_ms),
+        "yours": round(learner_ms),
         "minimum": minimum,
     }
     fast = Check(
@@ -50,8 +104,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     checks = [data_check, fast]
     metrics = {
         "speedup": round(speedup, 2),
-        "baseline_ms": data["baseline_ms"],
-        "learner_ms": data["learner_ms"],
+        "baseline_ms": round(baseline_ms, 1),
+        "learner_ms": round(learner_ms, 1),
         "loader": data["loader"],
     }
     diagnosis = None

@@ -1,61 +1,86 @@
 """Harness of the "pipeline" kind (lesson 3): the learner builds the loader of a dataset
 whose every item takes a while to load, so that loading overlaps the training step.
 
-The same training loop runs twice over the same dataset, in this process: first on the
-baseline ``DataLoader(dataset, batch_size)`` (loading in the main process), then on the
-learner's ``make_loader(dataset, batch_size)`` (the call is timed too). Recorded: both wall
-times, the sample indices of every batch the learner's loader gave, whether each batch's
-inputs were the dataset's own, and what kind of loader it was. The learner's loader is
-built and run three times and the fastest time kept.
+The items are the supervisor's (``api.serve_items``): each is asked for over a connection of
+the process that loads it and answered ``item_ms`` after the question, with values drawn from a
+seed the supervisor makes at the start of each run, after the fork. The learner's process cannot
+make them, nor shorten the wait; it can only ask for many at once, which is the lesson.
+
+The same training loop (``scenarios.pipeline_step``) runs over the same dataset, in this process:
+first on the baseline ``DataLoader(dataset, batch_size)`` (loading in the main process), before
+the learner's file is imported; then three times on the learner's ``make_loader(dataset,
+batch_size)`` (the call is timed too). Each run begins with a ``run`` sync and ends with a
+``done`` sync, where the supervisor reads the model's parameters and the time: the checks redo
+each run's steps from its seed and call the loader right only where they end on the same
+parameters. Reported, for the diagnoses: the sample indices of every batch the learner's
+loader gave, and what kind of loader it was.
 """
 
-import time
+import os
+import socket
+import struct
+import threading
 
+import scenarios
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 MAX_BATCHES = 200
+ATTEMPTS = 3
+ASK = struct.Struct("!I")
 
 
-class SlowDataset(Dataset):
-    """``(x, index)`` pairs; ``x`` is seeded by the index; each item takes ``seconds``."""
+class ServedDataset(Dataset):
+    """``(x, index)`` pairs; ``x`` comes from the supervisor, ``item_ms`` after it is asked for
+    (a slow decode: the CPU is free meanwhile). Each process and thread asks on its own
+    connection, made on first use."""
 
-    def __init__(self, size, seconds, seed):
-        self.size, self.seconds, self.seed = size, seconds, seed
+    def __init__(self, size, address):
+        self.size, self.address = size, address
+        self._local = threading.local()
 
     def __len__(self):
         return self.size
 
-    def sample(self, index):
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + index)
-        return torch.randn(6, generator=generator)
+    def __getstate__(self):  # a loader worker started by spawn makes its own connection
+        return {"size": self.size, "address": self.address}
+
+    def __setstate__(self, state):
+        self.__init__(state["size"], state["address"])
+
+    def _connection(self):
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            local.sock.connect(self.address)
+            local.pid = os.getpid()
+        return local.sock
 
     def __getitem__(self, index):
-        if not 0 <= index < self.size:
+        if not 0 <= int(index) < self.size:
             raise IndexError(index)
-        time.sleep(self.seconds)  # a slow decode: the CPU is free meanwhile
-        return self.sample(index), index
+        sock = self._connection()
+        sock.sendall(ASK.pack(int(index)))
+        answer = b""
+        while len(answer) < 1 + scenarios.ITEM.size:
+            chunk = sock.recv(1 + scenarios.ITEM.size - len(answer))
+            if not chunk:
+                raise ConnectionError("the dataset's server closed the connection")
+            answer += chunk
+        if answer[0] != 0:
+            raise IndexError(index)
+        return torch.tensor(scenarios.ITEM.unpack(answer[1:])), index
 
 
-def _consume(loader, model, optimizer, dataset, device):
-    """The training loop the timing is about; returns the batches' indices and checks."""
-    loss_fn = nn.CrossEntropyLoss()
-    seen, genuine = [], []
+def _consume(loader, model, optimizer, device):
+    """The training loop the timing is about; returns the batches' indices."""
+    seen = []
     for batch in loader:
-        x, index = batch[0], batch[1]
-        index = torch.as_tensor(index)
+        x, index = batch[0], torch.as_tensor(batch[1])
         if len(seen) < MAX_BATCHES:
             seen.append([int(i) for i in index.reshape(-1).tolist()])
-            expected = torch.stack([dataset.sample(int(i)) for i in index.reshape(-1)])
-            genuine.append(bool(torch.equal(torch.as_tensor(x).cpu(), expected)))
-        x = torch.as_tensor(x).to(device, non_blocking=True)
-        target = (index % 3).to(device, non_blocking=True)
-        loss = loss_fn(model(x), target)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return seen, genuine
+        scenarios.pipeline_step(model, optimizer, torch.as_tensor(x).to(device, non_blocking=True), index)
+    return seen
 
 
 def _describe(loader):
@@ -71,46 +96,48 @@ def _describe(loader):
 
 
 def run(job, api):
-    """Everything here runs in the child (``api.supervise``): the timings and batches are
-    the child's report (docs/security.md says what that means)."""
+    """The loops run in the child (``api.supervise``); what the checks time and verify is the
+    supervisor's: the items it served and the parameters it read at each run's end."""
     params = job["params"]
+    device = job.get("device", "cpu")
+    samples, batch_size = int(params["samples"]), int(params["batch_size"])
+    items = api.serve_items(
+        samples, float(params["item_ms"]) / 1000, scenarios.pipeline_item, scenarios.ITEM.size
+    )
+    torch.manual_seed(int(params.get("seed", 0)))
+    trained = scenarios.pipeline_model().to(device)
+    api.share(trained.parameters())
 
     def learner():
-        device = job.get("device", "cpu")
-        dataset = SlowDataset(
-            int(params["samples"]), float(params["item_ms"]) / 1000, int(params.get("seed", 0))
-        )
-        batch_size = int(params["batch_size"])
-        torch.manual_seed(int(params.get("seed", 0)))
-        model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer = torch.optim.SGD(trained.parameters(), lr=scenarios.PIPELINE_LR)
+        dataset = ServedDataset(samples, items.address)
+
+        api.sync("run", 0, snapshot=True)  # the baseline, before any of the learner's code
+        _consume(DataLoader(dataset, batch_size=batch_size), trained, optimizer, device)
+        api.sync("done", 0, snapshot=True)
+
         fn = api.load_entry()
         api.check_signature(fn, ["dataset", "batch_size"])
-
-        started = time.perf_counter()
-        _consume(DataLoader(dataset, batch_size=batch_size), model, optimizer, dataset, device)
-        baseline = time.perf_counter() - started
-
-        state = {"seconds": []}
+        state = {"attempts": 0}
 
         def learners():
-            started = time.perf_counter()
             loader = fn(dataset, batch_size)
             state["loader"] = _describe(loader)
-            state["seen"], state["genuine"] = _consume(loader, model, optimizer, dataset, device)
-            state["seconds"].append(time.perf_counter() - started)
+            state["seen"] = _consume(loader, trained, optimizer, device)
+            api.sync("done", state["attempts"] + 1, snapshot=True)
+            state["attempts"] += 1
 
         # three times, keeping the fastest: load elsewhere on the machine (another sandbox
         # warming up) delays worker processes as they start and wake
         error = None
-        for _ in range(3):
-            error = error or api.call(learners, [])
+        for attempt in range(1, ATTEMPTS + 1):
+            if error is None:
+                api.sync("run", attempt, snapshot=True)
+                error = api.call(learners, [])
         data = {
-            "baseline_ms": round(baseline * 1000, 1),
-            "learner_ms": round(min(state["seconds"]) * 1000, 1) if state["seconds"] else None,
+            "attempts": state["attempts"],
             "loader": state.get("loader"),
             "batches": state.get("seen"),
-            "genuine": state.get("genuine"),
         }
         return data, error
 

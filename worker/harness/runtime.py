@@ -129,6 +129,7 @@ class Api:
         self.link = None  # in the child: the way to the supervisor
         self._shared = None
         self._pace = {}
+        self._items = None
         self._meters = 0
 
     # ------------------------------------------------------------ the supervisor's side
@@ -142,12 +143,21 @@ class Api:
         (a phase made slow on purpose, in time the learner's code cannot shorten)."""
         self._pace[(label, index)] = float(seconds)
 
+    def serve_items(self, count, seconds, make, size):
+        """Have the supervisor serve a dataset of ``count`` items, each ``make(seed, index)``
+        (``size`` bytes) ``seconds`` after it is asked for, under a new seed at each ``run``
+        sync; returns the server, whose ``address`` the child's dataset connects to."""
+        self._items = supervise.Items(count, seconds, make, size)
+        return self._items
+
     def supervise(self, learner):
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
         under ``data["observed"]``. A child that dies without reporting takes this process
         down the same way (the worker reads the cause, as it did before the split)."""
-        supervisor = supervise.Supervisor(self._shared, int(self.job.get("trace_limit", 4 << 20)))
+        supervisor = supervise.Supervisor(
+            self._shared, int(self.job.get("trace_limit", 4 << 20)), items=self._items
+        )
         supervisor.observer.pace.update(self._pace)
         part = self._part(learner)
         import torch
@@ -162,6 +172,8 @@ class Api:
             mode = "fork"
         observed = supervisor.observer.result(self._shared.snapshot() if self._shared else None)
         observed["mode"] = mode
+        if self._items is not None:
+            observed["items"] = self._items.result()
         if report is None and death is not None and not observed["interfered"]:
             supervise.die_like(death)
         data, error = self._reported(report, observed)

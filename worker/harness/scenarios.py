@@ -5,6 +5,8 @@ learner's run with it and the trusted checks build the reference with it, so bot
 start from the same parameters and see the same micro-batches.
 """
 
+import random
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +115,31 @@ def amp_batches(params, device="cpu"):
             x[0, 0] = float("inf")
         batches.append((x.to(device), y.to(device)))
     return model, batches, nn.CrossEntropyLoss()
+
+
+ITEM = struct.Struct("<6f")  # one input-pipeline item: six float32 features
+PIPELINE_LR = 0.1
+
+
+def pipeline_item(seed, index):
+    """Item ``index`` of the input pipeline's dataset (lesson 3) under ``seed``, packed. The seed
+    is drawn by the sandbox's supervisor for each run, after the learner's process was forked:
+    that process cannot make the items without asking the supervisor for them."""
+    rng = random.Random(f"{seed}:{index}")
+    return ITEM.pack(*(rng.gauss(0.0, 1.0) for _ in range(6)))
+
+
+def pipeline_model():
+    """The input pipeline's model: six features, three classes (the target is ``index % 3``)."""
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def pipeline_step(model, optimizer, x, index):
+    """One training step of the input pipeline's loop, on ``x``'s device."""
+    target = (torch.as_tensor(index) % 3).to(x.device, non_blocking=True)
+    nn.functional.cross_entropy(model(x), target).backward()
+    optimizer.step()
+    optimizer.zero_grad()
 
 
 class BlockNet(nn.Module):

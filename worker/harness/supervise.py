@@ -25,13 +25,16 @@ Standard library and torch only.
 
 import contextlib
 import ctypes
+import heapq
 import json
 import mmap
 import os
 import select
+import selectors
 import signal
 import socket
 import struct
+import threading
 import time
 
 import torch
@@ -115,6 +118,7 @@ class Observer:
         self.meters = {}  # meter number → its counts and the peak seen
         self.problems = []
         self.pace = {}  # (label, index) → seconds the supervisor waits before answering
+        self.hooks = {}  # label → called with the index, before the parameters are read
 
     def problem(self, why):
         if len(self.problems) < 8:
@@ -132,6 +136,8 @@ class Observer:
         self.counts[label] = self.counts.get(label, 0) + 1
         if self.pace.get((label, index)):  # a slow phase: the supervisor's own time
             time.sleep(self.pace[(label, index)])
+        if label in self.hooks:
+            self.hooks[label](index)
         shot = -1
         if message.get("snapshot") and self.shared is not None and len(self.snapshots) < MAX_SNAPSHOTS:
             shot = len(self.snapshots)
@@ -170,6 +176,115 @@ class Observer:
             "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
             "interfered": "; ".join(self.problems) or None,
         }
+
+
+class Items:
+    """A dataset the supervisor serves: the child and every process it starts connect to
+    ``address`` (an abstract Unix socket in the job's own network namespace) and ask for items
+    by index (``!I``); each answer (a status byte, then ``make(seed, index)``) goes out
+    ``seconds`` after the question came in, however many are asked at once. Each run (``open``)
+    draws a new seed here, after the fork: items asked for before a run opened are another run's,
+    and its data cannot be made without asking, in time the learner's code cannot shorten."""
+
+    MAX_CONNECTIONS = 128
+    MAX_PENDING = 8192
+
+    def __init__(self, count, seconds, make, size):
+        self.count, self.seconds, self._make, self._size = int(count), float(seconds), make, size
+        self.address = b"\0treino-items-" + os.urandom(16).hex().encode()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.address)
+        self._listener.listen(self.MAX_CONNECTIONS)
+        self._listener.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._lock = threading.Lock()
+        self.seeds, self.served = [], []
+        self._thread = None
+
+    def open(self, _index=None):
+        """A new run: a new seed, drawn now."""
+        with self._lock:
+            self.seeds.append(int.from_bytes(os.urandom(6), "big"))
+            self.served.append(0)
+
+    def start(self):
+        self._thread = threading.Thread(target=self._serve, name="items", daemon=True)
+        self._thread.start()
+
+    def close(self):
+        if self._thread is not None:
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"x")
+            self._thread.join(5)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+
+    def result(self):
+        with self._lock:
+            return {"seeds": [str(s) for s in self.seeds], "served": list(self.served)}
+
+    def _answer(self, raw):
+        (index,) = struct.unpack("!I", raw)
+        with self._lock:
+            if not self.seeds or index >= self.count:
+                return b"\1" + bytes(self._size)
+            self.served[-1] += 1
+            seed = self.seeds[-1]
+        return b"\0" + self._make(seed, index)
+
+    def _serve(self):
+        chosen = selectors.DefaultSelector()
+        chosen.register(self._listener, selectors.EVENT_READ, "listener")
+        chosen.register(self._wake_r, selectors.EVENT_READ, "wake")
+        buffers, due, order = {}, [], 0
+        while True:
+            timeout = max(0.0, due[0][0] - time.monotonic()) if due else None
+            for key, _ in chosen.select(timeout):
+                if key.data == "wake":
+                    for conn in buffers:
+                        conn.close()
+                    chosen.close()
+                    return
+                if key.data == "listener":
+                    with contextlib.suppress(OSError):
+                        while True:
+                            conn, _ = self._listener.accept()
+                            if len(buffers) >= self.MAX_CONNECTIONS:
+                                conn.close()
+                                continue
+                            conn.setblocking(False)
+                            buffers[conn] = b""
+                            chosen.register(conn, selectors.EVENT_READ, "conn")
+                    continue
+                conn = key.fileobj
+                try:
+                    chunk = conn.recv(4096)
+                except OSError:
+                    chunk = b""
+                if not chunk or len(due) >= self.MAX_PENDING:
+                    chosen.unregister(conn)
+                    conn.close()
+                    del buffers[conn]
+                    continue
+                buffer = buffers[conn] + chunk
+                asked = time.monotonic()
+                while len(buffer) >= 4:
+                    order += 1
+                    heapq.heappush(due, (asked + self.seconds, order, conn, self._answer(buffer[:4])))
+                    buffer = buffer[4:]
+                buffers[conn] = buffer
+            now = time.monotonic()
+            while due and due[0][0] <= now:
+                _, _, conn, answer = heapq.heappop(due)
+                if conn in buffers:
+                    try:
+                        sent = conn.send(answer)
+                    except OSError:
+                        sent = 0
+                    if sent < len(answer):  # a client that does not read its answers: dropped
+                        chosen.unregister(conn)
+                        conn.close()
+                        del buffers[conn]
 
 
 def _send(sock, payload: bytes):
@@ -282,9 +397,12 @@ def _children():
 class Supervisor:
     """Forks the child that runs ``part`` and serves its syncs until it reports or dies."""
 
-    def __init__(self, shared, report_limit):
+    def __init__(self, shared, report_limit, items=None):
         self.observer = Observer(shared)
         self.report_limit = report_limit
+        self.items = items  # an ``Items`` server, opened anew at each "run" sync
+        if items is not None:
+            self.observer.hooks["run"] = items.open
 
     def run(self, part):
         """``part()`` in the child; returns ``(report, death)``: the child's report (a dict)
@@ -298,7 +416,8 @@ class Supervisor:
         child_end.close()
         report, problem, self._status = None, None, None
         try:
-            report = self._serve(parent_end, pid)
+            with self._serving_items():
+                report = self._serve(parent_end, pid)
         except Interference as exc:
             problem = str(exc)
         except OSError as exc:
@@ -354,7 +473,21 @@ class Supervisor:
 
     def inline(self, part):
         """``part()`` in this process (CUDA): the same syncs, observed from here."""
-        return _decode(part(Link(observer=self.observer))), None
+        with self._serving_items():
+            return _decode(part(Link(observer=self.observer))), None
+
+    @contextlib.contextmanager
+    def _serving_items(self):
+        """The items served from a thread of this process (started after the fork: the child
+        gets no thread of ours, and no descriptor of the server's)."""
+        if self.items is None:
+            yield
+            return
+        self.items.start()
+        try:
+            yield
+        finally:
+            self.items.close()
 
 
 def _child(sock, part):
