@@ -146,6 +146,27 @@ torch.autograd.graph.saved_tensors_hooks = Nothing
 def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """,
+    # the cycle's whole backward run on another thread, where the meter's hooks are not; each
+    # micro-batch's gradient taken in this thread as a decoy, so that some bytes are seen saved
+    "backward-on-another-thread": """
+import threading
+import torch
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    params = list(model.parameters())
+    batches = list(loader)
+    for c in range(0, len(batches), accum_steps):
+        cycle = batches[c : c + accum_steps]
+        for x, y in cycle:
+            torch.autograd.grad(loss_fn(model(x), y).sum(), params)
+        x = torch.cat([b[0] for b in cycle])
+        y = torch.cat([b[1] for b in cycle])
+        optimizer.zero_grad()
+        t = threading.Thread(target=lambda: loss_fn(model(x), y).backward())
+        t.start()
+        t.join()
+        optimizer.step()
+""",
     # the harness killed (when it is the parent), then the fake trace delivered
     "harness-killed-then-fake-trace": CONCATENATED
     + FORGE
@@ -208,6 +229,7 @@ ENDS = {
     "activations-hidden-by-inner-hooks": "interfered",
     "torch-hooks-replaced": "interfered",
     "harness-killed-then-fake-trace": "error",
+    "backward-on-another-thread": "error",  # it passed before: no thread may start there now
     "grandchild-rewrites-the-trace": "failed",
 }
 
@@ -296,6 +318,24 @@ def find_bottleneck(model, loader, loss_fn, optimizer):
 """
 
 
+LABELLED_LOOP = """
+from torch.profiler import record_function
+
+def labelled_loop(model, loader, loss_fn, optimizer):
+    batches = iter(loader)
+    for _ in range(len(loader)):
+        with record_function("data"):
+            x, y = next(batches)
+        with record_function("forward"):
+            loss = loss_fn(model(x), y)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+
 class TestFindTheBottleneck:
     @pytest.fixture
     def exercise(self):
@@ -307,6 +347,60 @@ class TestFindTheBottleneck:
     def test_forged_batch_counts(self, run, mode):
         outcome = run(PARTIAL_PASS_PADDED)
         assert outcome.status != "passed", outcome.verdict
+
+    def test_the_slow_phase_cannot_be_read_from_memory(self, run, mode):
+        """It passed when the harness's step wrapper held the slow phase in a closure cell;
+        now the supervisor draws it after the fork, and the child holds nothing that tells."""
+        outcome = run(
+            LABELLED_LOOP
+            + """
+import gc
+
+def find_bottleneck(model, loader, loss_fn, optimizer):
+    labelled_loop(model, loader, loss_fn, optimizer)
+    cells = dict(zip(optimizer.step.__code__.co_freevars, optimizer.step.__closure__ or ()))
+    if "slow" in cells:
+        return cells["slow"].cell_contents
+    for o in gc.get_objects():
+        for name in ("slowed", "pace"):
+            found = getattr(o, name, None) if type(o).__name__ == "Observer" else None
+            if found:
+                order = list(found) if name == "slowed" else [k[0] for k in found]
+                return {"fetch": "data", "step": "optimizer"}.get(order[0], order[0])
+    for module in model.modules():
+        for phase in ("forward", "backward"):
+            if getattr(module, phase + "_s", 0):
+                return phase
+    return "data"
+"""
+        )
+        assert outcome.status == "failed", outcome.verdict
+        answer = next(c for c in outcome.verdict["checks"] if c["name"] == "Slowest phase")
+        assert answer["status"] == "failed", outcome.verdict
+
+    def test_forward_and_backward_faked_on_the_timeline_are_interference(self, run, mode):
+        """No forward or backward run, their timeline points written by hand: it passed when only
+        fetches and steps were the supervisor's to count."""
+        outcome = run("""
+import time
+from torch.profiler import record_function
+
+def find_bottleneck(model, loader, loss_fn, optimizer):
+    run = loader._run
+    batches = iter(loader)
+    for _ in range(len(loader)):
+        with record_function("data"):
+            next(batches)
+        for phase in ("forward", "backward"):
+            with record_function(phase):
+                t = time.perf_counter()
+                run.point(phase, t, t)
+        with record_function("optimizer"):
+            optimizer.step()
+    return "data"
+""")
+        assert outcome.status == "error", outcome.verdict
+        assert "interfered with the measurements" in outcome.verdict["checks"][0]["message"]
 
 
 # fit-the-budget: the naive step (every activation alive at once), the meter told otherwise
@@ -330,6 +424,22 @@ class TestFitTheBudget:
         found = load_course(get_settings().lessons_dir).exercise("gpu-memory/fit-the-budget")
         assert found is not None
         return found
+
+    def test_the_naive_step_on_another_thread_cannot_start(self, run, mode):
+        """The live-tensor meter is a dispatch mode, which is per thread: the naive step run on
+        another thread passed (peak 0 bytes); the child of a memory kind can start no thread."""
+        outcome = run("""
+import threading
+
+def train_step(model, x, y, loss_fn, optimizer):
+    t = threading.Thread(target=lambda: loss_fn(model(x), y).backward())
+    t.start()
+    t.join()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+""")
+        assert outcome.status == "error", outcome.verdict
+        assert "can't start new thread" in outcome.text, outcome.verdict
 
     def test_a_meter_reset_through_gc_is_interference(self, run, mode):
         outcome = run(NAIVE_METER_RESET)

@@ -20,7 +20,7 @@ from worker.harness import scenarios
 HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
 
 
-def supervised(body: str) -> dict:
+def supervised(body: str, threads: bool = True) -> dict:
     """Run ``body`` (defines ``part(link)``, returning the report's bytes) in a child of a
     supervisor in a fresh interpreter; its observations, the report and how the child ended."""
     script = f"""
@@ -34,7 +34,7 @@ supervise.harden()
 weights = torch.zeros(3, dtype=torch.float64)
 shared = supervise.Shared([weights])
 {body}
-supervisor = supervise.Supervisor(shared, 1 << 20, items=globals().get("items"))
+supervisor = supervise.Supervisor(shared, 1 << 20, items=globals().get("items"), threads={threads})
 report, death = supervisor.run(part)
 seen = supervisor.observer.result(shared.snapshot())
 seen["items"] = supervisor.items.result() if supervisor.items else None
@@ -194,15 +194,22 @@ def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
         checkpointing._observations(params, {**data, "peaks": [0]})
 
 
-def test_find_the_bottleneck_counts_are_the_supervisors():
-    run = {"points": {"data": [[0, 1]] * 6, "optimizer": [[0, 1]] * 6}}
+def test_find_the_bottleneck_counts_and_slow_phases_are_the_supervisors():
+    params = {"slow": ["data", "backward"]}
+    points = {"data": [[0, 1]] * 6, **{p: [[0, 1]] * 2 for p in ("forward", "backward", "optimizer")}}
     seen = {
-        "events": [[label, 0, 0.0, -1] for label in ["fetch"] * 2 + ["step"] * 2],
+        "events": [[label, 0, 0.0, -1] for label in ["fetch"] * 2 + ["forward", "backward", "step"] * 2],
         "events_dropped": 0,
         "interfered": None,
+        "slowed": ["backward", "fetch"],
     }
     with pytest.raises(Interfered, match="data events"):  # two fetches served, six reported
-        phases._observed_counts({"runs": [run], "observed": seen})
+        phases._observed(params, {"runs": [{"points": points}], "observed": seen})
+    honest = {**points, "data": [[0, 1]] * 2}
+    runs = phases._observed(params, {"runs": [{"points": honest}], "observed": seen})
+    assert runs[0]["slow"] == "backward"  # the phase the supervisor drew for run 0, not the child's
+    with pytest.raises(Interfered, match="slow phases"):
+        phases._observed(params, {"runs": [{"points": honest}], "observed": {**seen, "slowed": []}})
 
 
 ITEMS = """
@@ -299,3 +306,28 @@ def test_the_input_pipeline_is_judged_on_the_parameters_and_times_the_supervisor
     extra["observed"]["events"].insert(2, ["run", 1, 999.0, 1])  # a run opened again by hand
     with pytest.raises(Interfered, match="runs"):
         pipeline.evaluate(PIPELINE, extra, "cpu")
+
+
+THREADS = """
+import threading
+def part(link):
+    out = {}
+    try:
+        threading.Thread(target=lambda: None).start()
+        out["thread"] = "started"
+    except RuntimeError as exc:
+        out["thread"] = str(exc)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return json.dumps({"t": "report", "data": out, "error": None, "output": "", "dropped": 0}).encode()
+"""
+
+
+@pytest.mark.parametrize("threads", [True, False])
+def test_a_child_without_threads_can_fork_but_start_no_thread(threads):
+    """The memory kinds' child: their meters see one thread, so no work may run on another."""
+    data = supervised(THREADS, threads=threads)["report"]["data"]
+    assert data["fork"] == 7
+    assert data["thread"] == ("started" if threads else "can't start new thread")

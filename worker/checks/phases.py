@@ -3,12 +3,12 @@
 Every fetch, forward, backward and optimizer step the harness timed must lie inside a
 ``record_function`` range named after its phase; each loop must be one pass over the loader
 (one fetch, forward, backward and step per batch: a sample of the batches can point at the
-wrong phase); and on every loop (each with a different phase made slow on purpose) the
-learner's answer must name the slow phase. The harness's own totals per label back the
-answer up: they are the learner's ranges, timed.
+wrong phase); and on every loop (each with a different phase made slow on purpose, in an order
+the sandbox's supervisor drew) the learner's answer must name the slow phase. The harness's own
+totals per label back the answer up: they are the learner's ranges, timed.
 """
 
-from worker.checks import Check, Diagnosis, Evaluation, agree, observed
+from worker.checks import Check, Diagnosis, Evaluation, Interfered, agree, observed
 
 PHASES = ("data", "forward", "backward", "optimizer")
 
@@ -41,21 +41,29 @@ def _spent(run, phase):
     return sum(end - start for start, end in run["points"][phase])
 
 
-def _observed_counts(data):
-    """The fetches and steps of each loop, as the supervisor counted them: the timeline the
-    learner's process reported must hold as many."""
+LABELS = {"data": "fetch", "forward": "forward", "backward": "backward", "optimizer": "step"}
+PHASE_OF = {label: phase for phase, label in LABELS.items()}
+
+
+def _observed(params, data):
+    """The runs with the phase the supervisor made slow in each (``slow``), after checking that
+    the timeline the learner's process reported holds as many fetches, forwards, backwards and
+    steps as the supervisor counted in each run."""
     seen = observed(data)
+    slowed = seen.get("slowed") or []
+    if sorted(slowed) != sorted(LABELS[p] for p in params["slow"]) or len(data["runs"]) > len(slowed):
+        raise Interfered("the slow phases the supervisor drew are missing")
     for number, run in enumerate(data["runs"]):
-        for label, phase in (("fetch", "data"), ("step", "optimizer")):
+        for phase, label in LABELS.items():
             count = sum(1 for e in seen["events"] if e[0] == label and e[1] == number)
             agree(len(run["points"][phase]), count, f"{phase} events")
     if seen["events_dropped"]:
         agree(0, seen["events_dropped"], "events")
+    return [{**run, "slow": PHASE_OF[slowed[n]]} for n, run in enumerate(data["runs"])]
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
-    _observed_counts(data)
-    runs = data["runs"]
+    runs = _observed(params, data)
     checks = []
     uncovered = []
     for run in runs:

@@ -148,7 +148,7 @@ def run(job, api):
         data["reference_run"] = {"steps": counted.trajectory, "final_params": flat(checked.parameters())}
         return data, error
 
-    return api.supervise(learner)
+    return api.supervise(learner, threads=False)  # its meters see this thread only
 
 
 def _configurations(job, api, fn, base, batches, loss_fn):

@@ -1,13 +1,14 @@
 """Harness of the "phases" kind (lesson 3): the learner labels the phases of a training
 step with ``record_function`` and returns the one that takes the longest.
 
-The learner's function runs once per entry of ``params["slow"]``, each time on a fresh
-loop where that phase is made slow on purpose ("data": every fetch waits on the supervisor,
-which takes that long to answer; "backward": the model's backward sleeps; "forward",
-"optimizer" likewise). Recorded per run: every labelled range (name, start, end), when each
-fetch, forward, backward and
-optimizer step happened, and the answer. The supervisor counts the fetches and the steps of
-each run itself (``fetch`` and ``step`` syncs, indexed by the run).
+The learner's function runs once per entry of ``params["slow"]``, each time on a fresh loop
+where one phase is made slow on purpose. Every fetch, forward, backward and optimizer step
+syncs with the supervisor (``fetch``, ``forward``, ``backward`` and ``step``, indexed by the
+run); the supervisor draws, once the learner's process exists, which phase is slow in which
+run, and takes ``slow_ms`` before answering that phase's syncs: nothing in this process tells
+which, and the wait cannot be shortened from here. The supervisor counts each run's events
+itself. Recorded per run: every labelled range (name, start, end), when each fetch, forward,
+backward and optimizer step happened, and the answer.
 """
 
 import time
@@ -22,29 +23,32 @@ MAX_ANSWER = 80
 TORCH_LABELS = ("#", "::", "Optimizer.", "enumerate(DataLoader)")
 
 
-class _SlowBackward(torch.autograd.Function):
+LABELS = {"data": "fetch", "forward": "forward", "backward": "backward", "optimizer": "step"}
+
+
+class _SyncBackward(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, seconds):
-        ctx.seconds = seconds
+    def forward(ctx, x, sync):
+        ctx.sync = sync
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        time.sleep(ctx.seconds)
+        ctx.sync("backward")
         return grad, None
 
 
-class Pause(nn.Module):
-    """Identity whose forward and/or backward take a fixed time."""
+class Phase(nn.Module):
+    """Identity whose forward and backward each wait on the supervisor (which is slow to
+    answer in the run where that phase is the slow one)."""
 
-    def __init__(self, forward_s=0.0, backward_s=0.0):
+    def __init__(self, sync):
         super().__init__()
-        self.forward_s, self.backward_s = forward_s, backward_s
+        self._sync = sync
 
     def forward(self, x):
-        if self.forward_s:
-            time.sleep(self.forward_s)
-        return _SlowBackward.apply(x, self.backward_s) if self.backward_s else x
+        self._sync("forward")
+        return _SyncBackward.apply(x, self._sync)
 
 
 class Run:
@@ -100,13 +104,9 @@ def _patch_record_function(state):
     torch.profiler.record_function = record_function
 
 
-def _build(params, slow, run, sync):
-    seconds = float(params["slow_ms"]) / 1000
+def _build(params, run, sync):
     torch.manual_seed(int(params.get("seed", 0)))
-    pause = Pause(
-        forward_s=seconds if slow == "forward" else 0.0, backward_s=seconds if slow == "backward" else 0.0
-    )
-    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), pause, nn.Linear(16, 3))
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), Phase(sync), nn.Linear(16, 3))
     size = int(params["batch_size"])
     batches = [(torch.randn(size, 6), torch.randint(0, 3, (size,))) for _ in range(int(params["n_batches"]))]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -131,11 +131,9 @@ def _build(params, slow, run, sync):
 
     def timed_step(*args, **kwargs):
         start = time.perf_counter()
-        if slow == "optimizer":
-            time.sleep(seconds)
         result = step(*args, **kwargs)
-        run.point("optimizer", start)
         sync("step")
+        run.point("optimizer", start)
         return result
 
     optimizer.step = timed_step
@@ -145,9 +143,8 @@ def _build(params, slow, run, sync):
 
 def run(job, api):
     params = job["params"]
-    for number, slow in enumerate(params["slow"]):
-        if slow == "data":
-            api.pace("fetch", number, float(params["slow_ms"]) / 1000)
+    runs_count = len(params["slow"])
+    api.slow_one([LABELS[phase] for phase in params["slow"]], float(params["slow_ms"]) / 1000)
 
     def learner():
         state = {"run": None}
@@ -155,10 +152,10 @@ def run(job, api):
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "optimizer"])
         runs = []
-        for number, slow in enumerate(params["slow"]):
+        for number in range(runs_count):
             state["run"] = current = Run()
             model, loader, loss_fn, optimizer = _build(
-                params, slow, current, lambda label, number=number: api.sync(label, number)
+                params, current, lambda label, number=number: api.sync(label, number)
             )
             origin = time.perf_counter()
             answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
@@ -169,7 +166,6 @@ def run(job, api):
 
             runs.append(
                 {
-                    "slow": slow,
                     "answer": answer[:MAX_ANSWER] if isinstance(answer, str) else repr(answer)[:MAX_ANSWER],
                     "answer_is_text": isinstance(answer, str),
                     "ranges": [[name, ms(a), ms(b)] for name, a, b in current.ranges],

@@ -128,7 +128,7 @@ class Api:
         self.output = {"text": "", "dropped": 0, "limit": int(job.get("output_limit", 65536))}
         self.link = None  # in the child: the way to the supervisor
         self._shared = None
-        self._pace = {}
+        self._slow = None
         self._items = None
         self._meters = 0
 
@@ -138,10 +138,11 @@ class Api:
         """Put ``tensors`` (the model's parameters) in memory this process reads itself."""
         self._shared = supervise.Shared(tensors)
 
-    def pace(self, label, index, seconds):
-        """Have the supervisor take ``seconds`` before answering each ``label`` sync of ``index``
-        (a phase made slow on purpose, in time the learner's code cannot shorten)."""
-        self._pace[(label, index)] = float(seconds)
+    def slow_one(self, labels, seconds):
+        """Have the supervisor make one of ``labels`` slow in each run (the syncs' index): it
+        takes ``seconds`` before answering each sync of that label, in time the learner's code
+        cannot shorten, and draws which label once the child exists (``observed["slowed"]``)."""
+        self._slow = (list(labels), float(seconds))
 
     def serve_items(self, count, seconds, make, size):
         """Have the supervisor serve a dataset of ``count`` items, each ``make(seed, index)``
@@ -150,15 +151,16 @@ class Api:
         self._items = supervise.Items(count, seconds, make, size)
         return self._items
 
-    def supervise(self, learner):
+    def supervise(self, learner, threads=True):
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
         under ``data["observed"]``. A child that dies without reporting takes this process
-        down the same way (the worker reads the cause, as it did before the split)."""
+        down the same way (the worker reads the cause, as it did before the split). Without
+        ``threads`` the child can start none (kinds whose meters see one thread only)."""
         supervisor = supervise.Supervisor(
-            self._shared, int(self.job.get("trace_limit", 4 << 20)), items=self._items
+            self._shared, int(self.job.get("trace_limit", 4 << 20)), items=self._items, threads=threads
         )
-        supervisor.observer.pace.update(self._pace)
+        supervisor.observer.slow = self._slow
         part = self._part(learner)
         import torch
 

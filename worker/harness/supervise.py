@@ -118,7 +118,22 @@ class Observer:
         self.meters = {}  # meter number → its counts and the peak seen
         self.problems = []
         self.pace = {}  # (label, index) → seconds the supervisor waits before answering
+        self.slow = None  # (labels, seconds): one label made slow per run, drawn after the fork
+        self.slowed = []  # the label made slow in run 0, 1, …
         self.hooks = {}  # label → called with the index, before the parameters are read
+
+    def draw_slow(self):
+        """Draw which label is slow in each run (sync index): a permutation of the labels, made
+        here once the child exists, so that nothing in its memory tells."""
+        if self.slow is None:
+            return
+        labels, seconds = self.slow
+        order = list(labels)
+        for i in range(len(order) - 1, 0, -1):  # Fisher-Yates on the kernel's randomness
+            j = int.from_bytes(os.urandom(4), "big") % (i + 1)
+            order[i], order[j] = order[j], order[i]
+        self.slowed = order
+        self.pace.update({(label, run): seconds for run, label in enumerate(order)})
 
     def problem(self, why):
         if len(self.problems) < 8:
@@ -175,6 +190,7 @@ class Observer:
             "final_params": final,
             "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
             "interfered": "; ".join(self.problems) or None,
+            "slowed": self.slowed,
         }
 
 
@@ -287,6 +303,58 @@ class Items:
                         del buffers[conn]
 
 
+# seccomp, raw: the child's own filter, stacked on the sandbox's (docs/security.md)
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 56), "aarch64": (0xC00000B7, 220)}  # audit arch, clone
+_CLONE3, _CLONE_THREAD = 435, 0x00010000
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+def forbid_threads():
+    """No new thread in this process or anything it forks: ``clone`` with ``CLONE_THREAD``
+    fails with EPERM (Python: "can't start new thread"), ``clone3`` with ENOSYS (so that the C
+    library falls back to ``clone``); ``fork`` still works. The in-process meters are per thread
+    (saved-tensor hooks, dispatch modes): work on another thread would be work they never see.
+    False where this machine's architecture has no entry here or the filter could not be set."""
+    found = _SECCOMP_ARCH.get(os.uname().machine)
+    if found is None:
+        return False
+    arch, clone = found
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    program = [
+        (ld, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 0, 6, arch),
+        (ld, 0, 0, 0),  # seccomp_data.nr
+        (jeq, 0, 1, _CLONE3),
+        (ret, 0, 0, _RET_ERRNO | 38),  # ENOSYS
+        (jeq, 0, 2, clone),
+        (ld, 0, 0, 16),  # the low half of args[0]: clone's flags
+        (jset, 1, 0, _CLONE_THREAD),
+        (ret, 0, 0, _RET_ALLOW),
+        (ret, 0, 0, _RET_ERRNO | 1),  # EPERM
+    ]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [
+            ("code", ctypes.c_ushort),
+            ("jt", ctypes.c_ubyte),
+            ("jf", ctypes.c_ubyte),
+            ("k", ctypes.c_uint),
+        ]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    filters = (Filter * len(program))(*[Filter(*f) for f in program])
+    fprog = Program(len(program), filters)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0)
+        return libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def _send(sock, payload: bytes):
     sock.sendall(HEADER.pack(len(payload)) + payload)
 
@@ -397,9 +465,10 @@ def _children():
 class Supervisor:
     """Forks the child that runs ``part`` and serves its syncs until it reports or dies."""
 
-    def __init__(self, shared, report_limit, items=None):
+    def __init__(self, shared, report_limit, items=None, threads=True):
         self.observer = Observer(shared)
         self.report_limit = report_limit
+        self.threads = threads  # False: the child may start no thread (``forbid_threads``)
         self.items = items  # an ``Items`` server, opened anew at each "run" sync
         if items is not None:
             self.observer.hooks["run"] = items.open
@@ -412,8 +481,9 @@ class Supervisor:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             parent_end.detach()
-            _child(child_end, part)
+            _child(child_end, part, self.threads)
         child_end.close()
+        self.observer.draw_slow()
         report, problem, self._status = None, None, None
         try:
             with self._serving_items():
@@ -473,6 +543,7 @@ class Supervisor:
 
     def inline(self, part):
         """``part()`` in this process (CUDA): the same syncs, observed from here."""
+        self.observer.draw_slow()
         with self._serving_items():
             return _decode(part(Link(observer=self.observer))), None
 
@@ -490,14 +561,17 @@ class Supervisor:
             self.items.close()
 
 
-def _child(sock, part):
-    """Keep stdin, stdout, stderr and the link; run ``part(link)``; send its report; exit."""
+def _child(sock, part, threads):
+    """Keep stdin, stdout, stderr and the link; without ``threads``, forbid new ones; run
+    ``part(link)``; send its report; exit."""
     code = 0
     try:
         fd = sock.fileno()
         os.closerange(3, fd)
         os.closerange(fd + 1, 1 << 16)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        if not threads and not forbid_threads():
+            raise RuntimeError("threads could not be forbidden")
         link = Link(sock)
         link.report(part(link))
     except BaseException:  # noqa: BLE001 (the harness's own failure: the supervisor sees no report)
