@@ -106,3 +106,12 @@ def test_a_configuration_that_stopped_leaves_the_later_rows_unrun(params):
     assert not evaluation.passed
     assert [c.name for c in evaluation.checks if not c.passed] == ROWS[1:]
     assert "não rodou" in lines(evaluation, "pt-BR")["measure_low"]
+
+
+def test_a_time_that_runs_backwards_is_interference(params):
+    """A clock patched to run backwards put -250,000 ms a step into the stored metrics; the
+    times pass nothing, but what is shown must be a time."""
+    data = load("solution")
+    data["configs"]["fp32"]["seconds"] = -1000.0
+    with pytest.raises(measure.Interfered, match="fp32"):
+        measure.evaluate(params, data, "cuda")

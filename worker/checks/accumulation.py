@@ -168,6 +168,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
             taken, expected, errors, median, first_bad, final_err, tol, EXACT.get(dtype, 0.0), dtype
         )
     )
+    if params.get("scaler"):
+        checks.append(_scaler_check(params, data, expected))
     if checks[1].passed and meter["packed"] < HIDDEN * ref.saved_total:
         raise Interfered(
             f"{meter['packed']} bytes saved for backward seen, {ref.saved_total} needed for these parameters"
@@ -453,6 +455,28 @@ def _scale_mistake(params, ref, data, weights):
                 "remainder-wrong-scale", {"left": size, "ratio": ratio, "divisor": size / ratio, "k": k}
             )
     return None
+
+
+def _scaler_check(params, data, expected):
+    """The GradScaler in use: every backward on a scaled loss, and each update through
+    ``unscale_`` (when clipping), ``scaler.step`` and ``update`` once. In float64 a loop without
+    the scaler lands on the same weights: only the calls tell that it was left out."""
+    events = data["events"]
+    values = {
+        "scales": _count(events, "scale"),
+        "backwards": data["backwards"],
+        "unscales": _count(events, "unscale_"),
+        "scaler_steps": _count(events, "scaler.step"),
+        "updates": _count(events, "update"),
+        "steps": expected,
+    }
+    unscales_needed = expected if params.get("max_norm") is not None else values["unscales"]
+    used = (
+        values["scales"] == values["backwards"] > 0
+        and values["unscales"] == unscales_needed
+        and values["scaler_steps"] == values["updates"] == expected
+    )
+    return Check("scaler_use", used, f"check.scaler_use.{'passed' if used else 'failed'}", values)
 
 
 def _clip_and_scaler_order(params, ref, data):

@@ -9,7 +9,17 @@ and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 """
 
 from app.submissions.messages import Phrase, Sci
-from worker.checks import Check, Diagnosis, Evaluation, accumulation, agree, observed, snapshots, tensors
+from worker.checks import (
+    Check,
+    Diagnosis,
+    Evaluation,
+    Interfered,
+    accumulation,
+    agree,
+    observed,
+    snapshots,
+    tensors,
+)
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
@@ -126,6 +136,9 @@ def _observations(data):
         if name in configs:
             count = sum(1 for e in seen["events"] if e[0] == "step" and e[1] == number)
             agree(configs[name]["steps"], count, f"steps of {name}")
+            seconds = configs[name]["seconds"]  # reported: it passes nothing, but shows
+            if not (isinstance(seconds, int | float) and seconds > 0):
+                raise Interfered(f"the time of {name} is not a positive number of seconds")
     if data["meter"] == "live":
         peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
         reported = [configs[n]["peak"] for n in CONFIGS if n in configs and configs[n]["peak"] is not None]
