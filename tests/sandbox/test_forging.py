@@ -441,6 +441,26 @@ def train_step(model, x, y, loss_fn, optimizer):
         assert outcome.status == "error", outcome.verdict
         assert "can't start new thread" in outcome.text, outcome.verdict
 
+    @pytest.mark.parametrize(
+        "hidden", ["", "torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)"]
+    )
+    def test_the_naive_step_with_the_meter_off_the_dispatch_stack_is_interference(self, run, mode, hidden):
+        """Both passed with a peak of 0 bytes (the second also hides what autograd saves from the
+        meter's own hooks); the meter now learns of every tensor saved for backward and every
+        gradient accumulated, and reports when it was switched off for either."""
+        outcome = run(f"""
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+def train_step(model, x, y, loss_fn, optimizer):
+    with _disable_current_modes(){", " + hidden if hidden else ""}:
+        loss_fn(model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+""")
+        assert outcome.status == "error", outcome.verdict
+        assert "interfered with the measurements" in outcome.verdict["checks"][0]["message"]
+
     def test_a_meter_reset_through_gc_is_interference(self, run, mode):
         outcome = run(NAIVE_METER_RESET)
         assert outcome.status == "error", outcome.verdict  # it passed before the split

@@ -86,3 +86,31 @@ def test_live_tensor_meter_sees_what_a_checkpointed_backward_recomputes():
     assert peak(per_block) <= 0.6 * naive  # 0.55
     # one checkpoint around everything: backward recomputes it all at once
     assert peak(lambda h: checkpoint(model, h, use_reentrant=False)) == naive
+
+
+def test_live_tensor_meter_counts_what_is_saved_while_it_is_switched_off_and_says_so():
+    """Taking the meter's dispatch mode off the stack around the naive step (torch's private
+    ``_disable_current_modes``) hid every activation: peak 0 bytes, and fit-the-budget passed."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from worker.harness import memory
+
+    params = {"seed": 0, "width": 16, "blocks": 6, "depth": 3, "batch_size": 64, "n_batches": 1}
+    model, [(x, y)], loss_fn = scenarios.block_net(params)
+    weights = list(model.parameters())
+    told = []
+
+    def report(packed, freed, blind=False):
+        told.append(blind)
+
+    with memory.LiveTensorMeter(weights, report, inputs=(x, y)) as meter:
+        loss_fn(model(x), y).backward()
+    naive = meter.peak
+    assert not any(told)
+    model.zero_grad(set_to_none=True)
+    with memory.LiveTensorMeter(weights, report, inputs=(x, y)) as meter:
+        with _disable_current_modes():
+            loss = loss_fn(model(x), y)  # activations saved where no op was seen
+        assert meter.peak >= 0.8 * naive  # counted anyway, through autograd's saved tensors
+        loss.backward()
+    assert any(told)  # and the supervisor is told at once

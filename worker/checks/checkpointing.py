@@ -48,7 +48,7 @@ def _reference(key: str) -> Reference:
     grads, peak = [], 0
     for x, y in batches:
         optimizer.zero_grad(set_to_none=True)
-        with memory.LiveTensorMeter(weights) as meter:
+        with memory.LiveTensorMeter(weights, inputs=(x, y)) as meter:
             loss_fn(model(x), y).backward()
         peak = max(peak, meter.peak)
         grads.append(tensors.flat([w.grad for w in weights]))

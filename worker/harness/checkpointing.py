@@ -70,7 +70,7 @@ def run(job, api):
         for x, y in batches:
             event("call")
             api.sync("call", len(peaks), snapshot=True)
-            meter = memory.LiveTensorMeter(weights, api.meter_report())
+            meter = memory.LiveTensorMeter(weights, api.meter_report(), inputs=(x, y))
             with meter:
                 error = api.call(fn, [model, x, y, loss_fn, optimizer])
             peaks.append(meter.peak)

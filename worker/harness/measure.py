@@ -169,7 +169,8 @@ def _configurations(job, api, fn, base, batches, loss_fn):
         }
         args = [model, scenarios.Loader(loader), loss_fn, counted.optimizer]
         if metered:
-            with memory.LiveTensorMeter(model.parameters(), api.meter_report()) as meter:
+            given = [t for batch in loader for t in batch]
+            with memory.LiveTensorMeter(model.parameters(), api.meter_report(), inputs=given) as meter:
                 error = api.call(functools.partial(fn, **kwargs), args)
             return meter.peak, error
         gc.collect()  # earlier copies (the wrapped step makes a cycle) are freed now, not mid-run

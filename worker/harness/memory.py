@@ -14,6 +14,7 @@ import weakref
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -86,15 +87,65 @@ class LiveTensorMeter(TorchDispatchMode):
     creates while it is active — forward, backward and any recomputation — as
     ``max_memory_allocated`` would on a GPU, on any device. Parameters are left out, and
     so is an op's output that aliases one of its inputs (a view, ``detach``, an in-place
-    op): it allocates nothing, whether that storage was made before the meter or under it."""
+    op): it allocates nothing, whether that storage was made before the meter or under it.
 
-    def __init__(self, params, report=None):
+    Autograd tells it too: a tensor saved for backward whose storage no op showed it (made
+    while its dispatch mode was off the stack) is counted from then on, as long as it lives,
+    unless it is one of ``inputs`` (the step's own arguments, made before it); and a tensor
+    saved while the mode is off the stack is reported at once (``report(…, blind=True)``): the
+    meter cannot see that step, and torch's own training code never takes it off. So is a
+    parameter's gradient accumulated while the mode is off the stack."""
+
+    def __init__(self, params, report=None, inputs=()):
         super().__init__()
+        params = list(params)
+        self._weights = [p for p in params if p.requires_grad]
+        self._handles = []
         self._params = {_storage_key(p) for p in params}
+        self._inputs = {_storage_key(t) for t in inputs}
         self._live = {}  # (storage address, bytes) → weak reference
         self.packed = self.freed = 0
         self.peak = 0
         self._report = report  # report(packed, freed), after every op that allocated
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._saved, _itself)
+
+    def __enter__(self):
+        self._hooks.__enter__()
+        self._handles = [p.register_post_accumulate_grad_hook(self._check_on) for p in self._weights]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._hooks.__exit__(*exc)
+
+    def _check_on(self, *_):
+        """Report at once if this meter's mode is not on the stack where it must be."""
+        if self._report is not None and self not in _python_dispatch._get_current_dispatch_mode_stack():
+            self._report(self.packed, self.freed, blind=True)
+
+    def _saved(self, tensor):
+        self._check_on()
+        key = _storage_key(tensor)
+        if key is not None and key[1] and key not in self._params and key not in self._inputs:
+            self._count(key, tensor)
+        return tensor
+
+    def _count(self, key, tensor):
+        """Count ``tensor``'s storage as allocated now, unless it is counted and alive."""
+        held = self._live.get(key)
+        if held is None or held.expired():
+            if held is not None:  # the same address and size again: the old one is gone
+                self.freed += key[1]
+            packed = self.packed
+            self._live[key] = StorageWeakRef(tensor.untyped_storage())
+            self.packed += key[1]
+            self.peak = max(self.peak, self.live())
+            if self._report is not None and self.packed != packed:
+                self._report(self.packed, self.freed)
 
     def live(self):
         for key, ref in list(self._live.items()):
@@ -106,20 +157,16 @@ class LiveTensorMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         inputs = {_storage_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
-        packed = self.packed
         for tensor in tree_flatten(out)[0]:
             if not isinstance(tensor, torch.Tensor):
                 continue
             key = _storage_key(tensor)
             if key is None or key in inputs or key in self._params or not key[1]:
                 continue
-            held = self._live.get(key)
-            if held is None or held.expired():
-                if held is not None:  # the same address and size again: the old one is gone
-                    self.freed += key[1]
-                self._live[key] = StorageWeakRef(tensor.untyped_storage())
-                self.packed += key[1]
+            self._count(key, tensor)
         self.peak = max(self.peak, self.live())
-        if self._report is not None and self.packed != packed:
-            self._report(self.packed, self.freed)
         return out
+
+
+def _itself(tensor):
+    return tensor

@@ -246,10 +246,11 @@ class Api:
         self.link.sync(label, index, snapshot)
 
     def meter_report(self):
-        """A report callback for a new meter: its counts go to the supervisor as they change."""
+        """A report callback for a new meter: its counts go to the supervisor as they change,
+        and ``blind`` when the meter saw that it was switched off."""
         number = self._meters
         self._meters += 1
-        return lambda packed, freed: self.link.meter(number, packed, freed)
+        return lambda packed, freed, blind=False: self.link.meter(number, packed, freed, blind)
 
     def load_entry(self):
         """Import the learner's file and return its entry function (raises ``Stop``)."""

@@ -164,14 +164,17 @@ class Observer:
 
     def _meter(self, meter):
         """``[number, packed, freed]``: the bytes meter ``number`` ever counted in and out;
-        both only grow, so live bytes are their difference and the peak is kept here."""
+        both only grow, so live bytes are their difference and the peak is kept here. A fourth
+        value: the meter saw work it could not count."""
         if (
             not isinstance(meter, list)
-            or len(meter) != 3
+            or len(meter) not in (3, 4)
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in meter)
         ):
             raise Interference("a meter message of the wrong shape")
-        number, packed, freed = meter
+        if len(meter) == 4:
+            self.problem("tensors were saved for backward while the memory meter was switched off")
+        number, packed, freed = meter[:3]
         if not 0 <= number < MAX_METERS:
             raise Interference("too many meters")
         state = self.meters.setdefault(number, {"peak": 0, "packed": 0, "freed": 0, "messages": 0})
@@ -403,9 +406,10 @@ class Link:
         if label != "meter" and _recv_exact(self._sock, 1) != b"k":
             os._exit(70)  # the supervisor is gone: nothing left to report to
 
-    def meter(self, number, packed, freed):
-        """Meter ``number``'s running counts (bytes in, bytes out), sent as they change."""
-        self.sync("meter", meter=(number, packed, freed))
+    def meter(self, number, packed, freed, blind=False):
+        """Meter ``number``'s running counts (bytes in, bytes out), sent as they change;
+        ``blind``: it saw work it could not count (the supervisor calls that interference)."""
+        self.sync("meter", meter=(number, packed, freed, 1) if blind else (number, packed, freed))
 
     def report(self, payload: bytes):
         if self._sock is not None:
