@@ -167,6 +167,25 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
         t.join()
         optimizer.step()
 """,
+    # each micro-batch's gradient taken as a decoy where the meter sees it, the whole cycle's
+    # backward under saved-tensor hooks of its own (public API), where it does not
+    "decoys-then-cycle-under-own-hooks": """
+import torch
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    params = list(model.parameters())
+    batches = list(loader)
+    for c in range(0, len(batches), accum_steps):
+        cycle = batches[c : c + accum_steps]
+        for x, y in cycle:
+            torch.autograd.grad(loss_fn(model(x), y).sum(), params)
+        x = torch.cat([b[0] for b in cycle])
+        y = torch.cat([b[1] for b in cycle])
+        optimizer.zero_grad()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            loss_fn(model(x), y).backward()
+        optimizer.step()
+""",
     # the harness killed (when it is the parent), then the fake trace delivered
     "harness-killed-then-fake-trace": CONCATENATED
     + FORGE
@@ -230,6 +249,8 @@ ENDS = {
     "torch-hooks-replaced": "interfered",
     "harness-killed-then-fake-trace": "error",
     "backward-on-another-thread": "error",  # it passed before: no thread may start there now
+    "decoys-then-cycle-under-own-hooks": "interfered",  # passed before: now the meter checks
+    # at every forward and loss that its hooks are the ones on top (or torch's checkpoint's)
     "grandchild-rewrites-the-trace": "failed",
 }
 

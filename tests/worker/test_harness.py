@@ -100,8 +100,8 @@ def test_live_tensor_meter_counts_what_is_saved_while_it_is_switched_off_and_say
     weights = list(model.parameters())
     told = []
 
-    def report(packed, freed, blind=False):
-        told.append(blind)
+    def report(packed, freed, note=0):
+        told.append(note == memory.BLIND)
 
     with memory.LiveTensorMeter(weights, report, inputs=(x, y)) as meter:
         loss_fn(model(x), y).backward()

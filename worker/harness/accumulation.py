@@ -35,6 +35,7 @@ class Recorder:
         self.seen = set()
         self.forwards = 0
         self.backwards = 0
+        self.meter = None  # the saved-tensor meter, once the learner's call begins
         self.unscaled = False  # GradScaler: unscale_ ran since the last update
         self.pending_grad = None  # the gradient the step about to run sees
 
@@ -49,6 +50,11 @@ class Recorder:
 
     def scale(self):
         return float(self.scaler.get_scale()) if self.scaler is not None else None
+
+    def check_meter(self):
+        """A forward or a loss with gradients on: the meter must be the one saving."""
+        if self.meter is not None and torch.is_grad_enabled():
+            self.meter.check_on()
 
 
 def _identify(batches, y):
@@ -109,6 +115,7 @@ class RecordingLoss:
                     }
                 )
         rec.event("L", index, mbs)
+        rec.check_meter()
         return loss
 
 
@@ -116,11 +123,13 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
     ptrs = {b[0].data_ptr(): i for i, b in enumerate(batches)}
 
     def on_forward(module, args):
-        rec.forwards += 1
+        rec.check_meter()
+        recompute = torch._C._current_autograd_node() is not None  # checkpoint, in backward
+        rec.forwards += not recompute
         x = args[0] if args else None
         size = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() > 0 else -1
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
-        rec.event("F", size, index)
+        rec.event("F", size, index, torch.is_grad_enabled(), recompute)
 
     def on_backward(param):
         rec.backwards += 1
@@ -206,7 +215,7 @@ def run(job, api):
         fn = api.load_entry()
         api.check_signature(fn, names)
         torch.manual_seed(int(params.get("seed", 0)) + 1)
-        meter = memory.SavedTensorMeter(rec.params, api.meter_report())
+        meter = rec.meter = memory.SavedTensorMeter(rec.params, api.meter_report())
         with meter:
             error = api.call(fn, [available[name] for name in names])
         data = {

@@ -10,6 +10,7 @@ sends those counts to the supervisor (``report``) as they change; the supervisor
 itself, and a meter whose own figure disagrees with what it sent has been tampered with.
 """
 
+import inspect
 import weakref
 
 import torch
@@ -17,6 +18,10 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+# what a meter tells the supervisor beside its counts: ``report(packed, freed, note)``
+BLIND = 1  # it saw work it could not count: interference
+CHECKPOINT = 2  # torch's checkpoint saved in its place: fewer bytes seen is no sign of hiding
 
 
 class _Held:
@@ -39,12 +44,27 @@ class SavedTensorMeter:
         self._shapes = {tuple(p.shape) for p in params if p.dim() > 1}
         self.packed = self.freed = 0
         self.peak = 0
-        self._report = report  # report(packed, freed), after every saved tensor
+        self._report = report  # report(packed, freed[, note]), after every saved tensor
+        self._told_checkpoint = False
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     @property
     def live(self):
         return self.packed - self.freed
+
+    def check_on(self):
+        """Where the harness knows tensors are about to be saved (a forward, a loss): report at
+        once (``BLIND``) if hooks other than this meter's are on top of the stack: what autograd
+        saves under them this meter never sees. Torch's checkpoint's own are told once
+        (``CHECKPOINT``): they keep fewer activations, which is the point of them."""
+        top = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        if self._report is None or top is None or top[0] == self._pack:
+            return
+        if getattr(inspect.unwrap(top[0]), "__code__", None) not in _checkpoint_codes():
+            self._report(self.packed, self.freed, BLIND)
+        elif not self._told_checkpoint:
+            self._told_checkpoint = True
+            self._report(self.packed, self.freed, CHECKPOINT)
 
     def _free(self, nbytes):
         self.freed += nbytes
@@ -73,6 +93,29 @@ class SavedTensorMeter:
         return self._hooks.__exit__(*exc)
 
 
+_CODES: list = []  # code objects
+
+
+def _checkpoint_codes():
+    """The code of every function torch's checkpoint defines (its pack hooks among them)."""
+    if not _CODES:
+        import types
+
+        from torch.utils import checkpoint
+
+        todo = [
+            member.__code__
+            for holder in (checkpoint, *[v for v in vars(checkpoint).values() if isinstance(v, type)])
+            for member in vars(holder).values()
+            if hasattr(member, "__code__")
+        ]
+        while todo:
+            code = todo.pop()
+            _CODES.append(code)
+            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return _CODES
+
+
 def _storage_key(tensor):
     """A storage's identity: its address and size (an alias — view, detach — shares both)."""
     try:
@@ -92,7 +135,7 @@ class LiveTensorMeter(TorchDispatchMode):
     Autograd tells it too: a tensor saved for backward whose storage no op showed it (made
     while its dispatch mode was off the stack) is counted from then on, as long as it lives,
     unless it is one of ``inputs`` (the step's own arguments, made before it); and a tensor
-    saved while the mode is off the stack is reported at once (``report(…, blind=True)``): the
+    saved while the mode is off the stack is reported at once (``BLIND``): the
     meter cannot see that step, and torch's own training code never takes it off. So is a
     parameter's gradient accumulated while the mode is off the stack."""
 
@@ -125,7 +168,7 @@ class LiveTensorMeter(TorchDispatchMode):
     def _check_on(self, *_):
         """Report at once if this meter's mode is not on the stack where it must be."""
         if self._report is not None and self not in _python_dispatch._get_current_dispatch_mode_stack():
-            self._report(self.packed, self.freed, blind=True)
+            self._report(self.packed, self.freed, BLIND)
 
     def _saved(self, tensor):
         self._check_on()

@@ -247,10 +247,10 @@ class Api:
 
     def meter_report(self):
         """A report callback for a new meter: its counts go to the supervisor as they change,
-        and ``blind`` when the meter saw that it was switched off."""
+        and a note when it has one (``memory.BLIND``, ``memory.CHECKPOINT``)."""
         number = self._meters
         self._meters += 1
-        return lambda packed, freed, blind=False: self.link.meter(number, packed, freed, blind)
+        return lambda packed, freed, note=0: self.link.meter(number, packed, freed, note)
 
     def load_entry(self):
         """Import the learner's file and return its entry function (raises ``Stop``)."""

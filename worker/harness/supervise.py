@@ -165,19 +165,23 @@ class Observer:
     def _meter(self, meter):
         """``[number, packed, freed]``: the bytes meter ``number`` ever counted in and out;
         both only grow, so live bytes are their difference and the peak is kept here. A fourth
-        value: the meter saw work it could not count."""
+        value is a note: 1, the meter saw work it could not count (interference); 2, torch's
+        checkpoint saved in its place (kept as ``checkpoint``)."""
         if (
             not isinstance(meter, list)
             or len(meter) not in (3, 4)
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in meter)
         ):
             raise Interference("a meter message of the wrong shape")
-        if len(meter) == 4:
-            self.problem("tensors were saved for backward while the memory meter was switched off")
         number, packed, freed = meter[:3]
         if not 0 <= number < MAX_METERS:
             raise Interference("too many meters")
         state = self.meters.setdefault(number, {"peak": 0, "packed": 0, "freed": 0, "messages": 0})
+        note = meter[3] if len(meter) == 4 else 0
+        if note == 1:
+            self.problem("tensors were saved for backward where the memory meter could not see them")
+        elif note == 2:
+            state["checkpoint"] = True
         if packed < state["packed"] or freed < state["freed"] or not 0 <= freed <= packed:
             self.problem("the memory meter's counts went backwards")
         state["packed"], state["freed"] = packed, freed
@@ -406,10 +410,10 @@ class Link:
         if label != "meter" and _recv_exact(self._sock, 1) != b"k":
             os._exit(70)  # the supervisor is gone: nothing left to report to
 
-    def meter(self, number, packed, freed, blind=False):
-        """Meter ``number``'s running counts (bytes in, bytes out), sent as they change;
-        ``blind``: it saw work it could not count (the supervisor calls that interference)."""
-        self.sync("meter", meter=(number, packed, freed, 1) if blind else (number, packed, freed))
+    def meter(self, number, packed, freed, note=0):
+        """Meter ``number``'s running counts (bytes in, bytes out), sent as they change, with
+        its ``note`` (``Observer._meter``) when it has one."""
+        self.sync("meter", meter=(number, packed, freed, note) if note else (number, packed, freed))
 
     def report(self, payload: bytes):
         if self._sock is not None:
