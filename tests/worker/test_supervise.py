@@ -4,6 +4,7 @@ checks refuse a report that disagrees with what was observed. Each supervisor ru
 interpreter of its own (it makes itself a subreaper and kills its descendants: never pytest's).
 """
 
+import errno
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from worker.harness import scenarios
 HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
 
 
-def supervised(body: str, threads: bool = True) -> dict:
+def supervised(body: str, alone: bool = False) -> dict:
     """Run ``body`` (defines ``part(link)``, returning the report's bytes) in a child of a
     supervisor in a fresh interpreter; its observations, the report and how the child ended."""
     script = f"""
@@ -34,7 +35,7 @@ supervise.harden()
 weights = torch.zeros(3, dtype=torch.float64)
 shared = supervise.Shared([weights])
 {body}
-supervisor = supervise.Supervisor(shared, 1 << 20, items=globals().get("items"), threads={threads})
+supervisor = supervise.Supervisor(shared, 1 << 20, items=globals().get("items"), alone={alone})
 report, death = supervisor.run(part)
 seen = supervisor.observer.result(shared.snapshot())
 seen["items"] = supervisor.items.result() if supervisor.items else None
@@ -308,8 +309,8 @@ def test_the_input_pipeline_is_judged_on_the_parameters_and_times_the_supervisor
         pipeline.evaluate(PIPELINE, extra, "cpu")
 
 
-THREADS = """
-import threading
+ALONE = """
+import subprocess, threading
 def part(link):
     out = {}
     try:
@@ -317,17 +318,27 @@ def part(link):
         out["thread"] = "started"
     except RuntimeError as exc:
         out["thread"] = str(exc)
-    pid = os.fork()
-    if pid == 0:
-        os._exit(7)
-    out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    except OSError as exc:
+        out["fork"] = exc.errno
+    try:
+        out["spawn"] = subprocess.run(["/bin/true"]).returncode
+    except OSError as exc:
+        out["spawn"] = exc.errno
     return json.dumps({"t": "report", "data": out, "error": None, "output": "", "dropped": 0}).encode()
 """
 
 
-@pytest.mark.parametrize("threads", [True, False])
-def test_a_child_without_threads_can_fork_but_start_no_thread(threads):
-    """The memory kinds' child: their meters see one thread, so no work may run on another."""
-    data = supervised(THREADS, threads=threads)["report"]["data"]
-    assert data["fork"] == 7
-    assert data["thread"] == ("started" if threads else "can't start new thread")
+@pytest.mark.parametrize("alone", [False, True])
+def test_a_child_alone_can_start_no_thread_and_no_process(alone):
+    """The memory kinds' child: their meters see one thread of one process, so no work may run
+    on another thread or in another process (a backward on another thread passed)."""
+    data = supervised(ALONE, alone=alone)["report"]["data"]
+    if alone:
+        assert data == {"thread": "can't start new thread", "fork": errno.EPERM, "spawn": errno.EPERM}
+    else:
+        assert data == {"thread": "started", "fork": 7, "spawn": 0}

@@ -61,6 +61,20 @@ def _row(name, config, data):
 
 def _precision(data):
     configs, low = data["configs"], data["low_precision"]
+    # mixed precision computes in the low dtype and keeps float32 weights for the optimizer
+    cast = [n for n in CONFIGS if n in configs and configs[n].get("weights", ["float32"]) != ["float32"]]
+    if cast:
+        name = cast[0]
+        return Check(
+            "measure_precision",
+            False,
+            "check.measure_precision.weights",
+            {
+                "config": Phrase(f"check.measure_{name}.name"),
+                "weights": ", ".join(configs[name]["weights"]) or "—",
+                "expected": low if name in LOW else "float32",
+            },
+        )
     wrong = [n for n in CONFIGS if n in configs and configs[n]["dtypes"] != [low if n in LOW else "float32"]]
     if not wrong:
         return Check("measure_precision", True, "check.measure_precision.passed", {"low": low})
@@ -117,6 +131,10 @@ def _checkpoint(params, data):
     base, ckpt = configs["fp32"]["peak"] or 0, configs["checkpoint"]["peak"] or 0
     drop = float(params["peak_drop"])
     values = {"peak": ckpt, "base": base, "ratio": ckpt / base if base else 0.0, "limit": drop}
+    if not (configs["checkpoint"]["recomputed"] and configs["all"]["recomputed"]):
+        # the peak can fall for other reasons (or the float32 run be made heavier): no block
+        # recomputed in backward is no checkpointing
+        return Check("measure_checkpoint_peak", False, "check.measure_checkpoint_peak.not_recomputed", values)
     passed = bool(base) and ckpt <= drop * base
     return Check(
         "measure_checkpoint_peak",

@@ -13,20 +13,26 @@ from worker.checks import Check, Diagnosis, Evaluation, Interfered, agree, obser
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
-def _inside(span, ranges, name):
-    start, end = span
-    return any(r[0] == name and r[1] <= start and end <= r[2] for r in ranges)
+def _within(span, r):
+    return r[1] <= span[0] and span[1] <= r[2]
 
 
-def _coverage(run):
-    """phase → (events inside a range with its name, events)."""
-    return {
-        phase: (
-            sum(_inside(s, run["ranges"], phase) for s in run["points"][phase]),
-            len(run["points"][phase]),
-        )
-        for phase in PHASES
-    }
+def _inside(span, ranges, name, others):
+    """Whether ``span`` lies in a range named ``name`` that holds none of ``others`` (the other
+    phases' events): four ranges around the whole loop label nothing."""
+    return any(r[0] == name and _within(span, r) and not any(_within(o, r) for o in others) for r in ranges)
+
+
+def _coverage(run, own=True):
+    """phase → (events inside a range of their phase's own, events); not ``own``: inside any
+    range with the phase's name."""
+    points = run["points"]
+    coverage = {}
+    for phase in PHASES:
+        others = [o for other in PHASES if other != phase for o in points[other]] if own else []
+        inside = sum(_inside(s, run["ranges"], phase, others) for s in points[phase])
+        coverage[phase] = (inside, len(points[phase]))
+    return coverage
 
 
 def _totals(run):
@@ -128,7 +134,7 @@ def diagnose(runs, batches):
             "missing-labels", {"missing": ", ".join(missing), "found": ", ".join(sorted(names)) or "—"}
         )
     for run in runs:
-        inside, total = _coverage(run)["data"]
+        inside, total = _coverage(run, own=False)["data"]
         if inside < total and run["slow"] == "data":
             return Diagnosis(
                 "data-outside-label",

@@ -235,4 +235,4 @@ def run(job, api):
         }
         return data, error
 
-    return api.supervise(learner, threads=False)  # its meters see this thread only
+    return api.supervise(learner, alone=True)  # its meters see this thread of this process only

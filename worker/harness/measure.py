@@ -64,10 +64,11 @@ def _sync(device):
 
 
 class Probe:
-    """Hooks on a model copy: the dtypes its Linear layers computed in, recomputed blocks."""
+    """Hooks on a model copy: the dtypes its Linear layers computed in and their weights held,
+    recomputed blocks."""
 
     def __init__(self, model):
-        self.dtypes, self.recomputed = set(), False
+        self.dtypes, self.weights, self.recomputed = set(), set(), False
         for block in model.blocks:
             block.register_forward_pre_hook(self._block)
             for layer in block.modules():
@@ -80,6 +81,7 @@ class Probe:
 
     def _linear(self, module, args, out):
         self.dtypes.add(str(out.dtype).replace("torch.", ""))
+        self.weights.add(str(module.weight.dtype).replace("torch.", ""))
 
 
 def _micro_batches(batches, accum):
@@ -148,7 +150,7 @@ def run(job, api):
         data["reference_run"] = {"steps": counted.trajectory, "final_params": flat(checked.parameters())}
         return data, error
 
-    return api.supervise(learner, threads=False)  # its meters see this thread only
+    return api.supervise(learner, alone=True)  # its meters see this thread of this process only
 
 
 def _configurations(job, api, fn, base, batches, loss_fn):
@@ -189,6 +191,7 @@ def _configurations(job, api, fn, base, batches, loss_fn):
             "samples": sum(len(y) for _, y in batches),
             "peak": peak,
             "dtypes": sorted(probe.dtypes),
+            "weights": sorted(probe.weights),
             "recomputed": probe.recomputed,
             "micro_batch": len(loader[0][1]),
         }, error

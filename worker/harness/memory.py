@@ -10,7 +10,6 @@ sends those counts to the supervisor (``report``) as they change; the supervisor
 itself, and a meter whose own figure disagrees with what it sent has been tampered with.
 """
 
-import inspect
 import weakref
 
 import torch
@@ -21,7 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 # what a meter tells the supervisor beside its counts: ``report(packed, freed, note)``
 BLIND = 1  # it saw work it could not count: interference
-CHECKPOINT = 2  # torch's checkpoint saved in its place: fewer bytes seen is no sign of hiding
+RECOMPUTED = 2  # a forward recomputed by torch's checkpoint: it saved in the meter's place
 
 
 class _Held:
@@ -45,7 +44,6 @@ class SavedTensorMeter:
         self.packed = self.freed = 0
         self.peak = 0
         self._report = report  # report(packed, freed[, note]), after every saved tensor
-        self._told_checkpoint = False
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     @property
@@ -55,16 +53,17 @@ class SavedTensorMeter:
     def check_on(self):
         """Where the harness knows tensors are about to be saved (a forward, a loss): report at
         once (``BLIND``) if hooks other than this meter's are on top of the stack: what autograd
-        saves under them this meter never sees. Torch's checkpoint's own are told once
-        (``CHECKPOINT``): they keep fewer activations, which is the point of them."""
+        saves under them this meter never sees. Torch's checkpoint's own are not: they keep fewer
+        activations, which is the point of them; a forward recomputed under them is told
+        (``RECOMPUTED``), so that fewer bytes seen can be weighed against recomputations."""
         top = torch._C._autograd._top_saved_tensors_default_hooks(False)
         if self._report is None or top is None or top[0] == self._pack:
             return
-        if getattr(inspect.unwrap(top[0]), "__code__", None) not in _checkpoint_codes():
+        which = _torch_checkpoint_hook(top[0])
+        if which is None:
             self._report(self.packed, self.freed, BLIND)
-        elif not self._told_checkpoint:
-            self._told_checkpoint = True
-            self._report(self.packed, self.freed, CHECKPOINT)
+        elif which == "recompute":
+            self._report(self.packed, self.freed, RECOMPUTED)
 
     def _free(self, nbytes):
         self.freed += nbytes
@@ -93,27 +92,58 @@ class SavedTensorMeter:
         return self._hooks.__exit__(*exc)
 
 
-_CODES: list = []  # code objects
+_TORCH_HOOKS: dict = {}  # code objects: checkpoint's pack hooks → which; "wrap" → dynamo's wrappers
 
 
-def _checkpoint_codes():
-    """The code of every function torch's checkpoint defines (its pack hooks among them)."""
-    if not _CODES:
-        import types
+def _codes(module):
+    """Every code object ``module`` defines: its functions', its classes' methods', nested."""
+    holders = (
+        module,
+        *[v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__],
+    )
+    return [
+        found
+        for holder in holders
+        for member in vars(holder).values()
+        if hasattr(member, "__code__")
+        for found in _codes_within(member.__code__)
+    ]
 
+
+def _codes_within(code):
+    """``code`` and every code object nested in it."""
+    import types
+
+    found, todo = [], [code]
+    while todo:
+        code = todo.pop()
+        found.append(code)
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return found
+
+
+def _torch_checkpoint_hook(pack):
+    """``"forward"`` if ``pack`` is the pack hook torch's checkpoint sets around a checkpointed
+    forward, ``"recompute"`` if it is the one around its recomputation in backward, else None.
+    Known by code object; the recomputation's is wrapped in dynamo's ``disable``, and the
+    function called is the one in the wrapper's closure, whatever its ``__wrapped__`` says."""
+    if not _TORCH_HOOKS:
+        from torch._dynamo import eval_frame
         from torch.utils import checkpoint
 
-        todo = [
-            member.__code__
-            for holder in (checkpoint, *[v for v in vars(checkpoint).values() if isinstance(v, type)])
-            for member in vars(holder).values()
-            if hasattr(member, "__code__")
-        ]
-        while todo:
-            code = todo.pop()
-            _CODES.append(code)
-            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return _CODES
+        for which, holder in (
+            ("forward", checkpoint._checkpoint_hook),
+            ("recompute", checkpoint._recomputation_hook),
+        ):
+            for code in _codes_within(holder.__init__.__code__):
+                if code.co_name == "pack_hook":
+                    _TORCH_HOOKS[code] = which
+        _TORCH_HOOKS["wrap"] = [c for c in _codes(eval_frame) if c.co_name == "_fn" and "fn" in c.co_freevars]
+    code = getattr(pack, "__code__", None)
+    if code is not None and code in _TORCH_HOOKS["wrap"]:
+        cells = dict(zip(code.co_freevars, pack.__closure__ or (), strict=False))
+        code = getattr(cells["fn"].cell_contents, "__code__", None) if "fn" in cells else None
+    return _TORCH_HOOKS.get(code) if code is not None else None
 
 
 def _storage_key(tensor):
@@ -123,6 +153,24 @@ def _storage_key(tensor):
     except (RuntimeError, NotImplementedError):  # sparse or meta tensors have no plain storage
         return None
     return storage.data_ptr(), storage.nbytes()
+
+
+_COMPRESSED = {
+    torch.sparse_csr: ("crow_indices", "col_indices"),
+    torch.sparse_bsr: ("crow_indices", "col_indices"),
+    torch.sparse_csc: ("ccol_indices", "row_indices"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices"),
+}
+
+
+def _parts(tensor):
+    """The plain tensors holding ``tensor``'s memory: itself, or a sparse tensor's indices and
+    values (no storage of its own, and just as much memory)."""
+    if tensor.layout == torch.sparse_coo:
+        return [tensor._indices(), tensor._values()]
+    if tensor.layout in _COMPRESSED:
+        return [getattr(tensor, name)() for name in _COMPRESSED[tensor.layout]] + [tensor.values()]
+    return [tensor]
 
 
 class LiveTensorMeter(TorchDispatchMode):
@@ -172,10 +220,19 @@ class LiveTensorMeter(TorchDispatchMode):
 
     def _saved(self, tensor):
         self._check_on()
-        key = _storage_key(tensor)
-        if key is not None and key[1] and key not in self._params and key not in self._inputs:
-            self._count(key, tensor)
+        for part in _parts(tensor):
+            self._new(part, self._inputs)
         return tensor
+
+    def _new(self, tensor, made_before):
+        """Count ``tensor``'s storage unless it is a parameter's, one of ``made_before``, or
+        empty; a tensor with memory but no storage to know it by is reported (``BLIND``)."""
+        key = _storage_key(tensor)
+        if key is None:
+            if tensor.numel() and tensor.device.type != "meta" and self._report is not None:
+                self._report(self.packed, self.freed, BLIND)
+        elif key[1] and key not in self._params and key not in made_before:
+            self._count(key, tensor)
 
     def _count(self, key, tensor):
         """Count ``tensor``'s storage as allocated now, unless it is counted and alive."""
@@ -199,14 +256,12 @@ class LiveTensorMeter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {_storage_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        given = [p for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) for p in _parts(t)]
+        inputs = {_storage_key(t) for t in given}
         for tensor in tree_flatten(out)[0]:
-            if not isinstance(tensor, torch.Tensor):
-                continue
-            key = _storage_key(tensor)
-            if key is None or key in inputs or key in self._params or not key[1]:
-                continue
-            self._count(key, tensor)
+            if isinstance(tensor, torch.Tensor):
+                for part in _parts(tensor):
+                    self._new(part, inputs)
         self.peak = max(self.peak, self.live())
         return out
 

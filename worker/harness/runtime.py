@@ -151,14 +151,15 @@ class Api:
         self._items = supervise.Items(count, seconds, make, size)
         return self._items
 
-    def supervise(self, learner, threads=True):
+    def supervise(self, learner, alone=False):
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
         under ``data["observed"]``. A child that dies without reporting takes this process
         down the same way (the worker reads the cause, as it did before the split). Without
-        ``threads`` the child can start none (kinds whose meters see one thread only)."""
+        ``alone``, the child can start no thread or process (kinds whose meters see one thread
+        of one process)."""
         supervisor = supervise.Supervisor(
-            self._shared, int(self.job.get("trace_limit", 4 << 20)), items=self._items, threads=threads
+            self._shared, int(self.job.get("trace_limit", 4 << 20)), items=self._items, alone=alone
         )
         supervisor.observer.slow = self._slow
         part = self._part(learner)

@@ -165,8 +165,8 @@ class Observer:
     def _meter(self, meter):
         """``[number, packed, freed]``: the bytes meter ``number`` ever counted in and out;
         both only grow, so live bytes are their difference and the peak is kept here. A fourth
-        value is a note: 1, the meter saw work it could not count (interference); 2, torch's
-        checkpoint saved in its place (kept as ``checkpoint``)."""
+        value is a note: 1, the meter saw work it could not count (interference); 2, a forward
+        recomputed by torch's checkpoint, which saved in its place (counted as ``recomputed``)."""
         if (
             not isinstance(meter, list)
             or len(meter) not in (3, 4)
@@ -181,7 +181,7 @@ class Observer:
         if note == 1:
             self.problem("tensors were saved for backward where the memory meter could not see them")
         elif note == 2:
-            state["checkpoint"] = True
+            state["recomputed"] = state.get("recomputed", 0) + 1
         if packed < state["packed"] or freed < state["freed"] or not 0 <= freed <= packed:
             self.problem("the memory meter's counts went backwards")
         state["packed"], state["freed"] = packed, freed
@@ -311,34 +311,38 @@ class Items:
 
 
 # seccomp, raw: the child's own filter, stacked on the sandbox's (docs/security.md)
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 56), "aarch64": (0xC00000B7, 220)}  # audit arch, clone
-_CLONE3, _CLONE_THREAD = 435, 0x00010000
+_SECCOMP_ARCH = {  # audit arch; clone, fork, vfork (aarch64 has no fork or vfork: -1 matches nothing)
+    "x86_64": (0xC000003E, (56, 57, 58)),
+    "aarch64": (0xC00000B7, (220, -1, -1)),
+}
+_CLONE3 = 435
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 
 
-def forbid_threads():
-    """No new thread in this process or anything it forks: ``clone`` with ``CLONE_THREAD``
-    fails with EPERM (Python: "can't start new thread"), ``clone3`` with ENOSYS (so that the C
-    library falls back to ``clone``); ``fork`` still works. The in-process meters are per thread
-    (saved-tensor hooks, dispatch modes): work on another thread would be work they never see.
-    False where this machine's architecture has no entry here or the filter could not be set."""
+def stay_alone():
+    """No new thread or process from this process: ``clone``, ``fork`` and ``vfork`` fail with
+    EPERM (Python: "can't start new thread", ``OSError`` from ``os.fork``), ``clone3`` with
+    ENOSYS (so that the C library falls back to ``clone``). The in-process meters see one thread
+    (saved-tensor hooks and dispatch modes are per thread) of one process: work on another
+    thread or in another process would be work they never see. False where this machine's
+    architecture has no entry here or the filter could not be set."""
     found = _SECCOMP_ARCH.get(os.uname().machine)
     if found is None:
         return False
-    arch, clone = found
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    program = [
-        (ld, 0, 0, 4),  # seccomp_data.arch
-        (jeq, 0, 6, arch),
-        (ld, 0, 0, 0),  # seccomp_data.nr
-        (jeq, 0, 1, _CLONE3),
-        (ret, 0, 0, _RET_ERRNO | 38),  # ENOSYS
-        (jeq, 0, 2, clone),
-        (ld, 0, 0, 16),  # the low half of args[0]: clone's flags
-        (jset, 1, 0, _CLONE_THREAD),
-        (ret, 0, 0, _RET_ALLOW),
-        (ret, 0, 0, _RET_ERRNO | 1),  # EPERM
+    arch, (clone, fork, vfork) = found
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    program = [  # (code, jump if true, jump if false, k): jumps skip that many instructions
+        (ld, 0, 0, 4),  # 0: seccomp_data.arch
+        (jeq, 0, 5, arch),  # 1: another ABI → 7
+        (ld, 0, 0, 0),  # 2: seccomp_data.nr
+        (jeq, 5, 0, _CLONE3),  # 3: → 9
+        (jeq, 3, 0, clone),  # 4: → 8
+        (jeq, 2, 0, fork & 0xFFFFFFFF),  # 5: → 8
+        (jeq, 1, 0, vfork & 0xFFFFFFFF),  # 6: → 8
+        (ret, 0, 0, _RET_ALLOW),  # 7
+        (ret, 0, 0, _RET_ERRNO | 1),  # 8: EPERM
+        (ret, 0, 0, _RET_ERRNO | 38),  # 9: ENOSYS
     ]
 
     class Filter(ctypes.Structure):
@@ -473,10 +477,10 @@ def _children():
 class Supervisor:
     """Forks the child that runs ``part`` and serves its syncs until it reports or dies."""
 
-    def __init__(self, shared, report_limit, items=None, threads=True):
+    def __init__(self, shared, report_limit, items=None, alone=False):
         self.observer = Observer(shared)
         self.report_limit = report_limit
-        self.threads = threads  # False: the child may start no thread (``forbid_threads``)
+        self.alone = alone  # the child may start no thread or process (``stay_alone``)
         self.items = items  # an ``Items`` server, opened anew at each "run" sync
         if items is not None:
             self.observer.hooks["run"] = items.open
@@ -489,7 +493,7 @@ class Supervisor:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             parent_end.detach()
-            _child(child_end, part, self.threads)
+            _child(child_end, part, self.alone)
         child_end.close()
         self.observer.draw_slow()
         report, problem, self._status = None, None, None
@@ -569,17 +573,17 @@ class Supervisor:
             self.items.close()
 
 
-def _child(sock, part, threads):
-    """Keep stdin, stdout, stderr and the link; without ``threads``, forbid new ones; run
-    ``part(link)``; send its report; exit."""
+def _child(sock, part, alone):
+    """Keep stdin, stdout, stderr and the link; ``alone``, start no thread or process from
+    here on; run ``part(link)``; send its report; exit."""
     code = 0
     try:
         fd = sock.fileno()
         os.closerange(3, fd)
         os.closerange(fd + 1, 1 << 16)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        if not threads and not forbid_threads():
-            raise RuntimeError("threads could not be forbidden")
+        if alone and not stay_alone():
+            raise RuntimeError("new threads and processes could not be refused")
         link = Link(sock)
         link.report(part(link))
     except BaseException:  # noqa: BLE001 (the harness's own failure: the supervisor sees no report)
