@@ -66,6 +66,25 @@ def deliver(payload):
             pass
 """
 
+# each micro-batch's gradient taken as a decoy where the meter sees it (so that some bytes are
+# seen saved), then the whole cycle joined and backpropagated once by ``hidden``, where it is not
+DECOYS = """
+import torch
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    params = list(model.parameters())
+    batches = list(loader)
+    for c in range(0, len(batches), accum_steps):
+        cycle = batches[c : c + accum_steps]
+        for x, y in cycle:
+            torch.autograd.grad(loss_fn(model(x), y).sum(), params)
+        x = torch.cat([b[0] for b in cycle])
+        y = torch.cat([b[1] for b in cycle])
+        optimizer.zero_grad()
+        hidden(lambda: loss_fn(model(x), y).backward())
+        optimizer.step()
+"""
+
 ROUTES = {
     # 1: a complete fake trace into the inherited trace descriptor, then "done"
     "fake-trace-on-inherited-descriptor": CONCATENATED
@@ -146,45 +165,22 @@ torch.autograd.graph.saved_tensors_hooks = Nothing
 def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """,
-    # the cycle's whole backward run on another thread, where the meter's hooks are not; each
-    # micro-batch's gradient taken in this thread as a decoy, so that some bytes are seen saved
-    "backward-on-another-thread": """
+    # the cycle's whole backward run on another thread, where the meter's hooks are not
+    "backward-on-another-thread": DECOYS
+    + """
 import threading
-import torch
 
-def train(model, loader, loss_fn, optimizer, accum_steps):
-    params = list(model.parameters())
-    batches = list(loader)
-    for c in range(0, len(batches), accum_steps):
-        cycle = batches[c : c + accum_steps]
-        for x, y in cycle:
-            torch.autograd.grad(loss_fn(model(x), y).sum(), params)
-        x = torch.cat([b[0] for b in cycle])
-        y = torch.cat([b[1] for b in cycle])
-        optimizer.zero_grad()
-        t = threading.Thread(target=lambda: loss_fn(model(x), y).backward())
-        t.start()
-        t.join()
-        optimizer.step()
+def hidden(backward):
+    t = threading.Thread(target=backward)
+    t.start()
+    t.join()
 """,
-    # each micro-batch's gradient taken as a decoy where the meter sees it, the whole cycle's
-    # backward under saved-tensor hooks of its own (public API), where it does not
-    "decoys-then-cycle-under-own-hooks": """
-import torch
-
-def train(model, loader, loss_fn, optimizer, accum_steps):
-    params = list(model.parameters())
-    batches = list(loader)
-    for c in range(0, len(batches), accum_steps):
-        cycle = batches[c : c + accum_steps]
-        for x, y in cycle:
-            torch.autograd.grad(loss_fn(model(x), y).sum(), params)
-        x = torch.cat([b[0] for b in cycle])
-        y = torch.cat([b[1] for b in cycle])
-        optimizer.zero_grad()
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
-            loss_fn(model(x), y).backward()
-        optimizer.step()
+    # the whole cycle's backward under saved-tensor hooks of its own (public API)
+    "decoys-then-cycle-under-own-hooks": DECOYS
+    + """
+def hidden(backward):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        backward()
 """,
     # hooks of its own dressed as torch's checkpoint's (functools.wraps gives them __wrapped__)
     # around a cycle summed and backpropagated once

@@ -61,34 +61,21 @@ def _row(name, config, data):
 
 def _precision(data):
     configs, low = data["configs"], data["low_precision"]
+
+    def failed(message, name, field):
+        seen = ", ".join(configs[name][field]) or "—"
+        expected = low if name in LOW else "float32"
+        values = {"config": Phrase(f"check.measure_{name}.name"), field: seen, "expected": expected}
+        return Check("measure_precision", False, message, values)
+
     # mixed precision computes in the low dtype and keeps float32 weights for the optimizer
     cast = [n for n in CONFIGS if n in configs and configs[n].get("weights", ["float32"]) != ["float32"]]
     if cast:
-        name = cast[0]
-        return Check(
-            "measure_precision",
-            False,
-            "check.measure_precision.weights",
-            {
-                "config": Phrase(f"check.measure_{name}.name"),
-                "weights": ", ".join(configs[name]["weights"]) or "—",
-                "expected": low if name in LOW else "float32",
-            },
-        )
+        return failed("check.measure_precision.weights", cast[0], "weights")
     wrong = [n for n in CONFIGS if n in configs and configs[n]["dtypes"] != [low if n in LOW else "float32"]]
     if not wrong:
         return Check("measure_precision", True, "check.measure_precision.passed", {"low": low})
-    name = wrong[0]
-    return Check(
-        "measure_precision",
-        False,
-        "check.measure_precision.failed",
-        {
-            "config": Phrase(f"check.measure_{name}.name"),
-            "dtypes": ", ".join(configs[name]["dtypes"]) or "—",
-            "expected": low if name in LOW else "float32",
-        },
-    )
+    return failed("check.measure_precision.failed", wrong[0], "dtypes")
 
 
 def _accumulation(params, data, device):

@@ -155,13 +155,16 @@ class Api:
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
         under ``data["observed"]``. A child that dies without reporting takes this process
-        down the same way (the worker reads the cause, as it did before the split). Without
+        down the same way (the worker reads the cause, as it did before the split). With
         ``alone``, the child can start no thread or process (kinds whose meters see one thread
         of one process)."""
         supervisor = supervise.Supervisor(
-            self._shared, int(self.job.get("trace_limit", 4 << 20)), items=self._items, alone=alone
+            self._shared,
+            int(self.job.get("trace_limit", 4 << 20)),
+            items=self._items,
+            alone=alone,
+            slow=self._slow,
         )
-        supervisor.observer.slow = self._slow
         part = self._part(learner)
         import torch
 
@@ -248,7 +251,7 @@ class Api:
 
     def meter_report(self):
         """A report callback for a new meter: its counts go to the supervisor as they change,
-        and a note when it has one (``memory.BLIND``, ``memory.CHECKPOINT``)."""
+        and a note when it has one (``memory.BLIND``, ``memory.RECOMPUTED``)."""
         number = self._meters
         self._meters += 1
         return lambda packed, freed, note=0: self.link.meter(number, packed, freed, note)

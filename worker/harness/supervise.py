@@ -117,9 +117,8 @@ class Observer:
         self.snapshots = []
         self.meters = {}  # meter number → its counts and the peak seen
         self.problems = []
-        self.pace = {}  # (label, index) → seconds the supervisor waits before answering
         self.slow = None  # (labels, seconds): one label made slow per run, drawn after the fork
-        self.slowed = []  # the label made slow in run 0, 1, …
+        self.slowed = []  # the label made slow in run 0, 1, …: its syncs are answered late
         self.hooks = {}  # label → called with the index, before the parameters are read
 
     def draw_slow(self):
@@ -133,7 +132,6 @@ class Observer:
             j = int.from_bytes(os.urandom(4), "big") % (i + 1)
             order[i], order[j] = order[j], order[i]
         self.slowed = order
-        self.pace.update({(label, run): seconds for run, label in enumerate(order)})
 
     def problem(self, why):
         if len(self.problems) < 8:
@@ -149,8 +147,8 @@ class Observer:
         if label == "meter":
             return
         self.counts[label] = self.counts.get(label, 0) + 1
-        if self.pace.get((label, index)):  # a slow phase: the supervisor's own time
-            time.sleep(self.pace[(label, index)])
+        if 0 <= index < len(self.slowed) and self.slowed[index] == label:
+            time.sleep(self.slow[1])  # a slow phase: the supervisor's own time
         if label in self.hooks:
             self.hooks[label](index)
         shot = -1
@@ -323,7 +321,8 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 def stay_alone():
     """No new thread or process from this process: ``clone``, ``fork`` and ``vfork`` fail with
     EPERM (Python: "can't start new thread", ``OSError`` from ``os.fork``), ``clone3`` with
-    ENOSYS (so that the C library falls back to ``clone``). The in-process meters see one thread
+    ENOSYS (so that the C library falls back to ``clone``), and every call through another ABI
+    (i386, x32: no training loop makes one) with EPERM. The in-process meters see one thread
     (saved-tensor hooks and dispatch modes are per thread) of one process: work on another
     thread or in another process would be work they never see. False where this machine's
     architecture has no entry here or the filter could not be set."""
@@ -331,18 +330,19 @@ def stay_alone():
     if found is None:
         return False
     arch, (clone, fork, vfork) = found
-    ld, jeq, ret = 0x20, 0x15, 0x06
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     program = [  # (code, jump if true, jump if false, k): jumps skip that many instructions
         (ld, 0, 0, 4),  # 0: seccomp_data.arch
-        (jeq, 0, 5, arch),  # 1: another ABI → 7
+        (jeq, 0, 7, arch),  # 1: another ABI (i386 through int 0x80) → 9
         (ld, 0, 0, 0),  # 2: seccomp_data.nr
-        (jeq, 5, 0, _CLONE3),  # 3: → 9
-        (jeq, 3, 0, clone),  # 4: → 8
-        (jeq, 2, 0, fork & 0xFFFFFFFF),  # 5: → 8
-        (jeq, 1, 0, vfork & 0xFFFFFFFF),  # 6: → 8
-        (ret, 0, 0, _RET_ALLOW),  # 7
-        (ret, 0, 0, _RET_ERRNO | 1),  # 8: EPERM
-        (ret, 0, 0, _RET_ERRNO | 38),  # 9: ENOSYS
+        (jge, 5, 0, 0x40000000),  # 3: x32 numbers → 9
+        (jeq, 5, 0, _CLONE3),  # 4: → 10
+        (jeq, 3, 0, clone),  # 5: → 9
+        (jeq, 2, 0, fork & 0xFFFFFFFF),  # 6: → 9
+        (jeq, 1, 0, vfork & 0xFFFFFFFF),  # 7: → 9
+        (ret, 0, 0, _RET_ALLOW),  # 8
+        (ret, 0, 0, _RET_ERRNO | 1),  # 9: EPERM
+        (ret, 0, 0, _RET_ERRNO | 38),  # 10: ENOSYS
     ]
 
     class Filter(ctypes.Structure):
@@ -477,8 +477,9 @@ def _children():
 class Supervisor:
     """Forks the child that runs ``part`` and serves its syncs until it reports or dies."""
 
-    def __init__(self, shared, report_limit, items=None, alone=False):
+    def __init__(self, shared, report_limit, items=None, alone=False, slow=None):
         self.observer = Observer(shared)
+        self.observer.slow = slow  # (labels, seconds), drawn once the child exists
         self.report_limit = report_limit
         self.alone = alone  # the child may start no thread or process (``stay_alone``)
         self.items = items  # an ``Items`` server, opened anew at each "run" sync
