@@ -41,27 +41,31 @@ def _claimable(now: datetime):
     )
 
 
-def _last_served():
-    """When the job's client last had a job started (NULL: never, or no client known)."""
+def _rank():
+    """When the job's client last had a job started, or (a client never served, or none known)
+    when this job was queued: a new address ranks by its arrival, never ahead of everyone, so a
+    fresh address per job does not jump the queue."""
     earlier = aliased(Submission)
-    return (
+    served = (
         select(func.max(earlier.started_at))
         .where(earlier.client == Submission.client, earlier.started_at.is_not(None))
         .correlate(Submission)
         .scalar_subquery()
     )
+    return func.coalesce(served, Submission.created_at)
 
 
 def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta, max_attempts: int) -> Job | None:
     """Take the next queued (or abandoned) job, or None. Clients are served in turn: the job
-    of the client served longest ago comes first (a client never served, first of all), the
-    oldest job among equals; so one address sending many jobs waits behind its own."""
+    of the client served longest ago comes first (a client never served: as if served when the
+    job was queued), the oldest job among equals; so one address sending many jobs waits behind
+    its own, and a new address waits behind those queued before it."""
     give_up_abandoned(sessions, max_attempts)
     now = utcnow()
     oldest = (
         select(Submission.id)
         .where(_claimable(now))
-        .order_by(_last_served().asc().nulls_first(), Submission.id)
+        .order_by(_rank(), Submission.id)
         .limit(1)
         .with_for_update(skip_locked=True)
         .scalar_subquery()

@@ -338,3 +338,57 @@ def test_a_worker_reports_itself_while_it_runs_and_leaves_when_it_stops(sessions
         worker.stop()
         thread.join(timeout=10)
     assert beats() == []
+
+
+def _simulate_flood(sessions, monkeypatch, attacker_client) -> float:
+    """The queue-jumping scenario of issue 25, on a simulated clock and one worker: an honest
+    learner served once before sends a 0.2 s job at t=10 s; an anonymous program that sleeps
+    through its 60 s wall clock sends a job every 20 s from t=1 s, each from a fresh address
+    (`attacker_client(n)` names it), nine in all. Returns the honest job's wait, in seconds."""
+    t0 = queue.utcnow()
+    clock = [0.0]
+    monkeypatch.setattr(queue, "utcnow", lambda: t0 + timedelta(seconds=clock[0]))
+
+    def send(client: str, at: float) -> int:
+        with sessions.begin() as session:
+            sub = enqueue(session, Learner(f"v-{at}-{client}"), EXERCISE, "x", mode=Mode.SUBMIT, lang="en")
+            sub.client, sub.created_at = client, t0 + timedelta(seconds=at)
+            return sub.id
+
+    honest = "198.51.100.2"
+    arrivals = sorted(
+        [(0.0, honest, 0.2), (10.0, honest, 0.2)]
+        + [(1.0 + 20 * n, attacker_client(n), 60.0) for n in range(9)]
+    )
+    durations: dict[int, float] = {}
+    started: dict[int, float] = {}
+    honest_job = None
+    free_at = 0.0
+    while arrivals or len(started) < len(durations):
+        next_arrival = arrivals[0][0] if arrivals else float("inf")
+        if free_at <= next_arrival and len(started) < len(durations):
+            clock[0] = free_at  # the worker is free and something waits: it claims
+            job = queue.claim(sessions, "w", LEASE, 3)
+            assert job is not None
+            started[job.id] = free_at
+            free_at += durations[job.id]
+            clock[0] = free_at
+            assert queue.finish(sessions, job.id, "w", {"status": "passed"})
+            continue
+        at, client, seconds = arrivals.pop(0)
+        clock[0] = at
+        job_id = send(client, at)
+        durations[job_id] = seconds
+        if at == 10.0:
+            honest_job = job_id
+        free_at = max(free_at, at)
+    assert honest_job is not None
+    return started[honest_job] + 0.2 - 10.0
+
+
+def test_fresh_addresses_cannot_jump_ahead_of_a_waiting_learner(sessions, monkeypatch):
+    """A client never served ranks by when its job was queued, not ahead of everyone: the honest
+    job waits for the attacker's first (running) job only, not for every later one."""
+    wait = _simulate_flood(sessions, monkeypatch, lambda n: f"203.0.113.{n + 1}")
+    print(f"honest learner's wait with a fresh IPv4 address per attacking job: {wait:.1f} s")
+    assert wait <= 60.0 + 0.2 - 9.0, wait  # A1 runs 1..61 s; the honest job is next
