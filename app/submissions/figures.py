@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.i18n import gettext as _
-from app.i18n import number
+from app.i18n import ngettext, number
 
 # Below this relative spread, bars of the values would look the same: say it in words instead.
 VISIBLE = 0.001
@@ -126,7 +126,11 @@ def figures(verdict: dict[str, Any]) -> Figures:
                         (_("Large batch"), ref_steps, number(ref_steps, 0), "reference"),
                     ]
                 ),
-                summary=_("You took %(yours)s optimizer steps; the large batch takes %(reference)s.")
+                summary=ngettext(
+                    "You took %(yours)s optimizer step; the large batch takes %(reference)s.",
+                    "You took %(yours)s optimizer steps; the large batch takes %(reference)s.",
+                    int(steps),
+                )
                 % {"yours": number(steps, 0), "reference": number(ref_steps, 0)},
             )
         )

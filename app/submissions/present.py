@@ -17,7 +17,8 @@ from pygments.lexers import PythonLexer
 from app.db import aware, utcnow
 from app.i18n import current_lang, locale_name
 from app.i18n import gettext as _
-from app.lessons.content import Course, Exercise, Lesson
+from app.lessons.content import Course, Exercise, Lesson, render_markdown
+from app.submissions import messages
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.verdict import render
 from app.web import status_label
@@ -28,6 +29,15 @@ def outcome_label(submission: Submission) -> str:
     if submission.mode == Mode.RUN and submission.status == Status.PASSED:
         return _("Ran")
     return status_label(submission.status)
+
+
+def attempt_label(number: int, submission: Submission) -> str:
+    """ "Attempt 3", or what a submission that is no attempt (services.Attempts) was."""
+    if number:
+        return _("Attempt %(n)d") % {"n": number}
+    if submission.mode == Mode.RUN:
+        return _("Run, not graded")
+    return _("Not counted as an attempt")
 
 
 def when(moment: datetime, now: datetime | None = None) -> str:
@@ -44,6 +54,11 @@ _CODE_SPAN = re.compile(r"`([^`]+)`")
 def inline_code(text: str) -> Markup:
     """Plain text (a hint) with its `code spans` shown as code; everything else escaped."""
     return Markup(_CODE_SPAN.sub(lambda m: f"<code>{m.group(1)}</code>", str(escape(text))))
+
+
+def markdown(text: str) -> Markup:
+    """Course text (a hint) rendered as the lesson cards are: Markdown, raw HTML escaped."""
+    return Markup(render_markdown(text))
 
 
 _FORMATTER = HtmlFormatter(nowrap=True)
@@ -64,6 +79,17 @@ def solution(exercise: Exercise) -> str:
     """The exercise's reference solution (re-read when the file changes)."""
     path = Path(exercise.path) / "solution.py"
     return _read_solution(path, path.stat().st_mtime)
+
+
+PASS_VALUES = {"pipeline": {"minimum": "min_speedup"}, "checkpointing": {"budget": "budget"}}
+
+
+def pass_meaning(exercise: Exercise | None) -> str:
+    """What a pass of this exercise's check kind means, its thresholds taken from the exercise."""
+    if exercise is None:
+        return messages.render("verdict.passed", current_lang())
+    values = {k: exercise.check_params[p] for k, p in PASS_VALUES.get(exercise.check_kind, {}).items()}
+    return messages.render(f"verdict.passed.{exercise.check_kind}", current_lang(), values)
 
 
 def failing_line(verdict: dict) -> int | None:
@@ -108,6 +134,9 @@ def iso(moment: datetime) -> str:
 
 
 def install(env: Environment) -> None:
-    env.globals.update(outcome_label=outcome_label, when=when, iso=iso, verdict_of=verdict_of)
+    env.globals.update(
+        attempt_label=attempt_label, outcome_label=outcome_label, when=when, iso=iso, verdict_of=verdict_of
+    )
     env.filters["python"] = python_html
     env.filters["inline_code"] = inline_code
+    env.filters["markdown"] = markdown

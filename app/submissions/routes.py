@@ -213,6 +213,7 @@ def _status_context(
         "solution": None,
         "failing_line": None,
         "verdict": {},
+        "pass_meaning": "",
     }
     if submission is None:
         return context
@@ -228,6 +229,7 @@ def _status_context(
         "figures": figures(verdict) if final else [],
         "failing_line": present.failing_line(verdict) if final else None,
         "place": present.place(request.app.state.course, exercise) if exercise else None,
+        "pass_meaning": present.pass_meaning(exercise) if submission.status == Status.PASSED else "",
     }
     graded = submission.mode == Mode.SUBMIT
     if (

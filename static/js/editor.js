@@ -168,13 +168,15 @@ function mount(ta) {
           "aria-label": document.querySelector(`label[for="${ta.id}"]`)?.textContent.trim() || "Code",
           "aria-describedby": help.id,
         }),
-        EditorView.lineWrapping,  // no sideways scrolling, on phones either
         EditorView.theme({
           "&": {minHeight: "18rem", fontSize: "0.9rem"},
           ".cm-activeLine, .cm-activeLineGutter": {backgroundColor: "transparent"},  // contrast
           "&.cm-focused": {outline: "none"},  // the page draws the focus ring around the host
+          // Lines never wrap (Python's indentation would be lost): the scroller scrolls sideways
+          // with app.css's edge shadows as the cue (its custom properties reach in here).
           ".cm-scroller": {
-            fontFamily: 'ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace'},
+            fontFamily: 'ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace',
+            background: "var(--scroll-cue-layers)"},
         }),
         EditorView.updateListener.of((update) => {
           if (!update.docChanged) return
@@ -205,6 +207,14 @@ function mount(ta) {
   if (dirty) saveToServer()
 }
 
+// A verdict that has just come is scrolled to (smoothly unless the reader asked for less motion:
+// app.css's scroll-behavior) when its top is not already on screen, below the editor on a phone.
+function bringIntoView(card) {
+  if (!card) return
+  const top = card.getBoundingClientRect().top
+  if (top < 0 || top > window.innerHeight * 0.8) card.scrollIntoView({block: "start"})
+}
+
 function labelShortcuts(root) {
   if (!isMac) return
   root.querySelectorAll("[data-shortcut]").forEach((kbd) => { kbd.textContent = "⌘+Enter" })
@@ -219,6 +229,9 @@ scan(document)
 document.addEventListener("htmx:load", (event) => {
   // a newly opened hint takes the focus, so keyboard and screen-reader users land on it
   const swapped = event.detail.elt
-  if (swapped.id === "submission-status") markFailingLine()
+  if (swapped.id === "submission-status") {
+    markFailingLine()
+    if ("arrived" in swapped.dataset) bringIntoView(swapped.querySelector(".verdict-card"))
+  }
   if (swapped.id === "hints") swapped.querySelector("[data-autofocus]")?.focus()
 })

@@ -8,6 +8,7 @@ from sqlalchemy import select, update
 
 from app.submissions.figures import figures
 from app.submissions.models import Submission
+from app.submissions.verdict import check_record, record, trouble
 from tests.conftest import arm_csrf, html
 from tests.submissions.test_verdict import NOT_SCALED, finished
 
@@ -94,6 +95,31 @@ def test_attempts_are_numbered_per_learner_and_exercise(client, app):
         assert "Attempt 1" in first.select_one(".verdict-sub").get_text()
     rows = html(client.get(EXERCISE_URL)).select("#history tbody tr")
     assert [r.select_one("a").get_text() for r in rows] == ["2", "1"]
+
+
+def test_only_graded_submissions_are_attempts_and_count_toward_the_solution(client, app):
+    """A run, code that never ran (a syntax error) and trouble of ours are listed, unnumbered, and
+    none of them brings the reference solution nearer."""
+    exercise = "gradient-accumulation/accumulate"
+    syntax = record(
+        exercise,
+        "error",
+        [check_record("run", False, "error.syntax", {"line": 2, "message": "invalid syntax", "code": "for"})],
+    )
+    assert finished(app, client, NOT_SCALED).select_one("h1").get_text() == "Attempt 1"
+    assert finished(app, client, PASSED, mode="run").select_one("h1").get_text() == "Run, not graded"
+    never_ran = finished(app, client, syntax)
+    assert never_ran.select_one("h1").get_text() == "Not counted as an attempt"
+    assert "Not counted as an attempt" in never_ran.select_one(".verdict-sub").get_text()
+    finished(app, client, trouble(exercise, "worker-trouble"))
+    second = finished(app, client, NOT_SCALED)
+    assert second.select_one("h1").get_text() == "Attempt 2"
+    assert not second.select(".solution"), "two graded failures, not five"
+    third = finished(app, client, NOT_SCALED)
+    assert third.select_one("h1").get_text() == "Attempt 3" and third.select(".solution-early")
+    rows = html(client.get(EXERCISE_URL)).select("#history tbody tr")
+    assert [r.select_one("a").get_text() for r in rows] == ["3", "2", "–", "–", "–", "1"]
+    assert "Run, not graded" in rows[4].get_text()
 
 
 def test_an_error_names_its_line_for_the_editor(client, app):
@@ -184,10 +210,10 @@ def test_cancel_without_javascript_goes_back_to_the_exercise(client):
     assert response.status_code == 303 and response.headers["location"].endswith(EXERCISE_URL)
 
 
-def test_the_submission_page_wraps_and_highlights_the_code(client, app):
+def test_the_submission_page_highlights_the_code(client, app):
     page = finished(app, client, NOT_SCALED)
     code = page.select_one(".submitted-code pre")
-    assert "code-wrap" in code["class"] and "highlight" in code["class"]
+    assert "code-shown" in code["class"] and "highlight" in code["class"]
 
 
 def test_measure_it_draws_time_and_memory_by_configuration():
@@ -221,3 +247,32 @@ def test_measure_it_draws_time_and_memory_by_configuration():
     assert not [
         c for c in figures({"metrics": {"optimizer_steps": 3}}).charts if c.id.startswith("configurations")
     ]
+
+
+def test_hints_read_as_the_cards_do(client):
+    hint = html(client.get("/lessons/mixed-precision/exercises/amp-loop/hints?shown=1", headers=HTMX))
+    body = hint.select_one("#hint-1 .hint-body")
+    assert body.select_one("em").get_text() == "and", "Markdown emphasis, not *and*"
+    assert body.select_one("code") and "*" not in body.get_text()
+
+
+def test_each_check_kind_says_what_its_pass_means(course):
+    from app.i18n import set_lang
+    from app.submissions.present import pass_meaning
+
+    meanings = {}
+    for lang in ("en", "pt-BR"):
+        set_lang(lang)
+        try:
+            meanings[lang] = {
+                ex.check_kind: pass_meaning(ex) for lesson in course.lessons for ex in lesson.exercises
+            }
+        finally:
+            set_lang("en")
+    kinds = meanings["en"]
+    assert set(kinds) == {"amp", "accumulation", "phases", "pipeline", "checkpointing", "measure"}
+    assert len(set(kinds.values())) == len(kinds), "one meaning per kind"
+    assert "large-batch" not in kinds["amp"] + kinds["phases"] + kinds["pipeline"] + kinds["checkpointing"]
+    assert "1.30×" in kinds["pipeline"] and "0.65×" in kinds["checkpointing"], "the exercise's own thresholds"
+    assert "1,30×" in meanings["pt-BR"]["pipeline"]
+    assert pass_meaning(None) == "Every check passed."
