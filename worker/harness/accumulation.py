@@ -11,7 +11,7 @@ graph) for the checks' decomposition; and peak bytes saved for backward.
 import memory
 import scenarios
 import torch
-from instrument import flat, patch_clip, watch_scaler, wrap_method
+from instrument import flat, patch_clip, watch_scaler, wrap_method, wrap_step
 
 MAX_EVENTS = 4000
 MAX_STEPS = 64
@@ -138,7 +138,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
     model.register_forward_pre_hook(on_forward)
     rec.params[0].register_post_accumulate_grad_hook(on_backward)
 
-    def before_step(*args, **kwargs):
+    def before_step():
         rec.event("S", rec.steps_total)
         rec.pending_grad = rec.grads()
 
@@ -148,7 +148,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
         api.sync("step", rec.steps_total, snapshot=True)  # the supervisor reads the parameters
         rec.steps_total += 1
 
-    wrap_method(optimizer, "step", before_step, after_step)
+    wrap_step(optimizer, before_step, after_step)
 
     def zero(who):
         def before(*args, **kwargs):

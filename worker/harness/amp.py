@@ -11,7 +11,7 @@ the checks compare them with the true gradient); the end state.
 
 import scenarios
 import torch
-from instrument import finite, flat, patch_clip, watch_scaler, wrap_method
+from instrument import finite, flat, patch_clip, watch_scaler, wrap_method, wrap_step
 
 MAX_EVENTS = 2000
 MAX_SNAPSHOTS = 64
@@ -90,12 +90,12 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
             module.register_forward_hook(on_linear)
     rec.params[0].register_post_accumulate_grad_hook(lambda p: rec.event("B"))
 
-    def step(*args, **kwargs):
+    def step():
         rec.event("S")
         if len(rec.step_norms) < MAX_SNAPSHOTS:
             rec.step_norms.append({"batch": rec.batch, "norm": rec.grad_norm()})
 
-    wrap_method(optimizer, "step", step)
+    wrap_step(optimizer, step)
     wrap_method(optimizer, "zero_grad", lambda *a, **k: rec.event("Z"))
     wrap_method(model, "zero_grad", lambda *a, **k: rec.event("Z"))
     watch_scaler(scaler, rec)

@@ -12,7 +12,7 @@ block (G).
 import memory
 import scenarios
 import torch
-from instrument import flat
+from instrument import flat, wrap_step
 from torch.utils import _python_dispatch
 
 MAX_EVENTS = 2000
@@ -48,9 +48,8 @@ def run(job, api):
             next(block.parameters()).register_post_accumulate_grad_hook(
                 lambda p, index=index: event("G", index)
             )
-        step = optimizer.step
 
-        def recorded_step(*args, **kwargs):
+        def recorded_step():
             event("S")
             with _python_dispatch._disable_current_modes():  # the copy is ours: not metered
                 steps.append(
@@ -61,9 +60,8 @@ def run(job, api):
                         "missing": [i for i, p in enumerate(weights) if p.grad is None],
                     }
                 )
-            return step(*args, **kwargs)
 
-        optimizer.step = recorded_step
+        wrap_step(optimizer, recorded_step)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
         peaks, kept, error = [], [], None

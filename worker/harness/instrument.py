@@ -1,7 +1,10 @@
 """What the kinds' harnesses share to watch a learner's loop: parameters as plain floats, method
 wrappers, the GradScaler's calls and torch's gradient clipping. A leaf module (stdlib + torch)."""
 
+import contextlib
+import functools
 import math
+import types
 
 import torch
 
@@ -16,37 +19,79 @@ def finite(value):
     return value if math.isfinite(value) else None
 
 
-def wrap_method(obj, name, before=None, after=None):
-    """``obj.name`` replaced by a wrapper that calls ``before(*args, **kwargs)`` first and
-    ``after(result)`` once it returned."""
+def wrap_method(obj, name, before=None, after=None, during=None):
+    """``obj.name`` replaced by a bound method (``__func__``, the original's signature: torch's LR
+    schedulers rebind ``optimizer.step.__func__``) that calls ``before(*args, **kwargs)`` first and
+    ``after(result)`` once it returned, the whole call inside ``during()`` (a context manager)
+    when given."""
     original = getattr(obj, name)
 
-    def wrapper(*args, **kwargs):
+    @functools.wraps(getattr(original, "__func__", original))
+    def wrapper(self, *args, **kwargs):
+        with during() if during is not None else contextlib.nullcontext():
+            if before is not None:
+                before(*args, **kwargs)
+            result = original(*args, **kwargs)
+            if after is not None:
+                after(result)
+            return result
+
+    setattr(obj, name, types.MethodType(wrapper, obj))
+
+
+def wrap_step(optimizer, before=None, after=None):
+    """``optimizer.step`` wrapped as ``wrap_method`` does, where ``before()`` sees the gradient
+    the update uses: with ``step(closure)``, once the closure has run (the optimizer is then
+    handed its loss; torch's optimizers but L-BFGS call the closure once)."""
+    original = optimizer.step
+
+    @functools.wraps(getattr(original, "__func__", original))
+    def step(self, closure=None, *args, **kwargs):
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+            closure = functools.partial(_given, loss)
         if before is not None:
-            before(*args, **kwargs)
-        result = original(*args, **kwargs)
+            before()
+        result = original(closure, *args, **kwargs) if closure is not None else original(*args, **kwargs)
         if after is not None:
             after(result)
         return result
 
-    setattr(obj, name, wrapper)
+    optimizer.step = types.MethodType(step, optimizer)
+
+
+def _given(value):
+    return value
 
 
 def watch_scaler(scaler, rec):
     """Record a GradScaler's calls as events (scale, unscale_, scaler.step, update) and keep
-    ``rec.unscaled``: whether unscale_ ran since the last update."""
+    ``rec.unscaled``: whether unscale_ ran since the last update. The ``unscale_`` that
+    ``scaler.step`` makes itself, where the loop did not, is the scaler's, not the loop's: not
+    recorded."""
+    inside = {"step": False}
 
     def unscale(*args, **kwargs):
-        rec.event("unscale_")
-        rec.unscaled = True
+        if not inside["step"]:
+            rec.event("unscale_")
+            rec.unscaled = True
 
     def update(*args, **kwargs):
         rec.event("update")
         rec.unscaled = False
 
+    @contextlib.contextmanager
+    def stepping():
+        inside["step"] = True
+        try:
+            yield
+        finally:
+            inside["step"] = False
+
     wrap_method(scaler, "scale", lambda *a, **k: rec.event("scale"))
     wrap_method(scaler, "unscale_", unscale)
-    wrap_method(scaler, "step", lambda *a, **k: rec.event("scaler.step"))
+    wrap_method(scaler, "step", lambda *a, **k: rec.event("scaler.step"), during=stepping)
     wrap_method(scaler, "update", update)
 
 

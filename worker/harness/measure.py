@@ -25,7 +25,7 @@ import time
 import memory
 import scenarios
 import torch
-from instrument import flat
+from instrument import flat, wrap_step
 from torch import nn
 
 CONFIGS = [  # name, low precision?, accumulate?, checkpoint?
@@ -99,18 +99,15 @@ class Counted:
     def __init__(self, model, lr, record=False, sync=None):
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         self.steps, self.trajectory = 0, []
-        step = self.optimizer.step
 
-        def counted(*args, **kwargs):
-            out = step(*args, **kwargs)
+        def counted(result):
             self.steps += 1
             if record:
                 self.trajectory.append(flat(model.parameters()))
             if sync is not None:
                 sync()
-            return out
 
-        self.optimizer.step = counted
+        wrap_step(self.optimizer, after=counted)
 
 
 def run(job, api):

@@ -14,6 +14,7 @@ backward and optimizer step happened, and the answer.
 import time
 
 import torch
+from instrument import wrap_step
 from torch import nn
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -127,16 +128,15 @@ def _build(params, run, sync):
     first.register_post_accumulate_grad_hook(
         lambda p: run.point("backward", started.pop("b", time.perf_counter()))
     )
-    step = optimizer.step
 
-    def timed_step(*args, **kwargs):
-        start = time.perf_counter()
-        result = step(*args, **kwargs)
+    def step_started():
+        started["s"] = time.perf_counter()
+
+    def step_done(result):
         sync("step")
-        run.point("optimizer", start)
-        return result
+        run.point("optimizer", started.pop("s"))
 
-    optimizer.step = timed_step
+    wrap_step(optimizer, step_started, step_done)
     loader = ServedLoader(batches, run, lambda: sync("fetch"))
     return model, loader, nn.CrossEntropyLoss(), optimizer
 
