@@ -3,35 +3,76 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The exact torch build for this project's machines (a CPU wheel); pyproject keeps a range for users.
-TORCH_PIN := torch==2.13.0
+# requirements.lock pins every package `make install` puts in $(VENV) (the app and its test tools);
+# `make lock` refreshes it with pip-tools from pyproject's ranges. Its torch is TORCH_LOCK with no
+# build label: pip takes the CPU build where its file is at hand (this project's machines), and
+# elsewhere PyPI's Linux wheel, the CUDA build, whose CUDA libraries torch's own metadata pins.
+LOCK := requirements.lock
+TORCH_LOCK := 2.13.0
+LOCK_TOOLS := $(VENV)/.lock-tools
+PIP_TOOLS := pip-tools==7.6.2
+LOCK_FLAGS ?=
+# The oldest and newest torch that pyproject allows: `make torch-range` runs the golden files on
+# both (the harness uses private torch APIs). The oldest is the lock's, so $(VENV) has it.
+TORCH_NEWEST := 2.14.1
+TORCH_RANGE_DIR ?= /tmp/treino-torch-range
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-# Debian packages: bubblewrap (the sandbox), chromium (browser tests) and postgresql (the server
-# the test suite starts for its PostgreSQL tier; Debian keeps initdb in /usr/lib/postgresql/*/bin).
-# Installed when root; otherwise named, and the tutor still runs (with a process-only sandbox, said
-# on its pages) and the suite skips what needs them.
-SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium initdb:postgresql
+# Debian packages, each after the command (or file pattern) that shows it is there: bubblewrap (the
+# sandbox), chromium (browser tests), postgresql (the server the test suite starts for its
+# PostgreSQL tier; Debian keeps initdb in /usr/lib/postgresql/*/bin) and python3-seccomp
+# (libseccomp's own bindings, for the system Python: tests/worker/test_seccomp.py holds the pinned
+# pyseccomp to them). Installed when root; otherwise named, and the tutor still runs (with a
+# process-only sandbox, said on its pages) and the suite skips what needs them.
+SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium initdb:postgresql \
+	/usr/lib/python3/dist-packages/seccomp.*.so:python3-seccomp
 
-.PHONY: install system-deps run test lint typecheck bench gpu-check vendor i18n
+.PHONY: install system-deps lock torch-range run test lint typecheck bench gpu-check vendor i18n
 
 install: system-deps $(STAMP)
 
 system-deps:
 	@PATH="$$PATH$$(printf ':%s' /usr/lib/postgresql/*/bin)"; missing=""; for p in $(SYSTEM_PACKAGES); do \
-	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p##*:}"; done; \
+	  { command -v "$${p%%:*}" || compgen -G "$${p%%:*}"; } >/dev/null || missing="$$missing $${p##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing"; apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$$missing >/dev/null; \
 	  else echo "treino: missing system packages:$$missing (apt-get install$$missing)"; fi; fi
 
-$(STAMP): pyproject.toml Makefile
+# The lock, then the project itself with nothing more (its build backend is in the lock), then
+# pip check: a requirement pyproject gained that the lock lacks fails here, naming it.
+$(STAMP): pyproject.toml $(LOCK) Makefile
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_PIN)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -r $(LOCK)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m pip check --disable-pip-version-check
 	@touch $@
+
+# Re-resolve the lock from pyproject, keeping each pin that still fits; `make lock
+# LOCK_FLAGS=--upgrade` moves everything to the newest allowed (`--upgrade-package NAME`: one).
+# Where torch's CPU build is not at hand pip resolves the CUDA one, and the lock gets its libraries.
+lock:
+	@test -x $(LOCK_TOOLS)/bin/pip-compile || { python3 -m venv $(LOCK_TOOLS) && \
+	  $(LOCK_TOOLS)/bin/pip install --quiet --disable-pip-version-check $(PIP_TOOLS); }
+	echo torch==$(TORCH_LOCK) > $(LOCK_TOOLS)/torch.txt
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_TOOLS)/bin/pip-compile --quiet --extra dev \
+	  --all-build-deps --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+	  --constraint $(LOCK_TOOLS)/torch.txt $(LOCK_FLAGS) --output-file $(LOCK) pyproject.toml
+	sed -i 's/^torch==\([^+]*\)+.*/torch==\1  # the CPU build where its file is at hand, else the CUDA build (README.md: make lock)/' $(LOCK)
+
+# The golden files on the oldest torch pyproject allows ($(VENV), from the lock) and on the newest
+# (a venv of its own under TORCH_RANGE_DIR: the lock with that torch; some GB).
+torch-range: install
+	@test "$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')" = $(TORCH_LOCK)
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/worker/test_golden.py
+	@v=$(TORCH_RANGE_DIR)/torch-$(TORCH_NEWEST); test -x $$v/bin/python || python3 -m venv $$v; \
+	sed 's/^torch==.*/torch==$(TORCH_NEWEST)/' $(LOCK) > $$v/lock.txt && \
+	$$v/bin/pip install --quiet --disable-pip-version-check -r $$v/lock.txt && \
+	$$v/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . && \
+	$$v/bin/python -c 'import torch; print("torch", torch.__version__)' && \
+	$$v/bin/pytest -q -p no:cacheprovider tests/worker/test_golden.py
 
 run: install
 	$(VENV)/bin/treino serve --host $(HOST) --port $(PORT)

@@ -1,21 +1,30 @@
 """The seccomp filter every bubblewrap sandbox runs under (loaded by bwrap's ``--seccomp FD``).
 
-A deny list over an allow-by-default filter, built with libseccomp (``pyseccomp``, its Python
-bindings over ctypes): everything Docker's default profile refuses to an unprivileged container,
-plus what isolate and nsjail refuse for cross-sandbox channels. Refused calls fail with EPERM (the
-program sees an ordinary error, never a kill it could mistake for a crash of ours); a syscall of
-another architecture (32-bit or x32 entry points) kills the process, libseccomp's default.
+A deny list over an allow-by-default filter, built with libseccomp: everything Docker's default
+profile refuses to an unprivileged container, plus what isolate and nsjail refuse for cross-sandbox
+channels. Refused calls fail with EPERM (the program sees an ordinary error, never a kill it could
+mistake for a crash of ours); a syscall of another architecture (32-bit or x32 entry points) kills
+the process, libseccomp's default.
 
 CUDA: the driver talks to ``/dev/nvidia*`` through ``ioctl`` and maps device memory with
 ``mmap``/``mremap``/``madvise``; ``CUDA_NEEDS`` lists them, and ``build`` refuses a deny list that
 touches one of them, so the GPU path stays an explicit, checked part of the filter. seccomp cannot
 look inside an ioctl's argument struct: the driver's own ioctl surface is what remains (see
 docs/security.md).
+
+The bindings: ``pyseccomp``, pinned at 0.1.2 (its last release, 2021). It is ctypes over the
+system's libseccomp.so.2 (Debian's libseccomp2, security-maintained), with the API of libseccomp's
+own Python bindings, which are not on PyPI (upstream ships them only with its source; Debian's
+python3-seccomp is built for the system Python, not a venv's). Every rule is compiled to BPF by
+libseccomp itself; pyseccomp only passes the calls. tests/worker/test_seccomp.py builds
+the filter with both and finds the same program, byte for byte; a new pyseccomp, or a move to
+libseccomp's bindings once a venv can install them, has to pass that and tests/sandbox/test_hostile.py.
 """
 
 import errno
 import functools
 import os
+from typing import Any
 
 # Refused outright (EPERM). Grouped by what they would give a job.
 DENIED = (
@@ -141,9 +150,14 @@ def program(allow: tuple[str, ...] = ()) -> bytes:
     """The filter as a BPF program, built once per process; ``allow`` takes calls off the deny
     list (only ever ``TEMPLATE_ALLOWS``)."""
     try:
-        import pyseccomp as seccomp
+        import pyseccomp
     except (ImportError, OSError) as exc:  # the bindings, or libseccomp.so.2 under them
         raise Unavailable(f"libseccomp is not available ({exc})") from exc
+    return build(pyseccomp, allow)
+
+
+def build(seccomp: Any, allow: tuple[str, ...] = ()) -> bytes:
+    """The program, built with ``seccomp``: a module with the API of libseccomp's Python bindings."""
     overlap = set(DENIED) & set(CUDA_NEEDS)
     if overlap:
         raise ValueError(f"the filter would break CUDA: {sorted(overlap)}")
