@@ -1,0 +1,38 @@
+"""requirements.lock says what `make install` installs: every requirement of pyproject.toml (the
+app's and the dev extra's) is pinned there, at a version its range allows. A range changed without
+`make lock` fails here, naming the package."""
+
+import tomllib
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from app.config import ROOT
+
+
+def locked() -> dict[str, Version]:
+    pins: dict[str, Version] = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = Version(version)
+    return pins
+
+
+def test_every_requirement_is_locked_within_its_range():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = locked()
+    wrong = []
+    for text in project["dependencies"] + project["optional-dependencies"]["dev"]:
+        req = Requirement(text)
+        pin = pins.get(canonicalize_name(req.name))
+        if pin is None or not req.specifier.contains(pin, prereleases=True):
+            wrong.append(f"{text} (locked: {pin})")
+    assert not wrong, f"not in requirements.lock as pyproject.toml asks (make lock): {wrong}"
+
+
+def test_torch_is_locked_without_a_build_label():
+    """So pip takes the CPU build where its file is at hand and the CUDA build elsewhere."""
+    assert locked()["torch"].local is None
