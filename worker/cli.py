@@ -13,7 +13,7 @@ import time
 
 from app import logs
 from app.config import LANGS, Settings, get_settings
-from app.lessons.content import ContentError, load_course
+from app.lessons.content import ContentError, Course, load_course
 from worker.harness import quiet
 
 
@@ -174,6 +174,8 @@ def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
         f"{sum(len(lesson.questions) for lesson in course.lessons)} quick-check questions, "
         f"{len(exercises)} exercises: content OK"
     )
+    if _prove_claims(course):
+        return 1
     failures = 0
     # warm sandboxes: torch is imported while the previous file runs
     with Grader.running(settings) as grader:
@@ -189,6 +191,29 @@ def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
         print(f"treino: {failures} of {len(exercises)} exercises failed their own proof", file=sys.stderr)
         return 1
     return 0
+
+
+def _prove_claims(course: Course) -> int:
+    """Run every CPU claim's proof (lessons/*/claims.yaml); the CUDA ones wait for `make gpu-check`.
+    Returns the number of proofs that failed."""
+    from app.lessons.proofs import prove
+
+    claims = course.claims
+    cpu = [claim for claim in claims if claim.device == "cpu"]
+    waiting = [claim for claim in claims if claim.device != "cpu"]
+    started = time.monotonic()
+    results = prove(cpu)
+    proven = sum(r.ok for r in results)
+    print(
+        f"treino: {proven} of {len(claims)} claims proven ({time.monotonic() - started:.1f} s on the CPU)"
+        + (f"; {len(waiting)} wait for a GPU (`make gpu-check`):" if waiting else "")
+    )
+    for claim in waiting:
+        print(f"  {claim.card.lesson}/{claim.id}: waiting for a GPU ({claim.proof.name})")
+    for r in results:
+        if not r.ok:
+            print(f"  {r.claim.card.lesson}/{r.claim.id}: FAILED ({r.claim.proof}): {r.error}")
+    return len(results) - proven
 
 
 def _glossary_problems(settings: Settings) -> int:

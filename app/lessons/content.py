@@ -9,6 +9,17 @@ Any problem raises ContentError with a one-line message naming the file.
 "Go further" cards: a card heading that ends with `{.further}` (`## Count tokens {.further}`) marks
 a card beyond the lesson's core. Those cards come after every core card, in both languages alike;
 the page shows them after the quick check (`LessonText.core_cards`, `LessonText.further_cards`).
+
+Taught before tested: every quiz question and every exercise names the core cards that teach what
+it asks (`taught_in:`, each a card of its own lesson by the anchor of its English heading, or of an
+earlier lesson as `lesson-slug#anchor`). A name that is not a core card of this or an earlier
+lesson is an error, so a question can never rest on a "Go further" card.
+
+Claims proven by running: each lesson's claims.yaml lists what the lesson says about PyTorch's
+behaviour, the card that says it, and a proof script beside the lesson (`proofs/*.py`, exit 0 when
+the claim holds) that runs on the CPU or, for `device: cuda`, under `make gpu-check`.
+
+The course ends with lessons/course.yaml: a recap of every lesson, in order, and where to go next.
 """
 
 from __future__ import annotations
@@ -18,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import yaml
 from markdown_it import MarkdownIt
@@ -41,6 +52,9 @@ from app.config import LANGS
 
 LESSON_DIR = re.compile(r"^(\d{2})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
 SLUG = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
+CARD_REF = r"^(?:[a-z0-9]+(?:-[a-z0-9]+)*#)?[a-z0-9]+(?:-[a-z0-9]+)*$"  # anchor, or lesson-slug#anchor
+COURSE_FILE = "course.yaml"
+CLAIMS_FILE = "claims.yaml"
 FENCE = re.compile(r"^(```|~~~)")
 FURTHER = re.compile(r"\s*\{\.further\}\s*$")
 M = TypeVar("M", bound="BaseModel")
@@ -87,6 +101,8 @@ def render_inline(text: str) -> str:
 
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 Slug = Annotated[str, StringConstraints(pattern=SLUG)]
+CardRefText = Annotated[str, StringConstraints(pattern=CARD_REF)]
+TaughtIn = Annotated[list[CardRefText], Field(min_length=1, max_length=6)]
 
 
 class _Strict(BaseModel):
@@ -120,6 +136,7 @@ class OptionFile(_Strict):
 
 class QuestionFile(_Strict):
     id: Slug
+    taught_in: TaughtIn
     prompt: Texts
     options: list[OptionFile] = Field(min_length=2, max_length=6)
 
@@ -164,9 +181,43 @@ class ExerciseFile(_Strict):
     title: Texts
     prompt: Texts
     hints: list[Texts] = Field(min_length=3, max_length=3)
+    taught_in: TaughtIn
     entry: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
     check: CheckFile
     limits: Limits = Field(default_factory=Limits)
+
+
+class ClaimFile(_Strict):
+    id: Slug
+    card: CardRefText  # the card that makes the claim, in this lesson
+    claim: NonEmpty  # what the proof shows, in one line (for course authors: English only)
+    proof: Annotated[str, StringConstraints(pattern=r"^proofs/[a-z0-9_]+\.py$")]
+    device: Literal["cpu", "cuda"] = "cpu"
+
+
+class ClaimsFile(_Strict):
+    claims: list[ClaimFile] = Field(min_length=1)
+
+    @field_validator("claims")
+    @classmethod
+    def _unique_ids(cls, claims: list[ClaimFile]) -> list[ClaimFile]:
+        _unique([c.id for c in claims], "claim id")
+        _unique([c.proof for c in claims], "proof")
+        return claims
+
+
+class RecapLessonFile(_Strict):
+    lesson: Slug
+    text: Texts
+
+
+class CourseFile(_Strict):
+    """lessons/course.yaml: the end of the course."""
+
+    recap_title: Texts
+    recap: list[RecapLessonFile] = Field(min_length=1)
+    next_title: Texts
+    next: list[Texts] = Field(min_length=1, max_length=8)
 
 
 def _unique(ids: list[str], what: str) -> None:
@@ -211,6 +262,34 @@ class LessonText:
 
 
 @dataclass(frozen=True)
+class CardRef:
+    """A core card: the lesson it is in and its place among that lesson's cards."""
+
+    lesson: str
+    index: int
+    anchor: str  # the English heading's anchor, as quiz.yaml and exercise.yaml name it
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    card: CardRef
+    text: str
+    proof: Path
+    device: str  # "cpu": `treino lessons check` runs it; "cuda": `make gpu-check` does
+
+
+@dataclass(frozen=True)
+class Closing:
+    """The end of the course: a recap of each lesson, in order, and where to go next (HTML)."""
+
+    recap_title: dict[str, str]
+    recap: tuple[tuple[str, dict[str, str]], ...]  # (lesson slug, its recap per language)
+    next_title: dict[str, str]
+    next: tuple[dict[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Option:
     id: str
     correct: bool
@@ -223,6 +302,7 @@ class Question:
     id: str
     prompt_html: dict[str, str]
     options: tuple[Option, ...]
+    taught_in: tuple[CardRef, ...] = ()
 
     def option(self, option_id: str) -> Option | None:
         return next((o for o in self.options if o.id == option_id), None)
@@ -247,6 +327,7 @@ class Exercise:
     limits: Limits
     starter: str
     prompt_html: dict[str, str] = field(compare=False, repr=False, default_factory=dict)
+    taught_in: tuple[CardRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -257,6 +338,7 @@ class Lesson:
     texts: dict[str, LessonText]
     questions: tuple[Question, ...]
     exercises: tuple[Exercise, ...]
+    claims: tuple[Claim, ...] = ()
 
     def text(self, lang: str) -> LessonText:
         return self.texts[lang]
@@ -268,6 +350,11 @@ class Lesson:
 @dataclass(frozen=True)
 class Course:
     lessons: tuple[Lesson, ...]
+    closing: Closing | None = None
+
+    @property
+    def claims(self) -> list[Claim]:
+        return [claim for lsn in self.lessons for claim in lsn.claims]
 
     def lesson(self, slug: str) -> Lesson | None:
         return next((lsn for lsn in self.lessons if lsn.slug == slug), None)
@@ -292,26 +379,65 @@ class Course:
 def load_course(root: Path) -> Course:
     if not root.is_dir():
         raise ContentError(f"{root}: lessons folder not found")
-    lessons = []
+    lessons: list[Lesson] = []
     for path in sorted(p for p in root.iterdir() if p.is_dir()):
         match = LESSON_DIR.match(path.name)
         if not match:
             raise ContentError(f"{path}: lesson folders are named NN-slug (e.g. 02-gradient-accumulation)")
-        lessons.append(_load_lesson(path, int(match[1]), match[2]))
+        lessons.append(_load_lesson(path, int(match[1]), match[2], lessons))
     if not lessons:
         raise ContentError(f"{root}: no lessons found")
     numbers = [lsn.number for lsn in lessons]
     if numbers != list(range(1, len(lessons) + 1)):
         raise ContentError(f"{root}: lessons must be numbered 01, 02, … without gaps (found {numbers})")
-    return Course(tuple(lessons))
+    return Course(tuple(lessons), _load_closing(root / COURSE_FILE, lessons))
 
 
-def _load_lesson(path: Path, number: int, slug: str) -> Lesson:
+def _load_closing(path: Path, lessons: list[Lesson]) -> Closing:
+    spec = _load_yaml(path, CourseFile)
+    slugs = [lsn.slug for lsn in lessons]
+    if [r.lesson for r in spec.recap] != slugs:
+        raise ContentError(f"{path}: recap: one entry per lesson, in the course's order: {slugs}")
+    return Closing(
+        recap_title=_inline_texts(spec.recap_title),
+        recap=tuple((r.lesson, _block_texts(r.text)) for r in spec.recap),
+        next_title=_inline_texts(spec.next_title),
+        next=tuple(_inline_texts(t) for t in spec.next),
+    )
+
+
+def _resolve(path: Path, where: str, ref: str, own: tuple[str, LessonText], earlier: list[Lesson]) -> CardRef:
+    """A `taught_in` or claim name → the core card it names, in this lesson or an earlier one."""
+    slug, text = own
+    lesson_slug, _, anchor = ref.rpartition("#")
+    if lesson_slug and lesson_slug != slug:
+        found = next((lsn for lsn in earlier if lsn.slug == lesson_slug), None)
+        if found is None:
+            raise ContentError(f"{path}: {where}: {ref!r}: {lesson_slug!r} is not a lesson before this one")
+        text = found.text(LANGS[0])
+    cards = [card.anchor for card in text.cards]
+    if anchor not in cards:
+        raise ContentError(
+            f"{path}: {where}: {ref!r} names no card of lesson {lesson_slug or slug} "
+            f"(a card is named by its {LANGS[0]} heading's anchor: {', '.join(cards)})"
+        )
+    index = cards.index(anchor)
+    if text.cards[index].further:
+        raise ContentError(
+            f'{path}: {where}: {ref!r} is a "Go further" card; what a quick check or an exercise asks '
+            "is taught in a core card"
+        )
+    return CardRef(lesson_slug or slug, index, anchor)
+
+
+def _load_lesson(path: Path, number: int, slug: str, earlier: list[Lesson]) -> Lesson:
     texts = {lang: _load_lesson_text(path / f"lesson.{lang}.md") for lang in LANGS}
     first, *others = LANGS
     for lang in others:
         _check_parallel(path / f"lesson.{lang}.md", texts[first], texts[lang])
-    quiz = _load_yaml(path / "quiz.yaml", QuizFile)
+    own = (slug, texts[first])
+    quiz_path = path / "quiz.yaml"
+    quiz = _load_yaml(quiz_path, QuizFile)
     questions = tuple(
         Question(
             id=q.id,
@@ -320,16 +446,37 @@ def _load_lesson(path: Path, number: int, slug: str) -> Lesson:
                 Option(o.id, o.correct, _inline_texts(o.text), _inline_texts(o.explanation))
                 for o in q.options
             ),
+            taught_in=tuple(
+                _resolve(quiz_path, f"questions.{i}.taught_in", ref, own, earlier) for ref in q.taught_in
+            ),
         )
-        for q in quiz.questions
+        for i, q in enumerate(quiz.questions)
     )
     ex_root = path / "exercises"
     exercises = (
-        tuple(_load_exercise(p, slug) for p in sorted(ex_root.iterdir()) if p.is_dir())
+        tuple(_load_exercise(p, own, earlier) for p in sorted(ex_root.iterdir()) if p.is_dir())
         if ex_root.is_dir()
         else ()
     )
-    return Lesson(number, slug, path, texts, questions, exercises)
+    return Lesson(number, slug, path, texts, questions, exercises, _load_claims(path, own))
+
+
+def _load_claims(path: Path, own: tuple[str, LessonText]) -> tuple[Claim, ...]:
+    claims_path = path / CLAIMS_FILE
+    spec = _load_yaml(claims_path, ClaimsFile)
+    claims = []
+    for i, c in enumerate(spec.claims):
+        proof = path / c.proof
+        if not proof.is_file():
+            raise ContentError(f"{claims_path}: claims.{i}.proof: {proof} is missing")
+        where = f"claims.{i}.card"
+        lesson_slug, _, anchor = c.card.rpartition("#")
+        cards = [card.anchor for card in own[1].cards]
+        if lesson_slug and lesson_slug != own[0] or anchor not in cards:
+            raise ContentError(f"{claims_path}: {where}: {c.card!r} names no card of this lesson")
+        index = cards.index(anchor)
+        claims.append(Claim(c.id, CardRef(own[0], index, anchor), c.claim, proof, c.device))
+    return tuple(claims)
 
 
 def _load_lesson_text(path: Path) -> LessonText:
@@ -425,10 +572,13 @@ def _check_parallel(path: Path, reference: LessonText, other: LessonText) -> Non
         )
 
 
-def _load_exercise(path: Path, lesson_slug: str) -> Exercise:
+def _load_exercise(path: Path, own: tuple[str, LessonText], earlier: list[Lesson]) -> Exercise:
+    lesson_slug = own[0]
     if not re.match(SLUG, path.name):
         raise ContentError(f"{path}: exercise folders are named with a lowercase slug")
-    spec = _load_yaml(path / "exercise.yaml", ExerciseFile)
+    spec_path = path / "exercise.yaml"
+    spec = _load_yaml(spec_path, ExerciseFile)
+    taught_in = tuple(_resolve(spec_path, "taught_in", ref, own, earlier) for ref in spec.taught_in)
     for required in ("starter.py", "solution.py"):
         if not (path / required).is_file():
             raise ContentError(f"{path / required}: missing")
@@ -446,6 +596,7 @@ def _load_exercise(path: Path, lesson_slug: str) -> Exercise:
         limits=spec.limits,
         starter=_read(path / "starter.py"),
         prompt_html={lang: render_markdown(spec.prompt.get(lang)) for lang in LANGS},
+        taught_in=taught_in,
     )
 
 
@@ -455,6 +606,10 @@ def _plain_texts(texts: Texts) -> dict[str, str]:
 
 def _inline_texts(texts: Texts) -> dict[str, str]:
     return {lang: render_inline(texts.get(lang)) for lang in LANGS}
+
+
+def _block_texts(texts: Texts) -> dict[str, str]:
+    return {lang: render_markdown(texts.get(lang)) for lang in LANGS}
 
 
 def _read(path: Path) -> str:
