@@ -3,6 +3,7 @@
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LANGS = ("en", "pt-BR")
 DEFAULT_LANG = "en"
 DEV_SECRET = "dev-only-not-secret"
+DEV_URL = "http://127.0.0.1:8000"  # `make run`'s
 
 
 class Settings(BaseSettings):
@@ -54,21 +56,53 @@ class Settings(BaseSettings):
     smtp_password: SecretStr = SecretStr("")
     smtp_tls: Literal["starttls", "ssl", "none"] = "starttls"
     smtp_from: str = "treino <treino@localhost>"
-    public_url: str = "http://127.0.0.1:8000"
-    # Proxies whose X-Forwarded-Proto/For uvicorn believes ("*" behind your own load balancer).
-    forwarded_allow_ips: str = "127.0.0.1"
+    # PUBLIC_URL is where learners reach the tutor: every link in a mail (and the CLI's) is built
+    # from it, never from a request's Host. Required in production; unset, `treino serve` derives
+    # it from --host/--port. Requests for any other host are refused (400), but for ALLOWED_HOSTS
+    # (comma-separated, e.g. the address a health check uses) and, in development, localhost.
+    public_url: str | None = None
+    allowed_hosts: str = ""
+    # Proxies whose X-Forwarded-Proto/For are believed (comma-separated addresses or networks, "*"
+    # behind your own load balancer); none by default: a client sending X-Forwarded-For to a
+    # tutor without a proxy in front would otherwise choose the address every limit counts by.
+    forwarded_allow_ips: str = ""
     # /metrics answers only requests that send this as `Authorization: Bearer <token>`; unset:
     # open to anyone who can reach it (keep it off the public network then).
     metrics_token: SecretStr | None = None
     # Fair use: code sent for grading per client IP (proxy-aware) in 10 minutes, over all the
     # learners behind it; each learner also has at most one submission waiting at a time.
     submissions_per_ip: int = Field(default=30, ge=1)
+    # Jobs waiting at once from one anonymous client (an IPv4 address or an IPv6 /64), whatever
+    # its cookies: a signed-in learner has one each, so signing in lifts this.
+    queued_per_client: int = Field(default=4, ge=1)
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> "Settings":
         if self.env == "production" and self.secret_key.get_secret_value() in ("", DEV_SECRET):
             raise ValueError("TREINO_SECRET_KEY must be set to a long random value in production")
+        if self.public_url is not None:
+            parts = urlsplit(self.public_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+                raise ValueError(
+                    "TREINO_PUBLIC_URL must be an http(s) address, like https://treino.example.org"
+                )
+        elif self.env == "production":
+            raise ValueError("TREINO_PUBLIC_URL must be set in production: mail links are built from it")
         return self
+
+    def site_url(self) -> str:
+        """Where learners reach the tutor, without a trailing slash (PUBLIC_URL, else `make run`'s)."""
+        return (self.public_url or DEV_URL).rstrip("/")
+
+    def trusted_hosts(self) -> list[str]:
+        """The Host values requests may carry: PUBLIC_URL's, ALLOWED_HOSTS, and in development
+        localhost by any name (and Starlette's test client's)."""
+        public = urlsplit(self.site_url()).hostname or ""
+        hosts = [f"[{public}]" if ":" in public else public]  # an IPv6 Host is bracketed
+        hosts += [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
+        if self.env == "development":
+            hosts += ["localhost", "127.0.0.1", "[::1]", "testserver"]
+        return list(dict.fromkeys(hosts))
 
 
 @lru_cache

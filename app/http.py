@@ -1,6 +1,7 @@
 """What a request is and where it leads: the API's or a page's, htmx's or not, over HTTPS or not,
 from which client, sent from which page; and the redirect that suits it."""
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
@@ -27,9 +28,24 @@ def is_https(request: Request) -> bool:
 
 
 def client_ip(request: Request) -> str:
-    """The client's address. Behind a proxy that uvicorn trusts (TREINO_FORWARDED_ALLOW_IPS), the
-    address the proxy forwarded (X-Forwarded-For), not the proxy's own."""
-    return request.client.host if request.client else "unknown"
+    """The client every per-client limit and the queue's fairness count by: its IPv4 address, or
+    its IPv6 /64 (one subscriber holds 2^64 addresses). Behind a proxy named in
+    TREINO_FORWARDED_ALLOW_IPS, the address that proxy forwarded (X-Forwarded-For), not its own."""
+    return client_key(request.client.host if request.client else "")
+
+
+def client_key(host: str) -> str:
+    """`host` as a client: an IPv6 address as its /64 ("2001:db8:1:2::/64"), an IPv4-mapped one
+    as the IPv4 address; a name that is not an address as it is."""
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return host or "unknown"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 def safe_next(value: str | None) -> str:

@@ -8,6 +8,8 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import sessionmaker
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import errors
 from app import models as _every_table  # noqa: F401  (adoption, export and deletion walk them all)
@@ -69,6 +71,11 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     # every response, errors too, has a language
     app.add_middleware(RequestContext, authenticate=auth.authenticate_request, ended=auth.session_ended)
+    # a request for a host that is not this tutor's is refused (400): nothing can be made to
+    # point elsewhere by a Host header; X-Forwarded-For/-Proto are believed from the proxies named
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.trusted_hosts(), www_redirect=False)
+    if settings.forwarded_allow_ips:
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.forwarded_allow_ips)
     app.add_middleware(SecurityHeaders)  # outermost: on every response
     return app
 

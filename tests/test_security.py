@@ -319,22 +319,171 @@ def test_metrics_can_be_closed_with_a_token(settings, _course):
         assert client.get("/metrics").status_code == 200, "open when no token is set"
 
 
-def test_cookie_less_visitors_from_one_address_cannot_flood_the_queue(settings, _course):
-    """Behind a proxy uvicorn believes (TREINO_FORWARDED_ALLOW_IPS), the forwarded address counts."""
-    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+SUBMIT_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 
+
+def _submitter(app, peer: str = "127.0.0.1"):
+    """A cookie-less learner each time (a new visitor), connecting from `peer`, sending the
+    X-Forwarded-For it likes."""
+
+    def submit(forwarded: str | None = None, lang: str = "en"):
+        headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+        with TestClient(app, client=(peer, 1)) as fresh:
+            return fresh.post(SUBMIT_URL, params={"lang": lang}, json={"code": "x = 1"}, headers=headers)
+
+    return submit
+
+
+def _finish_all(app) -> None:
+    """A worker graded every job: none waits any more (the per-client queued cap is not reached)."""
+    from sqlalchemy import update
+
+    from app.submissions.models import Submission
+
+    with app.state.sessionmaker.begin() as db:
+        db.execute(update(Submission).values(status="passed", active_owner=None))
+
+
+def test_cookie_less_visitors_from_one_address_cannot_flood_the_queue(settings, _course):
+    """Behind a proxy named in TREINO_FORWARDED_ALLOW_IPS, the forwarded address counts."""
     from app.main import create_app
 
-    app = create_app(settings.model_copy(update={"submissions_per_ip": 3}), course=_course)
-    proxied = ProxyHeadersMiddleware(app, trusted_hosts="127.0.0.1")
-    url = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
-
-    def submit(address: str):
-        with TestClient(proxied, client=("127.0.0.1", 1)) as fresh:  # no cookie: a new learner each time
-            return fresh.post(url, json={"code": "x = 1"}, headers={"X-Forwarded-For": address})
-
+    app = create_app(
+        settings.model_copy(update={"submissions_per_ip": 3, "forwarded_allow_ips": "127.0.0.1"}),
+        course=_course,
+    )
+    submit = _submitter(app)
     assert [submit("203.0.113.9").status_code for _ in range(3)] == [202] * 3
+    _finish_all(app)
     refused = submit("203.0.113.9")
     assert refused.status_code == 429 and refused.json()["code"] == "throttled"
     assert 9 * 60 < int(refused.headers["Retry-After"]) <= 10 * 60
     assert submit("198.51.100.7").status_code == 202, "another address is not held back"
+    assert submit("203.0.113.9, 198.51.100.99").status_code == 202, (
+        "the proxy's own entry is the one believed"
+    )
+
+
+def test_without_a_proxy_configured_x_forwarded_for_changes_nothing(settings, _course):
+    """The default trusts no proxy: a client on 127.0.0.1 (`make run`'s own machine) sending a
+    fresh X-Forwarded-For each time is still one client (it was 0 of 25 throttled with 127.0.0.1
+    trusted by default, against 15 of 25 without the header)."""
+    from app.main import create_app
+
+    assert settings.forwarded_allow_ips == ""
+    app = create_app(
+        settings.model_copy(update={"submissions_per_ip": 10, "queued_per_client": 100}), course=_course
+    )
+    submit = _submitter(app)
+    statuses = [submit(f"198.51.100.{n}").status_code for n in range(25)]
+    assert statuses.count(429) == 15
+
+
+def test_fresh_ipv6_addresses_of_one_64_are_one_client(settings, _course):
+    from app.main import create_app
+
+    app = create_app(
+        settings.model_copy(update={"submissions_per_ip": 3, "queued_per_client": 100}), course=_course
+    )
+    statuses = []
+    for n in range(5):
+        with TestClient(app, client=(f"2001:db8:1:2:{n:x}::{n + 7:x}", 1)) as fresh:
+            statuses.append(fresh.post(SUBMIT_URL, json={"code": "x = 1"}).status_code)
+    assert statuses == [202] * 3 + [429] * 2
+    with TestClient(app, client=("2001:db8:1:3::1", 1)) as neighbour:
+        assert neighbour.post(SUBMIT_URL, json={"code": "x = 1"}).status_code == 202, (
+            "the next /64 is another"
+        )
+
+
+def test_an_anonymous_client_holds_a_few_queued_jobs_and_is_told_why(settings, _course):
+    """Fresh cookies per submission from one address: past TREINO_QUEUED_PER_CLIENT waiting jobs
+    the next is refused, saying why and what to do (both languages); a signed-in learner from the
+    same address still gets a place; once a job is graded, a place is free again."""
+    from app.main import create_app
+
+    app = create_app(settings.model_copy(update={"queued_per_client": 2}), course=_course)
+    submit = _submitter(app, peer="203.0.113.9")
+    assert [submit().status_code for _ in range(2)] == [202, 202]
+    refused = submit()
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == "30"
+    assert refused.json()["message"].startswith("Too much code from your network is waiting")
+    assert "sign in" in refused.json()["message"]
+    pt = submit(lang="pt-BR").json()["message"]
+    assert pt.startswith("Código demais da sua rede") and "entre na sua conta" in pt
+    with TestClient(app, client=("203.0.113.9", 1)) as page:
+        arm_csrf(page)
+        form = page.post(
+            "/lessons/gradient-accumulation/exercises/accumulate/submissions",
+            data={"code": "x = 1"},
+            headers={"HX-Request": "true"},
+        )
+        assert form.status_code == 429
+        assert "Too much code from your network" in html(form).get_text()
+        page.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
+        token = page.post("/api/tokens", json={"email": "ana@example.com", "password": PASSWORD}).json()[
+            "token"
+        ]
+        signed_in = page.post(
+            SUBMIT_URL, json={"code": "x = 1"}, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert signed_in.status_code == 202, "signing in lifts the cap"
+    _finish_all(app)
+    assert submit().status_code == 202
+
+
+# ---------------------------------------------------------------- treino check's plain output
+
+
+def test_treino_check_shows_terminal_escapes_in_the_learners_output_instead_of_obeying_them(
+    tmp_path, monkeypatch, capsys
+):
+    """Window title, clipboard (OSC 52), clear screen, a carriage return over the verdict line,
+    a bidi override: written out in the plain verdict; --json escapes them as JSON does."""
+    import contextlib
+    import json
+
+    from app.submissions.verdict import record
+    from worker import cli, grading
+
+    hostile = "\x1b]0;pwned\x07\x1b]52;c;ZWNobyBoaQ==\x07\x1b[2J\rpassed\u202e\x9b31m\nline two\tend"
+
+    class Fake:
+        def grade(self, exercise, code):
+            return record(exercise.id, "failed", output=hostile)
+
+    monkeypatch.setattr(
+        grading.Grader, "running", classmethod(lambda cls, *a, **k: contextlib.nullcontext(Fake()))
+    )
+    program = tmp_path / "loop.py"
+    program.write_text("print('hi')\n")
+    assert cli.main(["check", "gradient-accumulation/accumulate", str(program)]) == 1
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\r\x9b\u202e")
+    assert "\\x1b]52;c;ZWNobyBoaQ==\\x07\\x1b[2J" in out and "passed\\u202e\\x9b31m" in out
+    assert "line two\tend" in out, "newlines and tabs stay"
+    assert cli.main(["check", "gradient-accumulation/accumulate", str(program), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["output"] == hostile
+
+
+# ---------------------------------------------------------------- the public URL, allowed hosts
+
+
+def test_production_needs_a_public_url_and_allows_only_its_host(tmp_path):
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
+    secret = {"env": "production", "secret_key": SecretStr("x" * 40), "_env_file": None}
+    with pytest.raises(ValidationError, match="TREINO_PUBLIC_URL must be set in production"):
+        Settings(**secret)
+    with pytest.raises(ValidationError, match="TREINO_PUBLIC_URL must be an http"):
+        Settings(**secret, public_url="treino.example.org")
+    live = Settings(**secret, public_url="https://treino.example.org/", allowed_hosts="127.0.0.1, Web-1")
+    assert live.site_url() == "https://treino.example.org"
+    assert live.trusted_hosts() == ["treino.example.org", "127.0.0.1", "web-1"], "no localhost in production"
+    dev = Settings(_env_file=None)
+    assert dev.site_url() == "http://127.0.0.1:8000" and "localhost" in dev.trusted_hosts()
+    assert (
+        Settings(_env_file=None, public_url="http://[2001:db8::5]:8000").trusted_hosts()[0] == "[2001:db8::5]"
+    )

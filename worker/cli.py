@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import ctypes
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -84,6 +85,10 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
     if not args.no_worker:
         isolation(settings.sandbox)  # TREINO_SANDBOX=bwrap without a working bwrap: stop here
+    if settings.public_url is None:  # development: learners reach it where it listens
+        local = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        local = f"[{local}]" if ":" in local else local
+        settings = settings.model_copy(update={"public_url": f"http://{local}:{args.port}"})
     app = create_app(settings)  # validates the lessons before anything listens
     upgrade(settings.database_url)
     print(f"treino: serving http://{args.host}:{args.port}", file=sys.stderr)
@@ -95,9 +100,8 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
             app,
             host=args.host,
             port=args.port,
-            proxy_headers=True,
+            proxy_headers=False,  # the app believes X-Forwarded-* itself, from the proxies named
             log_config=None,
-            forwarded_allow_ips=settings.forwarded_allow_ips,
         )
     return 0
 
@@ -126,8 +130,19 @@ def _check(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(render(verdict, args.lang), ensure_ascii=False, indent=2))
     else:
-        print(format_verdict(verdict, args.lang))
+        print(printable(format_verdict(verdict, args.lang)))
     return 0 if verdict["status"] == "passed" else 1
+
+
+# C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides: what a learner's
+# output could use to retitle the window, fill the clipboard (OSC 52), clear or redraw the screen
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with every terminal control written out as an escape (ESC as \\x1b), so that the
+    learner's output in a plain verdict is shown, never obeyed, by the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 256 else f"\\u{ord(m[0]):04x}", text)
 
 
 def _db_upgrade(settings: Settings, _args: argparse.Namespace) -> int:
@@ -157,7 +172,7 @@ def _reset_password(settings: Settings, args: argparse.Namespace) -> int:
             email = user.email
     finally:
         engine.dispose()
-    print(f"{settings.public_url.rstrip('/')}/reset-password?token={token}")
+    print(lifecycle.reset_link(settings, token))
     print(f"treino: give this link to {email}: it sets a new password once, within an hour", file=sys.stderr)
     return 0
 

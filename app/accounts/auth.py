@@ -2,6 +2,10 @@
 cookie, and the hooks main.py gives the request middleware to authenticate a request and to
 answer one whose session has ended. The services beside this module know nothing of HTTP."""
 
+import hashlib
+import hmac
+import secrets
+from base64 import urlsafe_b64encode
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -12,13 +16,15 @@ from starlette.responses import Response
 from app import i18n
 from app.accounts.models import User
 from app.accounts.ownership import Learner
+from app.accounts.passwords import normalize_email
 from app.accounts.sessions import SESSION_LIFETIME, Auth, Via, authenticate
 from app.errors import Redirect, error_response
 from app.http import here, is_api, is_https, redirect
 from app.i18n import gettext as _
-from app.middleware import visitor_cookie
+from app.middleware import YEAR, visitor_cookie
 
 SESSION_COOKIE = "treino_session"
+DEVICE_COOKIE = "treino_device"
 
 
 async def get_learner(request: Request) -> Learner:
@@ -80,6 +86,38 @@ def forget_browser(request: Request, response: Response) -> None:
     secure = is_https(request)
     response.delete_cookie(visitor_cookie(secure), httponly=True, samesite="lax", secure=secure)
     response.headers["Clear-Site-Data"] = '"storage"'
+
+
+# ---------------------------------------------------------------- the device cookie
+
+
+def device_cookie(secure: bool) -> str:
+    return f"__Host-{DEVICE_COOKIE}" if secure else DEVICE_COOKIE
+
+
+def _device_mac(request: Request, nonce: str, email: str) -> str:
+    secret = request.app.state.settings.secret_key.get_secret_value()
+    digest = hmac.new(secret.encode(), f"device:{nonce}:{normalize_email(email)}".encode(), hashlib.sha256)
+    return urlsafe_b64encode(digest.digest()[:18]).decode()
+
+
+def remember_device(request: Request, response: Response, email: str) -> None:
+    """This browser signed in to `email`'s account: from now on its sign-ins there do not wait
+    for failures elsewhere (app/accounts/service.py). Kept at sign-out: it is the way back in."""
+    secure = is_https(request)
+    nonce = secrets.token_urlsafe(18)
+    value = f"{nonce}.{_device_mac(request, nonce, email)}"
+    response.set_cookie(
+        device_cookie(secure), value, max_age=YEAR, httponly=True, samesite="lax", secure=secure
+    )
+
+
+def known_device(request: Request, email: str) -> str | None:
+    """The id of this browser when it signed in to `email`'s account before, else None."""
+    nonce, _sep, mac = request.cookies.get(device_cookie(is_https(request)), "").partition(".")
+    if not nonce or not hmac.compare_digest(mac.encode(), _device_mac(request, nonce, email).encode()):
+        return None
+    return nonce
 
 
 # ---------------------------------------------------------------- the middleware's hooks

@@ -8,20 +8,29 @@ the password changes, so it works once.
 
 import hashlib
 import hmac
+import logging
+import smtplib
 from base64 import urlsafe_b64encode
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from sqlalchemy import delete, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from app import i18n
+from app.accounts import throttling
+from app.accounts.mail import Mailer
 from app.accounts.models import User
 from app.accounts.ownership import owned_tables
-from app.accounts.passwords import AccountError, check_new_password, hash_password
-from app.accounts.service import confirm_password
+from app.accounts.passwords import AccountError, check_new_password, hash_password, normalize_email
+from app.accounts.service import confirm_password, find_user
 from app.accounts.sessions import end_sessions
+from app.config import Settings
 from app.db import aware, utcnow
 from app.i18n import gettext as _
+
+log = logging.getLogger(__name__)
 
 RESET_LIFETIME = timedelta(hours=1)
 RESET_WINDOW = timedelta(hours=1)
@@ -39,6 +48,46 @@ def reset_token(user: User, secret: str, now: datetime | None = None) -> str:
     expires = int(((now or utcnow()) + RESET_LIFETIME).timestamp())
     payload = f"{user.id}.{expires}"
     return f"{payload}.{_mac(secret, payload, user.password_hash)}"
+
+
+def reset_link(settings: Settings, token: str) -> str:
+    """The link a reset token travels in: under TREINO_PUBLIC_URL, never a request's Host."""
+    return f"{settings.site_url()}/reset-password?{urlencode({'token': token})}"
+
+
+def mail_reset_link(
+    sessions: sessionmaker[Session], sender: Mailer, settings: Settings, email: str, lang: str
+) -> None:
+    """Mail `email` a reset link if it has an account and was not sent RESETS_PER_EMAIL links
+    this hour. Run after the answer was sent (the forgot-password page answers every address
+    alike, at once), so neither the answer nor its timing says whether the address is known."""
+    i18n.set_lang(lang)
+    digest = hashlib.sha256(normalize_email(email).encode()).hexdigest()[:40]  # no address at rest
+    with sessions.begin() as session:
+        user = find_user(session, email)
+        if user is None or throttling.retry_after(
+            session, f"reset-email:{digest}", RESETS_PER_EMAIL, RESET_WINDOW
+        ):
+            return
+        throttling.hit(session, f"reset-email:{digest}", RESET_WINDOW)
+        to, link = user.email, reset_link(settings, reset_token(user, settings.secret_key.get_secret_value()))
+    try:
+        _send_reset(sender, to, link)
+    except (OSError, smtplib.SMTPException):  # the learner was answered already: the log says it
+        log.exception("the password reset mail could not be sent")
+
+
+def _send_reset(sender: Mailer, to: str, link: str) -> None:
+    sender.send(
+        to,
+        _("Your treino password"),
+        _(
+            "Someone, probably you, asked to choose a new password for your treino account.\n\n"
+            "Open this link within an hour to choose it (it works once):\n%(link)s\n\n"
+            "If it was not you, ignore this message: your password stays as it is."
+        )
+        % {"link": link},
+    )
 
 
 def _invalid() -> AccountError:

@@ -1,13 +1,19 @@
 import json
 from typing import Annotated
-from urllib.parse import urlencode
 
-from fastapi import APIRouter, Form, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Form, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
 from app.accounts import lifecycle, mail, service, sessions, throttling
-from app.accounts.auth import LearnerDep, UserDep, forget_browser, set_session_cookie
+from app.accounts.auth import (
+    LearnerDep,
+    UserDep,
+    forget_browser,
+    known_device,
+    remember_device,
+    set_session_cookie,
+)
 from app.accounts.models import User
 from app.accounts.passwords import PASSWORD_MIN, AccountError
 from app.accounts.schemas import AccountOut, Credentials, NewAccount, TokenOut
@@ -57,6 +63,7 @@ def _signed_in(request: Request, session: Session, user: User, next_url: str) ->
     rotate_visitor(request)  # what the old visitor id did is the account's now
     response = RedirectResponse(next_url, status_code=303)
     set_session_cookie(request, response, token)
+    remember_device(request, response, user.email)
     return response
 
 
@@ -107,7 +114,9 @@ def sign_in(
 ):
     next_url = safe_next(next)
     try:
-        user = service.check_password(session, email, password, ip=client_ip(request))
+        user = service.check_password(
+            session, email, password, ip=client_ip(request), device=known_device(request, email)
+        )
     except AccountError as e:
         return _form_page(request, "sign_in.html", 400, error=e, email=email, next_url=next_url, notice=None)
     except Throttled as e:
@@ -172,9 +181,9 @@ def forgot_password_page(request: Request):
 
 
 @router.post("/forgot-password", response_class=HTMLResponse, include_in_schema=False)
-def forgot_password(request: Request, session: SessionDep, email: FormText = ""):
-    """A one-time link by e-mail. The answer is the same whether or not the address has an
-    account, so this page tells nobody who is registered."""
+def forgot_password(request: Request, session: SessionDep, tasks: BackgroundTasks, email: FormText = ""):
+    """A one-time link by e-mail. The answer is the same, and as quick, whether or not the address
+    has an account: it is given before anything looks the address up (the mail goes after it)."""
     sender = _mailer(request)
     if sender is None:
         return _form_page(request, "forgot_password.html", 503, can_mail=False, sent=False)
@@ -182,30 +191,14 @@ def forgot_password(request: Request, session: SessionDep, email: FormText = "")
         throttling.spend(
             session, f"reset-ip:{client_ip(request)}", lifecycle.RESETS_PER_IP, lifecycle.RESET_WINDOW
         )
-        user = service.find_user(session, email)
-        if user is not None:
-            throttling.spend(
-                session, f"reset-email:{user.id}", lifecycle.RESETS_PER_EMAIL, lifecycle.RESET_WINDOW
-            )
     except Throttled as e:
         return _form_page(
             request, "forgot_password.html", 429, error=e, can_mail=True, sent=False, email=email
         )
-    if user is not None:
-        link = (
-            f"{request.url_for('reset_password_page')}?"
-            f"{urlencode({'token': lifecycle.reset_token(user, _secret(request))})}"
-        )
-        sender.send(
-            user.email,
-            _("Your treino password"),
-            _(
-                "Someone, probably you, asked to choose a new password for your treino account.\n\n"
-                "Open this link within an hour to choose it (it works once):\n%(link)s\n\n"
-                "If it was not you, ignore this message: your password stays as it is."
-            )
-            % {"link": link},
-        )
+    state = request.app.state
+    tasks.add_task(
+        lifecycle.mail_reset_link, state.sessionmaker, sender, state.settings, email, request.state.lang
+    )
     return _form_page(request, "forgot_password.html", can_mail=True, sent=True)
 
 
@@ -319,7 +312,13 @@ def create_account(
 def create_token(request: Request, body: Credentials, session: SessionDep) -> TokenOut:
     """Sign in: a bearer token for the other `/api` calls."""
     try:
-        user = service.check_password(session, body.email, body.password, ip=client_ip(request))
+        user = service.check_password(
+            session,
+            body.email,
+            body.password,
+            ip=client_ip(request),
+            device=known_device(request, body.email),
+        )
     except AccountError as e:
         session.commit()  # the failure counts although the answer is an error
         raise ApiError(

@@ -30,10 +30,14 @@ from app.accounts.throttling import Throttled
 from app.i18n import gettext as _
 
 SIGN_IN_WINDOW = timedelta(minutes=15)
-# Failures count per (address, client IP) and per client IP, never per address alone: then
-# nobody elsewhere can lock the owner out of an account by failing to sign in to it.
-SIGN_IN_FAILURES_PER_EMAIL = 10  # from one client IP
+# Failures count per (address, client IP) and per client IP, with a cap each; and per address
+# from everywhere, as a delay that doubles with each failure past a few (never a lockout: the
+# owner's own browser, known by the device cookie a sign-in there left, does not wait for it).
+SIGN_IN_FAILURES_PER_EMAIL = 10  # from one client IP (or one known device)
 SIGN_IN_FAILURES_PER_IP = 50  # higher: a classroom shares one address
+ACCOUNT_FREE_FAILURES = 5  # per address from all clients, before each try waits 1, 2, 4… s
+ACCOUNT_WINDOW = timedelta(hours=1)
+ACCOUNT_LONGEST_WAIT = timedelta(minutes=15)
 SIGN_UP_WINDOW = timedelta(hours=1)
 SIGN_UPS_PER_IP = 20
 
@@ -74,14 +78,25 @@ def find_user(session: Session, email: str) -> User | None:
     return session.scalar(select(User).where(User.email == normalize_email(email)))
 
 
-def check_password(session: Session, email: str, password: str, *, ip: str) -> User:
+def check_password(
+    session: Session, email: str, password: str, *, ip: str, device: str | None = None
+) -> User:
     """The account for these credentials. The refusal is the same whether or not the address is
-    registered, and takes as long; failures are counted per (address, client address) and per
-    client address, in the session: a caller that answers the refusal with an error (and so a
-    rollback) commits first, or the failure is not counted."""
+    registered, and takes as long. Failures are counted per (address, client address), per
+    client address, and per address from everywhere (a growing delay, which `device`, a browser
+    where this account signed in before, is spared: its failures count per device instead). In
+    the session: a caller that answers the refusal with an error (and so a rollback) commits
+    first, or the failure is not counted."""
     email = normalize_email(email)[:EMAIL_MAX]
     keys = [(_email_key(email, ip), SIGN_IN_FAILURES_PER_EMAIL), (f"signin-ip:{ip}", SIGN_IN_FAILURES_PER_IP)]
+    if device is not None:
+        keys.append((f"signin-device:{_digest(device)}", SIGN_IN_FAILURES_PER_EMAIL))
+    account = f"signin-email:{_digest(email)}"
     waits = [throttling.retry_after(session, key, limit, SIGN_IN_WINDOW) for key, limit in keys]
+    if device is None:
+        waits.append(
+            throttling.delay(session, account, ACCOUNT_FREE_FAILURES, ACCOUNT_WINDOW, ACCOUNT_LONGEST_WAIT)
+        )
     if any(waits):
         raise Throttled(max(w for w in waits if w))
     user = find_user(session, email)
@@ -89,6 +104,7 @@ def check_password(session: Session, email: str, password: str, *, ip: str) -> U
     if user is None or not valid:
         for key, _limit in keys:
             throttling.hit(session, key, SIGN_IN_WINDOW)
+        throttling.hit(session, account, ACCOUNT_WINDOW)
         raise AccountError(_("Wrong e-mail or password."))
     if new_hash:
         user.password_hash = new_hash
@@ -96,9 +112,12 @@ def check_password(session: Session, email: str, password: str, *, ip: str) -> U
     return user
 
 
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:40]  # no address at rest
+
+
 def _email_key(email: str, ip: str) -> str:
-    digest = hashlib.sha256(f"{email}\n{ip}".encode()).hexdigest()[:40]  # no address at rest
-    return f"signin-email-ip:{digest}"
+    return "signin-email-ip:" + _digest(f"{email}\n{ip}")
 
 
 def confirm_password(
@@ -106,8 +125,8 @@ def confirm_password(
 ) -> None:
     """AccountError(`message`, `field`) unless `password` is `user`'s (throttled as a sign-in):
     what changing the password or deleting the account asks first."""
-    try:
-        check_password(session, user.email, password, ip=ip)
+    try:  # signed in, this browser is the owner's: no wait for others' failures
+        check_password(session, user.email, password, ip=ip, device=f"user:{user.id}")
     except AccountError:
         raise AccountError(message, field) from None
 

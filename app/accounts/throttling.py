@@ -17,12 +17,20 @@ from app.i18n import ngettext
 
 
 class Throttled(Exception):
-    """Too many attempts: the message says when to retry; `retry_after` is in seconds."""
+    """Too many attempts: the message says when to retry (or `message` says why, and what to do);
+    `retry_after` is in seconds."""
 
-    def __init__(self, retry_after: int) -> None:
+    def __init__(self, retry_after: int, message: str | None = None) -> None:
         minutes = max(1, ceil(retry_after / 60))
+        if message is None and retry_after < 60:
+            message = ngettext(
+                "Too many attempts. Try again in %(num)d second.",
+                "Too many attempts. Try again in %(num)d seconds.",
+                retry_after,
+            ) % {"num": retry_after}
         super().__init__(
-            ngettext(
+            message
+            or ngettext(
                 "Too many attempts. Try again in %(num)d minute.",
                 "Too many attempts. Try again in %(num)d minutes.",
                 minutes,
@@ -55,6 +63,21 @@ def retry_after(session: Session, key: str, limit: int, window: timedelta) -> in
     if len(times) < limit:
         return None
     return max(1, ceil((aware(times[-limit]) + window - now).total_seconds()))
+
+
+def delay(session: Session, key: str, free: int, window: timedelta, longest: timedelta) -> int | None:
+    """Seconds to wait before `key` may be tried again, or None: after `free` uses within `window`,
+    each further try waits twice as long after the latest use as the one before (1, 2, 4… s, at
+    most `longest`). Slows guessing from everywhere at once without a lockout."""
+    now = utcnow()
+    times = session.scalars(
+        select(ThrottleHit.created_at).where(ThrottleHit.key == key, ThrottleHit.created_at > now - window)
+    ).all()
+    if len(times) < free:
+        return None
+    wait = min(longest.total_seconds(), 2.0 ** min(len(times) - free, 30))
+    left = (aware(max(times)) + timedelta(seconds=wait) - now).total_seconds()
+    return ceil(left) if left > 0 else None
 
 
 def hit(session: Session, key: str, window: timedelta) -> None:

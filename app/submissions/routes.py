@@ -3,6 +3,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.accounts.auth import LearnerDep
@@ -29,17 +30,33 @@ present.install(templates.env)
 
 
 SUBMIT_WINDOW = timedelta(minutes=10)
+QUEUED_RETRY = 30  # seconds: about a quick job's verdict, when a place may be free again
 
 
 def _fair_use(request: Request, session: Session) -> None:
     """Throttled past TREINO_SUBMISSIONS_PER_IP from one client IP (proxy-aware): every cookie-less
-    request is a new learner, so the per-learner limit alone lets one client flood the queue."""
-    spend(
-        session,
-        f"submit-ip:{client_ip(request)}",
-        request.app.state.settings.submissions_per_ip,
-        SUBMIT_WINDOW,
-    )
+    request is a new learner, so the per-learner limit alone lets one client flood the queue.
+    Anonymous, a client (an IPv4 address, an IPv6 /64) also holds at most
+    TREINO_QUEUED_PER_CLIENT jobs waiting or running at once."""
+    settings = request.app.state.settings
+    client = client_ip(request)
+    if request.state.auth.user is None:
+        waiting = session.scalar(
+            select(func.count()).where(
+                Submission.client == client,
+                Submission.active_owner.is_not(None),
+                Submission.user_id.is_(None),
+            )
+        )
+        if (waiting or 0) >= settings.queued_per_client:
+            raise Throttled(
+                QUEUED_RETRY,
+                _(
+                    "Too much code from your network is waiting to be graded already. Wait for "
+                    "a verdict, or sign in: each signed-in learner has a place of their own."
+                ),
+            )
+    spend(session, f"submit-ip:{client}", settings.submissions_per_ip, SUBMIT_WINDOW)
 
 
 def busy_message() -> str:

@@ -6,11 +6,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
-from app.accounts import service
+from app.accounts import service, throttling
 from app.accounts.models import ThrottleHit
 from app.db import utcnow
 from app.main import create_app
-from tests.conftest import PASSWORD, html
+from tests.conftest import PASSWORD, arm_csrf, html, sign_up
 
 
 @pytest.fixture
@@ -71,7 +71,8 @@ def test_a_success_clears_the_address_count_but_not_the_client_count(db_client, 
     )
     with db_app.state.sessionmaker() as db:
         keys = db.scalars(select(ThrottleHit.key).where(ThrottleHit.key.startswith("signin"))).all()
-    assert keys == ["signin-ip:testclient"] * 2, "no e-mail address is stored in the keys"
+    assert sorted(k.split(":")[0] for k in keys) == ["signin-email"] * 2 + ["signin-ip"] * 2
+    assert not any("ana" in k for k in keys), "no e-mail address is stored in the keys"
 
 
 def test_sign_ups_are_throttled_per_client_address(db_client, monkeypatch):
@@ -90,3 +91,59 @@ def test_sign_ups_are_throttled_per_client_address(db_client, monkeypatch):
         "detail": None,
         "message": "Too many attempts. Try again in 60 minutes.",
     }
+
+
+def _age_hits(app, seconds: float) -> None:
+    """Every counted use happened `seconds` earlier (time passes)."""
+    with app.state.sessionmaker.begin() as db:
+        for hit in db.scalars(select(ThrottleHit)):
+            hit.created_at = hit.created_at - timedelta(seconds=seconds)
+
+
+def test_guessing_one_account_from_many_addresses_is_slowed_and_the_owner_still_signs_in(db_app, monkeypatch):
+    """Each guess from an address of its own (the per-address limits never see two): past five
+    failures each try waits twice as long as the one before, for every address but the owner's
+    own browser, which signed in there before. The limits' clock stands still but where moved."""
+    now = utcnow()
+    monkeypatch.setattr(throttling, "utcnow", lambda: now)
+    wrong = {"email": "ana@example.com", "password": "not the password"}
+    with TestClient(db_app, client=("198.51.100.7", 5000)) as owner:
+        arm_csrf(owner)
+        sign_up(owner, "ana@example.com")
+        owner.post("/sign-out")
+        arm_csrf(owner)
+
+        def guess(n: int):
+            with TestClient(db_app, client=(f"203.0.113.{n}", 5000)) as attacker:
+                return attacker.post("/api/tokens", json=wrong)
+
+        answers = [guess(n) for n in range(1, 31)]
+        assert [a.status_code for a in answers] == [401] * 5 + [429] * 25, "5 of 30 guesses tried"
+        assert answers[5].headers["Retry-After"] == "1"
+        assert answers[5].json()["message"] == "Too many attempts. Try again in 1 second."
+        waits = []
+        for n in range(3):  # wait out each delay: the next one is twice as long
+            _age_hits(db_app, 2**n)
+            assert guess(40 + n).status_code == 401
+            waits.append(int(guess(50 + n).headers["Retry-After"]))
+        assert waits == [2, 4, 8]
+        with TestClient(db_app, client=("192.0.2.1", 5000)) as elsewhere:  # no cookie: waits too
+            right = {"email": "ana@example.com", "password": PASSWORD}
+            assert elsewhere.post("/api/tokens", json=right).status_code == 429
+        page = owner.post(
+            "/sign-in", data={"email": "ana@example.com", "password": PASSWORD}, follow_redirects=False
+        )
+        assert page.status_code == 303, "the owner's own browser does not wait"
+
+
+def test_an_unknown_address_is_slowed_exactly_as_a_registered_one(db_app):
+    def statuses(email: str) -> list[int]:
+        out = []
+        for n in range(7):
+            with TestClient(db_app, client=(f"203.0.113.{n}", 5000)) as c:
+                out.append(c.post("/api/tokens", json={"email": email, "password": "nope nope"}).status_code)
+        return out
+
+    with TestClient(db_app) as c:
+        c.post("/api/accounts", json={"email": "ana@example.com", "password": PASSWORD})
+    assert statuses("ana@example.com") == statuses("nobody@example.com") == [401] * 5 + [429] * 2
