@@ -844,6 +844,11 @@ def outcome(
     except trace_schema.Invalid as exc:  # untrusted input: never handed to a check
         log.warning("sandbox %s: trace refused: %s", label, exc)
         return Result("crashed", None, wall_ms, output, returncode, INVALID_TRACE)
+    death = trace.get("death")
+    if death is not None:  # the learner's program ended without a report: as if the job had
+        died = -death["number"] if death["how"] == "signal" else death["number"]
+        cause = "memory" if cgroup and cgroup.oom_killed() else _cause(died)
+        return Result("crashed", None, wall_ms, output, died, cause)
     return Result("ok", trace, wall_ms, output, returncode)
 
 

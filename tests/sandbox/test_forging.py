@@ -7,6 +7,8 @@ harness that holds no channel to the verdict, and what a pass rests on is observ
 cross-checked against it.
 """
 
+import json
+
 import pytest
 
 from app.config import get_settings
@@ -352,9 +354,7 @@ def train(*args):
             assert f"{what} refused" in output, output
 
 
-def test_a_clean_loop_still_passes_beside_the_routes(run, mode):
-    """The control: the reference loop passes through the same supervised path."""
-    outcome = run("""
+CLEAN_LOOP = """
 def train(model, loader, loss_fn, optimizer, accum_steps):
     optimizer.zero_grad()
     for step, (x, y) in enumerate(loader):
@@ -362,7 +362,12 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
         if (step + 1) % accum_steps == 0:
             optimizer.step()
             optimizer.zero_grad()
-""")
+"""
+
+
+def test_a_clean_loop_still_passes_beside_the_routes(run, mode):
+    """The control: the reference loop passes through the same supervised path."""
+    outcome = run(CLEAN_LOOP)
     assert outcome.status == "passed", outcome.verdict
 
 
@@ -646,3 +651,95 @@ class TestInputPipeline:
         assert outcome.status == "failed", outcome.verdict
         failed = {c["name"] for c in outcome.verdict["checks"] if c["status"] == "failed"}
         assert failed == ({"Throughput"} if "patched" in route else {"Batches"}), outcome.verdict
+
+
+# the supervisor reached from the child (issue 27): stopped while it writes its trace, so that a
+# passing trace captured from an earlier run takes its place
+REACH = """
+import ctypes, json, os, select, signal, struct, time
+
+CAPTURED = {captured!r}
+libc = ctypes.CDLL(None, use_errno=True)
+
+def plant(path):
+    with open(path + ".x", "w") as f:
+        f.write(CAPTURED)
+    os.replace(path + ".x", path)
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    boss = os.getppid()
+    watch = libc.inotify_init()
+    libc.inotify_add_watch(watch, b"out", 0x100 | 0x80)  # IN_CREATE | IN_MOVED_TO
+    {attack}
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        if not select.select([watch], [], [], 0.1)[0]:
+            continue
+        raw = os.read(watch, 4096)
+        names = []
+        while raw:
+            _, _, _, size = struct.unpack("iIII", raw[:16])
+            names.append(raw[16 : 16 + size].rstrip(b"\\0").decode())
+            raw = raw[16 + size :]
+        for name in names:
+            if name in ("trace.json.tmp", "trace.json"):
+                try:
+                    os.kill(boss, signal.SIGSTOP)
+                    plant("out/" + name)
+                except OSError:
+                    pass
+                finally:
+                    try:
+                        os.kill(boss, signal.SIGCONT)
+                    except OSError:
+                        pass
+"""
+
+ATTACKS = {
+    "sigint": "os.kill(boss, signal.SIGINT)",
+    "sigterm": "os.kill(boss, signal.SIGTERM)",
+    "sigint-reniced": "os.setpriority(os.PRIO_PROCESS, boss, 19); os.kill(boss, signal.SIGINT)",
+    "sigkill": "os.kill(boss, signal.SIGKILL)",
+    "ptrace": (
+        "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+        "print('ptrace', libc.ptrace(16, boss, 0, 0), ctypes.get_errno()); "
+        "os.kill(boss, signal.SIGINT)"
+    ),
+    "stopped-only": "pass",
+}
+
+
+@pytest.fixture(scope="module")
+def captured(request):
+    """A passing trace of the accumulate exercise, as the worker read it from a clean run."""
+    return {}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_the_child_cannot_reach_its_supervisor(run, mode, start, captured, monkeypatch, attack):
+    """It passed on every exercise tried: SIGINT to os.getppid() made KeyboardInterrupt escape
+    the supervisor (no kill, no sweep), whose catch-all then wrote a trace through /job/out while
+    the child lived; the child stopped it there and planted a passing trace. Now the supervisor
+    ignores what it can, the child can stop, renice or trace none of its ancestors, and the trace
+    goes straight into a descriptor only the supervisor holds. Each attempt ends unpassed, at
+    normal speed, and the clean loop graded next passes."""
+    from worker import grading
+
+    if (mode, start) not in captured:
+        real = grading._judge
+        seen = {}
+
+        def spy(exercise, trace, *args):
+            seen["trace"] = trace
+            return real(exercise, trace, *args)
+
+        with monkeypatch.context() as m:
+            m.setattr(grading, "_judge", spy)
+            assert run(CLEAN_LOOP).status == "passed"
+        captured[(mode, start)] = json.dumps(seen["trace"])
+    code = REACH.format(captured=captured[(mode, start)], attack=ATTACKS[attack])
+    outcome = run(code, wall_seconds=30, code_kb=512)  # the captured trace is large
+    assert outcome.status != "passed", outcome.verdict
+    assert outcome.job_seconds < 15, outcome.verdict  # not held to the wall limit
+    after = run(CLEAN_LOOP)
+    assert after.status == "passed", after.verdict

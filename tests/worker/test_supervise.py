@@ -342,3 +342,71 @@ def test_a_child_alone_can_start_no_thread_and_no_process(alone):
         assert data == {"thread": "can't start new thread", "fork": errno.EPERM, "spawn": errno.EPERM}
     else:
         assert data == {"thread": "started", "fork": 7, "spawn": 0}
+
+
+def test_the_child_cannot_stop_renice_trace_or_interrupt_its_supervisor():
+    """Issue 27: each of these was allowed (same uid, same PID namespace); SIGINT made
+    KeyboardInterrupt escape the supervision. Now the supervisor ignores what it can and the
+    child's filter refuses the rest with EPERM; its own signals still reach it."""
+    out = supervised("""
+import ctypes, resource, signal
+def traced(ret):
+    if ret != 0:
+        raise OSError(ctypes.get_errno(), "ptrace")
+def part(link):
+    boss = os.getppid()
+    tried = {}
+    libc = ctypes.CDLL(None, use_errno=True)
+    for name, call in (
+        ("sigint", lambda: os.kill(boss, signal.SIGINT)),
+        ("sigterm", lambda: os.kill(boss, signal.SIGTERM)),
+        ("sigstop", lambda: os.kill(boss, signal.SIGSTOP)),
+        ("group-sigstop", lambda: os.killpg(os.getpgid(boss), signal.SIGSTOP)),
+        ("renice", lambda: os.setpriority(os.PRIO_PROCESS, boss, 19)),
+        ("renice-user", lambda: os.setpriority(os.PRIO_USER, 0, 19)),
+        ("rlimit", lambda: resource.prlimit(boss, resource.RLIMIT_CPU, (1, 1))),
+        ("ptrace", lambda: traced(libc.ptrace(16, boss, 0, 0))),
+        ("own-renice", lambda: os.setpriority(os.PRIO_PROCESS, 0, 1)),
+    ):
+        try:
+            call()
+            tried[name] = "done"
+        except OSError as exc:
+            tried[name] = exc.errno
+    time.sleep(0.2)  # a signal that got through would have ended or stopped the supervisor
+    return json.dumps({"t": "report", "data": tried, "error": None, "output": "", "dropped": 0}).encode()
+""")
+    tried = out["report"]["data"]
+    refused = {"sigstop", "group-sigstop", "renice", "renice-user", "rlimit", "ptrace"}
+    assert {name for name, how in tried.items() if how == 1} == refused, tried  # EPERM
+    assert tried["sigint"] == tried["sigterm"] == tried["own-renice"] == "done", tried
+    assert out["death"] is None
+
+
+def test_an_exception_of_the_supervisor_still_kills_and_sweeps_the_child():
+    """Kill and sweep run in ``finally``: KeyboardInterrupt (or any exception) escaping the
+    serving loop used to leave the child running beside the trace being written."""
+    script = f"""
+import os, sys, time
+sys.path.insert(0, {str(HARNESS)!r})
+import quiet
+quiet.silence()
+import supervise
+supervise.harden()
+supervisor = supervise.Supervisor(None, 1 << 20)
+def serve(sock, pid):
+    with open("/tmp/treino-test-child-{{}}".format(os.getpid()), "w") as f:
+        f.write(str(pid))
+    raise KeyboardInterrupt
+supervisor._serve = serve
+def part(link):
+    time.sleep(30)
+try:
+    supervisor.run(part)
+except KeyboardInterrupt:
+    pid = int(open("/tmp/treino-test-child-{{}}".format(os.getpid())).read())
+    os.unlink("/tmp/treino-test-child-{{}}".format(os.getpid()))
+    print("gone" if not os.path.exists(f"/proc/{{pid}}") else "alive")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "gone", done.stderr

@@ -5,17 +5,16 @@ Runs with only the standard library and torch available. It warms up first (impo
 every kind's harness, takes one tiny optimizer step, creates the CUDA context on a GPU), says
 ``R`` on the control socket and waits: a warm sandbox of the pool sits here. The worker then
 sends the request (``{"job", "code", "limits"}``) and closes its end; the child applies the
-job's limits, writes the job into WORK_DIR, runs it (``runtime.main``), copies the trace it
-wrote into TRACE_FD, a memory file, and writes ``D`` on DONE_FD: the worker then kills the
-whole sandbox and reads the trace. SANDBOX_ID only marks the processes, so that leftovers can
-be found.
+job's limits, writes the job into WORK_DIR, runs it (``runtime.main``, which writes its trace
+into TRACE_FD, a memory file the learner's child never holds), and writes ``D`` on DONE_FD:
+the worker then kills the whole sandbox and reads the trace. SANDBOX_ID only marks the
+processes, so that leftovers can be found.
 """
 
 import importlib
 import json
 import os
 import resource
-import stat
 import sys
 import traceback
 
@@ -92,37 +91,19 @@ def apply_limits(limits):
         )
 
 
-def send_trace(out_dir, trace_fd, limit):
-    """Copy the trace the runtime wrote into TRACE_FD: no links followed, regular files only."""
-    try:
-        fd = os.open(os.path.join(out_dir, "trace.json"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return
-        data = os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
-    os.ftruncate(trace_fd, 0)  # anything the learner's code wrote there is gone
-    os.pwrite(trace_fd, data, 0)
-
-
 def run_job(work_dir, request, trace_fd, done_fd):
     """The job part, in a warm sandbox or in a fork of a template (template.py): the job's
-    limits, its files in WORK_DIR, the run, the trace copied into TRACE_FD, then "D" on
+    limits, its files in WORK_DIR, the run and its trace into TRACE_FD, then "D" on
     DONE_FD. Ends the process once the learner's code has run."""
     apply_limits(request["limits"])
     job = request["job"]
-    os.makedirs(os.path.join(work_dir, "out"), exist_ok=True)
     os.makedirs(os.path.join(work_dir, "tmp"), exist_ok=True)
     with open(os.path.join(work_dir, "job.json"), "w", encoding="utf-8") as f:
         json.dump(job, f)
     with open(os.path.join(work_dir, runtime.SUBMISSION), "w", encoding="utf-8") as f:
         f.write(request["code"])
     try:
-        runtime.main([work_dir])
-        send_trace(os.path.join(work_dir, "out"), trace_fd, int(job["trace_limit"]))
+        runtime.main(work_dir, trace_fd)  # the supervisor writes its trace there itself
         os.write(done_fd, b"D")  # the worker kills the sandbox now: exiting torch takes a while
     except BaseException:  # noqa: BLE001 (ours, not the learner's: said in the output, exit 1)
         traceback.print_exc()

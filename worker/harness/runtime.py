@@ -154,8 +154,8 @@ class Api:
     def supervise(self, learner, alone=False):
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
-        under ``data["observed"]``. A child that dies without reporting takes this process
-        down the same way (the worker reads the cause, as it did before the split). With
+        under ``data["observed"]``. A child that dies without reporting raises
+        ``supervise.Died``: its death goes into the trace, where the worker reads the cause. With
         ``alone``, the child can start no thread or process (kinds whose meters see one thread
         of one process)."""
         supervisor = supervise.Supervisor(
@@ -181,7 +181,7 @@ class Api:
         if self._items is not None:
             observed["items"] = self._items.result()
         if report is None and death is not None and not observed["interfered"]:
-            supervise.die_like(death)
+            raise supervise.Died(death)
         data, error = self._reported(report, observed)
         if isinstance(data, dict):
             data["observed"] = observed
@@ -345,8 +345,9 @@ def _harness_detail():
         return ""
 
 
-def write_trace(out_dir, trace, limit):
-    """Written by the supervisor alone, once the child and all it started are dead."""
+def write_trace(fd, trace, limit):
+    """Written by the supervisor alone, once, into ``fd`` (a memory file it held before the child
+    existed, which the child never holds), once the child and all it started are dead."""
     text = trace_schema.dumps(trace)
     if len(text) > limit:
         slim = {k: v for k, v in trace.items() if k != "data"}
@@ -358,26 +359,19 @@ def write_trace(out_dir, trace, limit):
             "traceback": [],
         }
         text = trace_schema.dumps(slim)
-    tmp = os.path.join(out_dir, "trace.json.tmp")
-    for name in (tmp, os.path.join(out_dir, "trace.json")):  # whatever the learner left there
-        try:
-            os.unlink(name)
-        except IsADirectoryError:
-            os.rmdir(name)
-        except FileNotFoundError:
-            pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, os.path.join(out_dir, "trace.json"))
+    data = text.encode("utf-8")
+    os.ftruncate(fd, 0)
+    written = 0
+    while written < len(data):
+        written += os.pwrite(fd, data[written:], written)
 
 
-def main(argv):
+def main(job_dir, trace_fd):
+    """The job in ``job_dir`` (its job.json and the learner's file), its trace into ``trace_fd``."""
     started = time.perf_counter()
-    job_dir = os.path.abspath(argv[0])
+    job_dir = os.path.abspath(job_dir)
     with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as f:
         job = json.load(f)
-    out_dir = os.path.join(job_dir, "out")
     os.chdir(job_dir)
     supervise.harden()
     api = Api(job_dir, job)
@@ -401,6 +395,11 @@ def main(argv):
         if error is not None:
             trace["outcome"] = "error"
             trace["error"] = error
+    except supervise.Died as died:  # the learner's program ended without a report
+        how, number = died.death
+        trace["outcome"] = "error"
+        trace["error"] = {"phase": "run", "type": "Died", "message": str(died), "traceback": []}
+        trace["death"] = {"how": how, "number": number}
     except BaseException as exc:  # a harness failure is still reported as data
         trace["outcome"] = "error"
         trace["error"] = {
@@ -413,5 +412,5 @@ def main(argv):
     trace["output"] = api.output["text"]
     trace["output_dropped"] = api.output["dropped"]
     trace["timings"] = timings
-    write_trace(out_dir, trace, int(job.get("trace_limit", 4 * 1024 * 1024)))
+    write_trace(trace_fd, trace, int(job.get("trace_limit", 4 * 1024 * 1024)))
     return 0

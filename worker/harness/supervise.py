@@ -40,6 +40,7 @@ import time
 import torch
 from instrument import flat
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 HEADER = struct.Struct("!I")
@@ -64,9 +65,13 @@ def _prctl(option, value):
 
 
 def harden():
-    """Make this process's memory and descriptors unreachable from its children (not dumpable)
-    and have its descendants' orphans come back to it, so that all of them can be ended."""
+    """Make this process's memory and descriptors unreachable from its children (not dumpable),
+    deaf to every signal it can ignore (``IGNORED``: the child's SIGINT once made
+    KeyboardInterrupt escape the supervision), and have its descendants' orphans come back to
+    it, so that all of them can be ended."""
     _prctl(PR_SET_DUMPABLE, 0)
+    for number in IGNORED:
+        signal.signal(number, signal.SIG_IGN)
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
@@ -308,42 +313,124 @@ class Items:
                         del buffers[conn]
 
 
-# seccomp, raw: the child's own filter, stacked on the sandbox's (docs/security.md)
-_SECCOMP_ARCH = {  # audit arch; clone, fork, vfork (aarch64 has no fork or vfork: -1 matches nothing)
-    "x86_64": (0xC000003E, (56, 57, 58)),
-    "aarch64": (0xC00000B7, (220, -1, -1)),
+# seccomp, raw: the child's own filter, stacked on the sandbox's (docs/security.md). Per
+# architecture: its audit number and the calls it names (-1: none on this architecture).
+_SECCOMP_ARCH = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "clone": 56, "fork": 57, "vfork": 58, "clone3": 435,
+            "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
+            "rt_tgsigqueueinfo": 297, "pidfd_send_signal": 424,
+            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438,
+            "kcmp": 312, "setpriority": 141, "ioprio_set": 251, "prlimit64": 302,
+            "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "clone": 220, "fork": -1, "vfork": -1, "clone3": 435,
+            "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
+            "rt_tgsigqueueinfo": 240, "pidfd_send_signal": 424,
+            "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438,
+            "kcmp": 272, "setpriority": 140, "ioprio_set": 30, "prlimit64": 261,
+            "sched_setparam": 118, "sched_setscheduler": 119, "sched_setattr": 274,
+        },
+    ),
+}  # fmt: skip
+# never, from the child: reaching into another process (the supervisor) or signalling by pidfd
+NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "pidfd_send_signal")
+ALONE = ("clone", "fork", "vfork")  # and clone3 (ENOSYS, so that the C library uses clone)
+# refused unless every (argument, "==" or "!=", value) holds: no SIGSTOP to anyone (the one
+# signal that stops the supervisor that it cannot ignore), and no renicing, rescheduling or
+# limits for any process but the caller itself (0; for setpriority and ioprio_set, by process)
+RULES = {
+    **{name: ((1, "!=", signal.SIGSTOP),) for name in ("kill", "tkill", "rt_sigqueueinfo")},
+    **{name: ((2, "!=", signal.SIGSTOP),) for name in ("tgkill", "rt_tgsigqueueinfo")},
+    "setpriority": ((0, "==", 0), (1, "==", 0)),  # PRIO_PROCESS, itself
+    "ioprio_set": ((0, "==", 1), (1, "==", 0)),  # IOPRIO_WHO_PROCESS, itself
+    **{
+        name: ((0, "==", 0),)
+        for name in ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setattr")
+    },
 }
-_CLONE3 = 435
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_EPERM, _ENOSYS = 1, 38
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_CAPBSET_DROP, CAPABILITY_VERSION_3 = 24, 0x20080522
+# the signals that would end or steer the supervisor and that it can ignore; the child gets
+# their usual dispositions back (SIGCHLD stays: waitpid needs it; SIGXCPU and the faults stay:
+# they are how a limit or a crash ends a run, and end the supervisor without a trace)
+IGNORED = tuple(
+    getattr(signal, name)
+    for name in (
+        "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM",
+        "SIGPROF", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGIO", "SIGPWR", "SIGSTKFLT",
+    )
+    if hasattr(signal, name)
+)  # fmt: skip
 
 
-def stay_alone():
-    """No new thread or process from this process: ``clone``, ``fork`` and ``vfork`` fail with
-    EPERM (Python: "can't start new thread", ``OSError`` from ``os.fork``), ``clone3`` with
-    ENOSYS (so that the C library falls back to ``clone``), and every call through another ABI
-    (i386, x32: no training loop makes one) with EPERM. The in-process meters see one thread
-    (saved-tensor hooks and dispatch modes are per thread) of one process: work on another
-    thread or in another process would be work they never see. False where this machine's
+def program(arch, numbers, alone):
+    """The child's filter, as ``(code, jt, jf, k)`` BPF instructions (see ``guard``)."""
+    ld, jeq, ja, ret = 0x20, 0x15, 0x05, 0x06
+    code: list[tuple[int, int | str, int | str, int | str]] = [
+        (ld, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 1, 0, arch),
+        (ja, 0, 0, "deny"),  # another ABI (i386 through int 0x80)
+        (ld, 0, 0, 0),  # seccomp_data.nr
+        (0x35, "deny", 0, 0x40000000),  # jge: x32 numbers
+    ]
+    for name in (ALONE if alone else ()) + NEVER:
+        if numbers[name] >= 0:
+            code.append((jeq, "deny", 0, numbers[name]))
+    if alone:
+        code.append((jeq, "nosys", 0, numbers["clone3"]))
+    for name, conditions in RULES.items():
+        code.append((jeq, 0, 2 * len(conditions) + 1, numbers[name]))
+        for arg, op, value in conditions:
+            code.append((ld, 0, 0, 16 + 8 * arg))  # the argument's low word: an int to the kernel
+            code.append((jeq, 0, "deny", value) if op == "==" else (jeq, "deny", 0, value))
+        code.append((ja, 0, 0, "allow"))
+    code += [(ret, 0, 0, _RET_ALLOW), (ret, 0, 0, _RET_ERRNO | _EPERM), (ret, 0, 0, _RET_ERRNO | _ENOSYS)]
+    where = {"allow": len(code) - 3, "deny": len(code) - 2, "nosys": len(code) - 1}
+
+    def jump(target: int | str, i: int) -> int:
+        return where[target] - i - 1 if isinstance(target, str) else target
+
+    return [
+        (op, jump(jt, i), jump(jf, i), jump(k, i) if op == ja else k)
+        for i, (op, jt, jf, k) in enumerate(code)
+    ]
+
+
+def drop_capabilities():
+    """None left, now or after an exec (the bounding set too): a child of a root supervisor (the
+    process-only sandbox of a root worker) can then not override its not being dumpable."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        if (
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 and ctypes.get_errno() == 22
+        ):  # EINVAL: past the last
+            break
+    header = struct.pack("Ii", CAPABILITY_VERSION_3, 0)
+    data = ctypes.create_string_buffer(24)  # two zeroed {effective, permitted, inheritable}
+    return libc.capset(ctypes.c_char_p(header), data) == 0
+
+
+def guard(alone):
+    """The child's own filter: it can stop, renice, reschedule, trace or read no other process
+    (``NEVER``, ``RULES``: EPERM), and every call through another ABI fails (i386, x32: no
+    training loop makes one). With ``alone``, no new thread or process either: ``clone``,
+    ``fork`` and ``vfork`` fail with EPERM (Python: "can't start new thread", ``OSError`` from
+    ``os.fork``), ``clone3`` with ENOSYS; the in-process meters see one thread (saved-tensor
+    hooks and dispatch modes are per thread) of one process. False where this machine's
     architecture has no entry here or the filter could not be set."""
     found = _SECCOMP_ARCH.get(os.uname().machine)
     if found is None:
         return False
-    arch, (clone, fork, vfork) = found
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    program = [  # (code, jump if true, jump if false, k): jumps skip that many instructions
-        (ld, 0, 0, 4),  # 0: seccomp_data.arch
-        (jeq, 0, 7, arch),  # 1: another ABI (i386 through int 0x80) → 9
-        (ld, 0, 0, 0),  # 2: seccomp_data.nr
-        (jge, 5, 0, 0x40000000),  # 3: x32 numbers → 9
-        (jeq, 5, 0, _CLONE3),  # 4: → 10
-        (jeq, 3, 0, clone),  # 5: → 9
-        (jeq, 2, 0, fork & 0xFFFFFFFF),  # 6: → 9
-        (jeq, 1, 0, vfork & 0xFFFFFFFF),  # 7: → 9
-        (ret, 0, 0, _RET_ALLOW),  # 8
-        (ret, 0, 0, _RET_ERRNO | 1),  # 9: EPERM
-        (ret, 0, 0, _RET_ERRNO | 38),  # 10: ENOSYS
-    ]
+    instructions = program(*found, alone)
 
     class Filter(ctypes.Structure):
         _fields_ = [
@@ -356,8 +443,8 @@ def stay_alone():
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
 
-    filters = (Filter * len(program))(*[Filter(*f) for f in program])
-    fprog = Program(len(program), filters)
+    filters = (Filter * len(instructions))(*[Filter(*f) for f in instructions])
+    fprog = Program(len(instructions), filters)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0)
@@ -481,14 +568,16 @@ class Supervisor:
         self.observer = Observer(shared)
         self.observer.slow = slow  # (labels, seconds), drawn once the child exists
         self.report_limit = report_limit
-        self.alone = alone  # the child may start no thread or process (``stay_alone``)
+        self.alone = alone  # the child may start no thread or process (``guard``)
         self.items = items  # an ``Items`` server, opened anew at each "run" sync
         if items is not None:
             self.observer.hooks["run"] = items.open
 
     def run(self, part):
         """``part()`` in the child; returns ``(report, death)``: the child's report (a dict)
-        or None, and how it ended when it did not report (``("signal", n)`` or ``("exit", n)``)."""
+        or None, and how it ended when it did not report (``("signal", n)`` or ``("exit", n)``).
+        Whatever happens here (an exception of ours included), the child and everything it
+        started are killed and reaped before this returns or raises."""
         spared = _children()
         parent_end, child_end = socket.socketpair()
         pid = os.fork()
@@ -496,28 +585,31 @@ class Supervisor:
             parent_end.detach()
             _child(child_end, part, self.alone)
         child_end.close()
-        self.observer.draw_slow()
         report, problem, self._status = None, None, None
         try:
+            self.observer.draw_slow()
             with self._serving_items():
                 report = self._serve(parent_end, pid)
         except Interference as exc:
             problem = str(exc)
         except OSError as exc:
             problem = f"the link broke ({type(exc).__name__})"
-        death = None
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        status = self._status if self._status is not None else os.waitpid(pid, 0)[1]
+        finally:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            if self._status is None:
+                self._status = os.waitpid(pid, 0)[1]
+            swept = sweep(spared)
+            parent_end.close()
+        status, death = self._status, None
         if report is None and problem is None:
             death = (
                 ("signal", os.WTERMSIG(status))
                 if os.WIFSIGNALED(status)
                 else ("exit", os.waitstatus_to_exitcode(status))
             )
-        if not sweep(spared):
+        if not swept:
             problem = problem or "processes the program started could not be stopped"
-        parent_end.close()
         if problem is not None:
             self.observer.problem(problem)
         return report, death
@@ -575,16 +667,23 @@ class Supervisor:
 
 
 def _child(sock, part, alone):
-    """Keep stdin, stdout, stderr and the link; ``alone``, start no thread or process from
-    here on; run ``part(link)``; send its report; exit."""
+    """Keep stdin, stdout, stderr and the link; the usual signal dispositions back, a session
+    of its own (no signal to the supervisor's process group reaches it, none of its reaches the
+    supervisor), death with the supervisor, no capability, the ``guard`` filter (with
+    ``alone``, no thread or process from here on); run ``part(link)``; send its report; exit."""
     code = 0
     try:
         fd = sock.fileno()
         os.closerange(3, fd)
         os.closerange(fd + 1, 1 << 16)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        if alone and not stay_alone():
-            raise RuntimeError("new threads and processes could not be refused")
+        for number in IGNORED:
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.setsid()
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        drop_capabilities()
+        if not guard(alone):
+            raise RuntimeError("the child's filter could not be set")
         link = Link(sock)
         link.report(part(link))
     except BaseException:  # noqa: BLE001 (the harness's own failure: the supervisor sees no report)
@@ -592,13 +691,11 @@ def _child(sock, part, alone):
     os._exit(code)
 
 
-def die_like(death):
-    """End this process the way the child ended: the worker reads the same cause as before the
-    split (a CPU limit's SIGXCPU, the OOM killer's SIGKILL, the learner's own exit code)."""
-    how, number = death
-    if how == "signal":
-        signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
-        time.sleep(1)
-        number = 128 + number
-    os._exit(number)
+class Died(Exception):
+    """The child ended without a report: ``death`` says how (``("signal", n)`` or
+    ``("exit", n)``); it is a field of the trace (the worker reads the cause from it: a CPU
+    limit's SIGXCPU, the OOM killer's SIGKILL, the learner's own exit code)."""
+
+    def __init__(self, death):
+        super().__init__(f"the program ended by {death[0]} {death[1]}")
+        self.death = death

@@ -10,7 +10,11 @@ measurements. Standard library only: the harness imports it inside the sandbox.
     {"version": 1, "kind": str, "outcome": "ok" | "error",
      "error": null | {"phase": str, "type": str, "message": str, "traceback": [frame…], …},
      "data": <the kind's own measurements: any JSON within the caps>,
-     "output": str, "output_dropped": int >= 0, "timings": {str: finite number >= 0}}
+     "output": str, "output_dropped": int >= 0, "timings": {str: finite number >= 0},
+     "death": absent | {"how": "signal" | "exit", "number": int}}
+
+``death``: the learner's program ended without reporting (the supervisor saw how); the worker
+reads the cause from it as it would from a process's own end.
 """
 
 import json
@@ -111,6 +115,15 @@ def validate(trace: object) -> dict[str, Any]:
         isinstance(dropped, int) and not isinstance(dropped, bool) and dropped >= 0,
         "output_dropped is not a count",
     )
+    death = trace.get("death")
+    if death is not None:
+        _expect(
+            isinstance(death, dict)
+            and death.get("how") in ("signal", "exit")
+            and isinstance(death.get("number"), int)
+            and not isinstance(death.get("number"), bool),
+            "death is not a signal or exit number",
+        )
     timings = trace.get("timings", {})
     _expect(isinstance(timings, dict), "timings is not an object")
     for value in timings.values():
