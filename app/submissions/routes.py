@@ -1,7 +1,7 @@
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -17,7 +17,7 @@ from app.i18n import gettext as _
 from app.lessons.dependencies import CourseDep, ExerciseDep, LessonDep
 from app.ops.service import grading_notice
 from app.security import TEXT_PATTERN
-from app.submissions import present, service
+from app.submissions import present, service, watch
 from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
@@ -211,6 +211,28 @@ def cancel_form(request: Request, submission_id: SubmissionId, learner: LearnerD
     )
 
 
+WAIT_SECONDS = 5.0  # a wait unanswered this long ends anyway: the page then refreshes the time and place
+
+
+@router.get("/live/submissions/{submission_id}", include_in_schema=False)
+async def submission_changes(
+    request: Request, submission_id: SubmissionId, seen: Status, key: str
+) -> Response:
+    """Answers (204) as soon as the submission's status is no longer ``seen``, or after
+    WAIT_SECONDS; then the page fetches the status fragment. On the event loop: no thread, no
+    database connection and no account lookup while it waits (``key`` proves the page showed
+    this submission; app/submissions/watch.py)."""
+    if not watch.valid(request.app.state.settings, submission_id, key):
+        raise HTTPException(404)
+    await watch.of(request.app).changed(submission_id, seen, WAIT_SECONDS)
+    return Response(status_code=204, headers={"Cache-Control": "no-store"})
+
+
+def _wait_url(request: Request, submission: Submission) -> str:
+    path = request.app.url_path_for("submission_changes", submission_id=submission.id)
+    return f"{path}?seen={submission.status}&key={watch.key(request.app.state.settings, submission.id)}"
+
+
 def _status_context(
     request: Request, session: Session, learner: Learner, submission: Submission | None
 ) -> dict[str, Any]:
@@ -231,6 +253,7 @@ def _status_context(
         "failing_line": None,
         "verdict": {},
         "pass_meaning": "",
+        "wait_url": None,
     }
     if submission is None:
         return context
@@ -247,6 +270,7 @@ def _status_context(
         "failing_line": present.failing_line(verdict) if final else None,
         "place": present.place(request.app.state.course, exercise) if exercise else None,
         "pass_meaning": present.pass_meaning(exercise) if submission.status == Status.PASSED else "",
+        "wait_url": None if final else _wait_url(request, submission),
     }
     graded = submission.mode == Mode.SUBMIT
     if (

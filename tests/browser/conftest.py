@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,10 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{call.when}", outcome.get_result())
 
 
-@pytest.fixture(scope="session")
-def live_server(tmp_path_factory) -> Iterator[str]:
-    """The app on a free loopback port, with a real worker grading in a thread."""
+@contextmanager
+def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
+    """The app on a free loopback port over ``database_url`` (migrated here), with a real worker
+    grading in a thread (one warm sandbox: the next grade is quick); yields the base URL."""
     import uvicorn
 
     from worker.harness import quiet
@@ -46,8 +48,9 @@ def live_server(tmp_path_factory) -> Iterator[str]:
     from worker.grading import Grader
     from worker.runner import Worker
 
-    db = tmp_path_factory.mktemp("browser") / "treino.db"
-    settings = Settings(database_url=f"sqlite:///{db}", lessons_dir=LESSONS, poll_seconds=0.3, _env_file=None)
+    settings = Settings(
+        database_url=database_url, lessons_dir=LESSONS, poll_seconds=poll_seconds, _env_file=None
+    )
     upgrade(settings.database_url)
     port = _free_port()
     server = uvicorn.Server(
@@ -59,7 +62,6 @@ def live_server(tmp_path_factory) -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
-    # one warm sandbox: the next grade is quick
     with (
         Grader.running(settings, pool_size=1) as grading,
         Worker(settings, grading.grade, isolation=grading.setup.isolation, device=grading.device) as worker,
@@ -73,6 +75,14 @@ def live_server(tmp_path_factory) -> Iterator[str]:
             grader.join(timeout=120)
             server.should_exit = True
             web.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory) -> Iterator[str]:
+    """The app on a free loopback port, with a real worker grading in a thread."""
+    db = tmp_path_factory.mktemp("browser") / "treino.db"
+    with serving(f"sqlite:///{db}") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
 """Submissions through pages and the API: queued as jobs, polled to a verdict, owner-only."""
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
@@ -82,7 +84,8 @@ def test_htmx_submit_returns_a_status_that_polls_until_the_verdict(client, app):
     assert response.status_code == 200
     fragment = html(response)
     status = fragment.select_one("#submission-status")
-    assert status["hx-trigger"] == "every 1s" and status["hx-swap"] == "outerHTML"
+    assert status["hx-trigger"] == "changed" and status["hx-swap"] == "outerHTML"
+    assert status["data-wait-url"].startswith("/live/submissions/"), "static/js/status.js waits on it"
     assert "you are next" in status.select_one(".status-line").get_text()
     assert "sent" in fragment.select_one("#status-announcer[hx-swap-oob=innerHTML]").get_text()
     poll_url = status["hx-get"]
@@ -93,11 +96,36 @@ def test_htmx_submit_returns_a_status_that_polls_until_the_verdict(client, app):
         client.get(poll_url, headers={**HTMX, "HX-Current-URL": f"http://testserver{EXERCISE_URL}"})
     )
     final = final_page.select_one("#submission-status")
-    assert final.get("hx-trigger") is None, "a final status stops polling"
+    assert final.get("hx-trigger") is None and final.get("data-wait-url") is None, "a final one waits no more"
     assert "state-passed" in final["class"]
     assert final.select_one(".output pre").get_text() == "x = 1"
     assert "Passed" in final_page.select_one("#status-announcer").get_text()
     assert final_page.select_one("#history[hx-swap-oob]"), "the history is refreshed with the outcome"
+
+
+def test_a_wait_ends_when_the_status_changes_and_only_with_the_pages_key(db_client, db_app, monkeypatch):
+    """The page's long request (no polling): unanswered while nothing changes, answered at once when
+    the worker finishes, on SQLite (the watcher reads the row) and PostgreSQL (NOTIFY)."""
+    from app.submissions import routes
+
+    response = db_client.post(f"{EXERCISE_URL}/submissions", data={"code": "x = 1"}, headers=HTMX)
+    status = html(response).select_one("#submission-status")
+    wait_url, poll_url = status["data-wait-url"], status["hx-get"]
+    monkeypatch.setattr(routes, "WAIT_SECONDS", 0.3)
+    assert db_client.get(wait_url).status_code == 204, "unchanged after WAIT_SECONDS: answered anyway"
+    forged = wait_url.replace("/live/submissions/", "/live/submissions/9")
+    assert db_client.get(forged).status_code == 404, "another submission's key does not fit"
+    monkeypatch.setattr(routes, "WAIT_SECONDS", 60)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(db_client.get, wait_url)
+        time.sleep(0.5)
+        assert not waiting.done(), f"nothing changed yet: {waiting.done() and waiting.result()}"
+        grade_all(db_app)
+        started = time.monotonic()
+        assert waiting.result(timeout=30).status_code == 204
+    assert time.monotonic() - started < 30, "answered by the change, not by the timeout"
+    status = html(db_client.get(poll_url, headers=HTMX))
+    assert "state-passed" in status.select_one("#submission-status")["class"]
 
 
 def test_without_javascript_the_submit_redirects_to_the_submission_page(client, app):
