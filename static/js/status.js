@@ -22,9 +22,21 @@ function follow(section) {
     .catch(() => setTimeout(() => changed(section), RETRY_MS))
 }
 
+// While it runs, the time since it started counts on here between the server's answers.
+function count(span) {
+  const since = Number(span.dataset.since) || 0
+  const start = performance.now()
+  const timer = setInterval(() => {
+    if (!span.isConnected) { clearInterval(timer); return }
+    const n = since + Math.floor((performance.now() - start) / 1000)
+    if (n >= 2) span.textContent = span.dataset.plural.replace("99", String(n))
+  }, 1000)
+}
+
 function scan(root) {
   if (root.matches?.("[data-wait-url]")) follow(root)
   root.querySelectorAll?.("[data-wait-url]").forEach(follow)
+  root.querySelectorAll?.(".elapsed[data-plural]").forEach(count)
 }
 
 // The fragment could not be fetched: try again (not after a 404: the submission is gone).
