@@ -1,6 +1,7 @@
 """The harness runs inside the sandbox: standard library and torch only."""
 
 import ast
+import contextlib
 import sys
 from pathlib import Path
 
@@ -114,3 +115,62 @@ def test_live_tensor_meter_counts_what_is_saved_while_it_is_switched_off_and_say
         assert meter.peak >= 0.8 * naive  # counted anyway, through autograd's saved tensors
         loss.backward()
     assert any(told)  # and the supervisor is told at once
+
+
+def test_saved_tensor_meter_counts_through_the_programs_own_hooks():
+    """A loop's own saved_tensors_hooks and save_on_cpu were called interference: the meter's
+    hooks were not on top. What their pack keeps is counted now; a pack that keeps no tensor
+    (the saved one stored out of the meter's sight) is still reported."""
+    from torch.autograd.graph import save_on_cpu, saved_tensors_hooks
+
+    from worker.harness import memory
+
+    scenario = scenarios.build({"seed": 0, "n_micro": 1, "micro_batch": 8})
+    model, [(x, y)] = scenario.model, scenario.micro_batches
+    notes = []
+
+    def peak(context):
+        with memory.SavedTensorMeter(model.parameters(), lambda p, f, note=0: notes.append(note)) as meter:
+            with context():
+                loss = scenario.loss_fn(model(x), y)
+            loss.backward()
+        return meter.peak
+
+    plain = peak(contextlib.nullcontext)
+    assert plain > 0
+    assert peak(lambda: saved_tensors_hooks(lambda t: t, lambda t: t)) == plain
+    assert peak(save_on_cpu) == plain
+    assert memory.BLIND not in notes
+    store = []
+    hidden = peak(lambda: saved_tensors_hooks(lambda t: store.append(t) or len(store) - 1, store.__getitem__))
+    assert hidden == 0 and memory.BLIND in notes
+
+
+def test_wrapped_methods_are_bound_with_the_originals_signature():
+    """torch's LR schedulers rebind ``optimizer.step.__func__``; step(closure) hands the
+    recorder the gradient the closure made."""
+    import inspect
+
+    import torch
+
+    from worker.harness import instrument
+
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    instrument.wrap_step(optimizer, lambda: seen.append(model.weight.grad.clone()))
+    assert inspect.signature(optimizer.step) == inspect.signature(torch.optim.SGD([model.weight]).step)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    x = torch.ones(2, 3)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        return loss
+
+    loss = optimizer.step(closure)
+    scheduler.step()
+    assert loss is not None and len(seen) == 1
+    assert torch.equal(seen[0], torch.full((1, 3), 2.0))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)

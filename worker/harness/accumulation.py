@@ -11,7 +11,7 @@ graph) for the checks' decomposition; and peak bytes saved for backward.
 import memory
 import scenarios
 import torch
-from instrument import flat, patch_clip, watch_scaler, wrap_method, wrap_step
+from instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 MAX_EVENTS = 4000
 MAX_STEPS = 64
@@ -212,6 +212,7 @@ def run(job, api):
             "max_norm": params.get("max_norm"),
         }
         names = params.get("signature", DEFAULT_SIGNATURE)
+        name_limits()
         fn = api.load_entry()
         api.check_signature(fn, names)
         torch.manual_seed(int(params.get("seed", 0)) + 1)

@@ -11,7 +11,7 @@ the checks compare them with the true gradient); the end state.
 
 import scenarios
 import torch
-from instrument import finite, flat, patch_clip, watch_scaler, wrap_method, wrap_step
+from instrument import finite, flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 MAX_EVENTS = 2000
 MAX_SNAPSHOTS = 64
@@ -143,6 +143,7 @@ def run(job, api):
             "amp_dtype": getattr(torch, params["amp_dtype"]),
             "max_norm": float(params["max_norm"]),
         }
+        name_limits()
         fn = api.load_entry()
         api.check_signature(fn, SIGNATURE)
         error = api.call(fn, [available[name] for name in SIGNATURE])

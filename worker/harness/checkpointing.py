@@ -12,7 +12,7 @@ block (G).
 import memory
 import scenarios
 import torch
-from instrument import flat, wrap_step
+from instrument import flat, name_limits, wrap_step
 from torch.utils import _python_dispatch
 
 MAX_EVENTS = 2000
@@ -62,6 +62,7 @@ def run(job, api):
                 )
 
         wrap_step(optimizer, recorded_step)
+        name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
         peaks, kept, error = [], [], None

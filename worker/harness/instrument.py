@@ -110,3 +110,41 @@ def patch_clip(record):
 
     torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+
+
+class Unavailable(RuntimeError):
+    """A public PyTorch feature this grader cannot offer; the message names the limit plainly."""
+
+
+COMPILE = (
+    "torch.compile is not available in the grader: it compiles in worker threads and processes, "
+    "which the sandbox does not start. Run your loop without it here (it computes the same "
+    "numbers) and compile it on your own machine."
+)
+TRANSFORMS = (
+    "torch.func's grad, vjp, jacrev and hessian are not available in this exercise's grader: "
+    "they refuse to run under saved-tensor hooks, and the grader measures the memory saved for "
+    "backward with them. Take the gradients with loss.backward() here."
+)
+
+
+def name_limits():
+    """In the learner's process, before its file is imported: ``torch.compile`` raises
+    ``Unavailable`` (its compiler's threads and processes are refused) and so do torch.func's
+    transforms where hooks are on (a memory meter's), instead of a bare ``PermissionError`` or
+    "don't yet support saved tensor hooks"."""
+
+    def compile(*args, **kwargs):  # noqa: A001 (the name the learner calls)
+        raise Unavailable(COMPILE)
+
+    torch.compile = compile
+    graph = torch.autograd.graph
+    disable = graph.disable_saved_tensors_hooks
+
+    @functools.wraps(disable)
+    def disable_saved_tensors_hooks(error_message):
+        if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
+            raise Unavailable(TRANSFORMS)
+        return disable(error_message)
+
+    graph.disable_saved_tensors_hooks = disable_saved_tensors_hooks

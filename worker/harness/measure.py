@@ -25,7 +25,7 @@ import time
 import memory
 import scenarios
 import torch
-from instrument import flat, wrap_step
+from instrument import flat, name_limits, wrap_step
 from torch import nn
 
 CONFIGS = [  # name, low precision?, accumulate?, checkpoint?
@@ -126,6 +126,7 @@ def run(job, api):
     api.share(checked.parameters())
 
     def learner():
+        name_limits()
         fn = api.load_entry()
         # the configuration goes by keyword: the four positional arguments are what is checked
         api.check_signature(

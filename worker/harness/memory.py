@@ -10,6 +10,7 @@ sends those counts to the supervisor (``report``) as they change; the supervisor
 itself, and a meter whose own figure disagrees with what it sent has been tampered with.
 """
 
+import threading
 import weakref
 
 import torch
@@ -44,7 +45,10 @@ class SavedTensorMeter:
         self.packed = self.freed = 0
         self.peak = 0
         self._report = report  # report(packed, freed[, note]), after every saved tensor
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks = _MeterHooks(self._pack, self._unpack)
+        self._composed: weakref.WeakSet = (
+            weakref.WeakSet()
+        )  # pack hooks of the program's own, counted through
 
     @property
     def live(self):
@@ -57,7 +61,7 @@ class SavedTensorMeter:
         activations, which is the point of them; a forward recomputed under them is told
         (``RECOMPUTED``), so that fewer bytes seen can be weighed against recomputations."""
         top = torch._C._autograd._top_saved_tensors_default_hooks(False)
-        if self._report is None or top is None or top[0] == self._pack:
+        if self._report is None or top is None or top[0] == self._pack or top[0] in self._composed:
             return
         which = _torch_checkpoint_hook(top[0])
         if which is None:
@@ -68,11 +72,16 @@ class SavedTensorMeter:
     def _free(self, nbytes):
         self.freed += nbytes
 
+    def _excluded(self, tensor):
+        return tensor.untyped_storage().data_ptr() in self._storages or tuple(tensor.shape) in self._shapes
+
     def _pack(self, tensor):
-        if tensor.untyped_storage().data_ptr() in self._storages or tuple(tensor.shape) in self._shapes:
+        if self._excluded(tensor):
             return tensor
-        nbytes = tensor.numel() * tensor.element_size()
-        held = _Held(tensor)
+        return self._hold(tensor, tensor.numel() * tensor.element_size())
+
+    def _hold(self, value, nbytes):
+        held = _Held(value)
         self.packed += nbytes
         self.peak = max(self.peak, self.live)
         weakref.finalize(held, self._free, nbytes)
@@ -84,12 +93,78 @@ class SavedTensorMeter:
     def _unpack(packed):
         return packed.tensor if isinstance(packed, _Held) else packed
 
+    def compose(self, pack, unpack):
+        """Hooks of the program's own (``saved_tensors_hooks``, ``save_on_cpu``) entered while
+        this meter is on: what their ``pack`` keeps is counted (its tensors' bytes, parameters
+        left out), so they save under the meter, not past it. A ``pack`` that keeps no tensor
+        (the saved one stored elsewhere, out of reach) is reported (``BLIND``)."""
+
+        def composed_pack(tensor):
+            kept = pack(tensor)
+            if self._excluded(tensor):
+                return kept
+            found = [t for t in tree_flatten(kept)[0] if isinstance(t, torch.Tensor)]
+            if not found and self._report is not None:
+                self._report(self.packed, self.freed, BLIND)
+            nbytes = sum(t.numel() * t.element_size() for t in found if not self._excluded(t))
+            return self._hold(kept, nbytes)
+
+        def composed_unpack(held):
+            return unpack(held.tensor if isinstance(held, _Held) else held)
+
+        self._composed.add(composed_pack)
+        return composed_pack, composed_unpack
+
     def __enter__(self):
+        _watch_hooks()
         self._hooks.__enter__()
+        _on().append(self)
         return self
 
     def __exit__(self, *exc):
+        if self in _on():
+            _on().remove(self)
         return self._hooks.__exit__(*exc)
+
+
+class _MeterHooks(torch.autograd.graph.saved_tensors_hooks):
+    """A meter's own hooks: never composed with another meter's."""
+
+
+_THREAD = threading.local()
+_WATCHING: list = []  # [True] once saved_tensors_hooks composes
+
+
+def _on():
+    """This thread's saved-tensor meters that are on, innermost last (hooks are per thread)."""
+    if not hasattr(_THREAD, "meters"):
+        _THREAD.meters = []
+    return _THREAD.meters
+
+
+def _watch_hooks():
+    """``saved_tensors_hooks`` (and so ``save_on_cpu``) entered while a saved-tensor meter is on
+    push hooks composed with it (``SavedTensorMeter.compose``); torch's checkpoint's own, and
+    the meters', are left as they are. Patched once per process that meters."""
+    if _WATCHING:
+        return
+    _WATCHING.append(True)
+    hooks = torch.autograd.graph.saved_tensors_hooks
+    from torch.utils import checkpoint
+
+    own = (checkpoint._checkpoint_hook, checkpoint._recomputation_hook)
+    enter = hooks.__enter__
+
+    def __enter__(self):
+        meters = _on()
+        if not meters or isinstance(self, (*own, _MeterHooks)):
+            return enter(self)
+        meter = meters[-1]
+        return torch._C._autograd._push_saved_tensors_default_hooks(
+            *meter.compose(self.pack_hook, self.unpack_hook)
+        )
+
+    hooks.__enter__ = __enter__  # type: ignore[method-assign]
 
 
 _TORCH_HOOKS: dict = {}  # code objects: checkpoint's pack hooks → which; "wrap" → dynamo's wrappers
@@ -198,7 +273,7 @@ class LiveTensorMeter(TorchDispatchMode):
         self.packed = self.freed = 0
         self.peak = 0
         self._report = report  # report(packed, freed), after every op that allocated
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._saved, _itself)
+        self._hooks = _MeterHooks(self._saved, _itself)
 
     def __enter__(self):
         self._hooks.__enter__()

@@ -14,7 +14,7 @@ backward and optimizer step happened, and the answer.
 import time
 
 import torch
-from instrument import wrap_step
+from instrument import name_limits, wrap_step
 from torch import nn
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -149,6 +149,7 @@ def run(job, api):
     def learner():
         state = {"run": None}
         _patch_record_function(state)
+        name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "optimizer"])
         runs = []

@@ -23,6 +23,7 @@ import threading
 
 import scenarios
 import torch
+from instrument import name_limits
 from torch.utils.data import DataLoader, Dataset
 
 MAX_BATCHES = 200
@@ -116,6 +117,7 @@ def run(job, api):
         _consume(DataLoader(dataset, batch_size=batch_size), trained, optimizer, device)
         api.sync("done", 0, snapshot=True)
 
+        name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["dataset", "batch_size"])
         state = {"attempts": 0}

@@ -27,6 +27,12 @@ MAX_DEPTH = 32  # the kinds' data nests a few levels
 MAX_VALUES = 2_000_000  # every list item, object member and scalar counted once
 MAX_STRING = 256 * 1024  # one string (the learner's captured output is the longest)
 OUTCOMES = ("ok", "error")
+# a list of records (lists or objects: events, snapshots, ranges, points, items…) holds at most
+# this many, the most any supervisor or harness keeps (supervise.MAX_EVENTS); per kind, tighter
+# caps by the member's name, the harness's own. The checks' work grows with these lists: capped
+# here, before any check sees them, a flood is refused as a broken trace, at once.
+MAX_RECORDS = 4096
+KIND_RECORDS = {"phases": {"runs": 16, "ranges": 400}}
 
 
 class Invalid(ValueError):
@@ -37,12 +43,13 @@ def _refuse_constant(name: str) -> float:
     raise Invalid(f"non-finite number {name}")
 
 
-def _walk(value: object) -> None:
-    """Depth, count, string sizes and finiteness of every value, without recursion."""
-    stack = [(value, 1)]
+def _walk(value: object, caps: dict[str, int]) -> None:
+    """Depth, count, string sizes, records per list (``caps`` by member name, else
+    ``MAX_RECORDS``) and finiteness of every value, without recursion."""
+    stack: list[tuple[object, int, str]] = [(value, 1, "")]
     seen = 0
     while stack:
-        item, depth = stack.pop()
+        item, depth, name = stack.pop()
         seen += 1
         if seen > MAX_VALUES:
             raise Invalid(f"more than {MAX_VALUES} values")
@@ -52,9 +59,12 @@ def _walk(value: object) -> None:
             for key, member in item.items():
                 if len(key) > MAX_STRING:
                     raise Invalid("a key too long")
-                stack.append((member, depth + 1))
+                stack.append((member, depth + 1, key))
         elif isinstance(item, list):
-            stack.extend((member, depth + 1) for member in item)
+            cap = caps.get(name, MAX_RECORDS)
+            if len(item) > cap and any(isinstance(member, list | dict) for member in item):
+                raise Invalid(f"{len(item)} records in {name or 'a list'} (at most {cap})")
+            stack.extend((member, depth + 1, name) for member in item)
         elif isinstance(item, str):
             if len(item) > MAX_STRING:
                 raise Invalid(f"a string of {len(item)} characters")
@@ -100,7 +110,8 @@ def _error(error: object) -> None:
 
 def validate(trace: object) -> dict[str, Any]:
     """``trace`` itself if it keeps the schema (see the module's docstring); else ``Invalid``."""
-    _walk(trace)
+    kind = trace.get("kind") if isinstance(trace, dict) else None
+    _walk(trace, KIND_RECORDS.get(kind, {}) if isinstance(kind, str) else {})
     _expect(isinstance(trace, dict), "the trace is not an object")
     assert isinstance(trace, dict)
     _expect(trace.get("version") == VERSION, "unknown version")
