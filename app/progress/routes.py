@@ -6,7 +6,7 @@ from app.db import SessionDep
 from app.http import is_htmx
 from app.lessons.dependencies import CourseDep, LessonDep
 from app.progress.schemas import CardOut, LessonProgressOut, ProgressOut, ResumeOut
-from app.progress.service import course_progress, reach_card
+from app.progress.service import course_progress, reach_card, results
 from app.web import render
 
 router = APIRouter()
@@ -29,6 +29,22 @@ def card_reached(
         return Response(status_code=204)
     progress = course_progress(session, learner, course).of(lesson)
     return render(request, "_lesson_progress.html", {"progress": progress, "oob": True})
+
+
+@router.get("/course/end", response_class=HTMLResponse, include_in_schema=False)
+def course_end_page(request: Request, course: CourseDep, session: SessionDep, learner: LearnerDep):
+    """The end of the course: what each lesson taught, how this learner did, where to go next
+    (read before the end too: then it says what is left)."""
+    progress = course_progress(session, learner, course)
+    return render(
+        request,
+        "course_end.html",
+        {
+            "course": course,
+            "progress": progress,
+            "results": {lesson.slug: results(session, learner, lesson) for lesson in course.lessons},
+        },
+    )
 
 
 @router.get("/api/progress", response_model=ProgressOut, tags=["progress"])

@@ -31,6 +31,7 @@ from app.db import aware, utcnow
 from app.lessons.content import Course, Exercise, Lesson
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
+from app.submissions import service as submissions
 from app.submissions.models import Mode, Status, Submission
 
 
@@ -264,3 +265,22 @@ def reach_card(session: Session, learner: Learner, lesson: Lesson, card: int) ->
         session.add(CardReached(**learner.owner, lesson=lesson.slug, card=card))
     else:
         row.reached_at = utcnow()
+
+
+@dataclass(frozen=True)
+class ExerciseResult:
+    """How a learner did on one exercise: graded attempts (runs and code that never ran are no
+    attempts: submissions.service.Attempts) and the first that passed."""
+
+    exercise: Exercise
+    attempts: submissions.Attempts
+
+    @property
+    def passed_on(self) -> int | None:
+        """The number of the attempt that first passed."""
+        first = self.attempts.first_pass
+        return None if first is None else self.attempts.numbers[first]
+
+
+def results(session: Session, learner: Learner, lesson: Lesson) -> tuple[ExerciseResult, ...]:
+    return tuple(ExerciseResult(ex, submissions.attempts(session, learner, ex.id)) for ex in lesson.exercises)

@@ -87,6 +87,11 @@ class Attempts:
 
     numbers: dict[int, int]
     failures: int
+    first_pass: int | None = None  # the id of the first that passed
+
+    @property
+    def graded(self) -> int:
+        return len(self.numbers)
 
     def number(self, submission: Submission) -> int:
         """The attempt's number; 0 for a submission that is no attempt."""
@@ -132,6 +137,7 @@ def attempts(session: Session, learner: Learner, exercise_id: str) -> Attempts:
     return Attempts(
         {row.id: n for n, row in enumerate(counted, start=1)},
         sum(row.status not in (Status.PASSED, *active) for row in counted),
+        next((row.id for row in counted if row.status == Status.PASSED), None),
     )
 
 

@@ -93,3 +93,46 @@ def test_quiz_feedback_boxes_stay_empty_until_answered_and_say_right_once(client
         )
     )
     assert answer.select_one(".feedback").get_text().count("Right.") == 1
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+def test_the_end_of_the_course_says_what_each_lesson_taught_and_how_this_learner_did(
+    client, app, course, lang
+):
+    assert client.post(API_URL, json={"code": "x"}).status_code == 202
+    _fail_all(app)
+    assert client.post(API_URL, json={"code": "x"}).status_code == 202
+    grade_all(app)  # passes, at the second attempt
+    remainder = "/api/lessons/gradient-accumulation/exercises/remainder/submissions"
+    assert client.post(remainder, json={"code": "x"}).status_code == 202
+    with app.state.sessionmaker.begin() as session:
+        session.execute(
+            update(Submission).where(Submission.status == "queued").values(status="failed", active_owner=None)
+        )
+    page = html(client.get("/course/end", params={"lang": lang}))
+    lessons = page.select(".end-lesson")
+    assert len(lessons) == len(course.lessons)
+    said = {
+        "en": (
+            "The end of the course",
+            "passed on attempt 2",
+            "not passed yet, after 1 attempt",
+            "not tried yet",
+        ),
+        "pt-BR": (
+            "O fim do curso",
+            "concluído na tentativa 2",
+            "ainda não concluído, depois de 1 tentativa",
+            "ainda não tentado",
+        ),
+    }[lang]
+    assert page.select_one("h1").get_text() == said[0], "not finished: not congratulated"
+    lesson = course.lesson(LESSON)
+    mine = lessons[lesson.number - 1]
+    assert len(mine.select("h3 + ul:not(.end-results) li")) == len(lesson.text(lang).recap_html)
+    results = [li.get_text(" ", strip=True) for li in mine.select(".end-results li")]
+    assert said[1] in results[1] and said[2] in results[2] and said[3] in results[3]
+    passed = mine.select(".end-results li")[1].select("a")[1]["href"]
+    assert html(client.get(passed)).select_one(".verdict-card.verdict-passed"), "links to that verdict"
+    assert page.select(".end-next a[href^='https://pytorch.org/']"), "where to go next"
+    assert page.select_one(".hero a.button"), "the way back to what is left"
