@@ -4,7 +4,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-import httpx
+import httpx2
 from sqlalchemy import select
 
 from app.submissions.models import Submission
@@ -16,12 +16,12 @@ POLL_SECONDS = 0.05
 FINAL = frozenset(STATUSES)  # a verdict is in
 
 
-def new_client(stack: Stack) -> httpx.Client:
+def new_client(stack: Stack) -> httpx2.Client:
     """A new learner: its own cookie jar, so each has its own one active submission."""
-    return httpx.Client(base_url=stack.base, timeout=30, trust_env=False)
+    return httpx2.Client(base_url=stack.base, timeout=30, trust_env=False)
 
 
-def submit(client: httpx.Client, exercise_id: str, code: str) -> int:
+def submit(client: httpx2.Client, exercise_id: str, code: str) -> int:
     lesson, exercise = exercise_id.split("/")
     response = client.post(f"/api/lessons/{lesson}/exercises/{exercise}/submissions", json={"code": code})
     if response.status_code != 202:
@@ -29,7 +29,7 @@ def submit(client: httpx.Client, exercise_id: str, code: str) -> int:
     return response.json()["id"]
 
 
-def verdict(client: httpx.Client, submission: int, timeout: float = 300) -> dict:
+def verdict(client: httpx2.Client, submission: int, timeout: float = 300) -> dict:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         response = client.get(f"/api/submissions/{submission}")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import uvicorn
 
@@ -66,9 +66,9 @@ def tutor(tmp_path_factory, _sqlite_template: Path, _course) -> Iterator[Tutor]:
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{url}/readyz").status_code == 200:
+                if httpx2.get(f"{url}/readyz").status_code == 200:
                     break
-            except httpx.TransportError:
+            except httpx2.TransportError:
                 pass
             assert time.monotonic() < deadline, "the tutor did not become ready"
             time.sleep(0.1)

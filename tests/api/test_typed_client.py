@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 GENERATOR = Path(sys.executable).with_name("openapi-python-client")
@@ -17,7 +17,7 @@ GENERATOR = Path(sys.executable).with_name("openapi-python-client")
 @pytest.fixture
 def treino_client(tutor, tmp_path):
     """The generated package, importable as `treino_client` for this test only."""
-    (tmp_path / "openapi.json").write_text(json.dumps(httpx.get(f"{tutor.url}/openapi.json").json()))
+    (tmp_path / "openapi.json").write_text(json.dumps(httpx2.get(f"{tutor.url}/openapi.json").json()))
     (tmp_path / "config.yaml").write_text("post_hooks: []\n")  # no formatter run: not needed to import
     generated = subprocess.run(
         [
