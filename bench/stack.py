@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -141,8 +141,8 @@ class Stack:
         while time.monotonic() < deadline:
             assert self.web is not None
             self.web.check()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.base}/healthz", timeout=1, trust_env=False).status_code == 200:
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(f"{self.base}/healthz", timeout=1, trust_env=False).status_code == 200:
                     return
             time.sleep(0.1)
         raise RuntimeError(f"the web did not answer within {timeout:.0f} s")

@@ -149,7 +149,7 @@ def test_forgot_password_answers_as_fast_for_a_registered_address_as_for_an_unkn
     import threading
     import time
 
-    import httpx
+    import httpx2
     import uvicorn
 
     from app.main import create_app
@@ -172,7 +172,7 @@ def test_forgot_password_answers_as_fast_for_a_registered_address_as_for_an_unkn
         while not server.started:
             time.sleep(0.05)
         base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base) as c:
+        with httpx2.Client(base_url=base) as c:
             token = json.loads(html(c.get("/sign-up")).body["hx-headers"])["X-CSRF-Token"]
             assert (
                 c.post(
@@ -183,7 +183,7 @@ def test_forgot_password_answers_as_fast_for_a_registered_address_as_for_an_unkn
         monkeypatch.setattr(lifecycle, "RESETS_PER_EMAIL", 100)
         monkeypatch.setattr(lifecycle, "RESETS_PER_IP", 100)
         times: dict[str, list[float]] = {"registered": [], "unknown": []}
-        with httpx.Client(base_url=base) as c:
+        with httpx2.Client(base_url=base) as c:
             token = json.loads(html(c.get("/forgot-password")).body["hx-headers"])["X-CSRF-Token"]
             for i in range(60):
                 kind = "registered" if i % 2 == 0 else "unknown"
