@@ -65,13 +65,14 @@ lock:
 # The golden files on the oldest torch pyproject allows ($(VENV), from the lock) and on the newest
 # (a venv of its own under TORCH_RANGE_DIR: the lock with that torch; some GB).
 torch-range: install
-	@test "$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')" = $(TORCH_LOCK)
+	@have=$$($(PY) -W ignore -c 'import torch; print(torch.__version__.split("+")[0])'); \
+	test "$$have" = $(TORCH_LOCK) || { echo "torch-range: $(VENV) has torch $$have, not $(TORCH_LOCK)"; exit 1; }
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/worker/test_golden.py
 	@v=$(TORCH_RANGE_DIR)/torch-$(TORCH_NEWEST); test -x $$v/bin/python || python3 -m venv $$v; \
 	sed 's/^torch==.*/torch==$(TORCH_NEWEST)/' $(LOCK) > $$v/lock.txt && \
 	$$v/bin/pip install --quiet --disable-pip-version-check -r $$v/lock.txt && \
 	$$v/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . && \
-	$$v/bin/python -c 'import torch; print("torch", torch.__version__)' && \
+	$$v/bin/python -W ignore -c 'import torch; print("torch", torch.__version__)' && \
 	$$v/bin/pytest -q -p no:cacheprovider tests/worker/test_golden.py
 
 run: install
