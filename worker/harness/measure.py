@@ -52,6 +52,31 @@ class Blocks(nn.Module):
         return self.head(x)
 
 
+def keep_dtype(model):
+    """The correctness run's model stays in float64, in the memory the supervisor reads, whatever
+    dtype the loop casts it to (``model.float()``, ``.to(precision)``: float32 master weights
+    are a habit worth keeping): a cast of its floating tensors moves them across devices only,
+    and floating inputs of every module are taken to float64. Its reference is float64."""
+    dtype = next(model.parameters()).dtype
+
+    def apply(module, fn, recurse=True):
+        def moved_only(t):
+            out = fn(t)
+            if t.is_floating_point() and out.dtype != t.dtype:
+                return t if out.device == t.device else out.to(t.dtype)
+            return out
+
+        return type(module)._apply(module, moved_only, recurse)
+
+    def inputs(module, args):
+        floating = [isinstance(a, torch.Tensor) and a.is_floating_point() for a in args]
+        return tuple(a.to(dtype) if f else a for a, f in zip(args, floating, strict=True))
+
+    for module in model.modules():
+        module._apply = functools.partial(apply, module)
+        module.register_forward_pre_hook(inputs)
+
+
 def low_precision(device):
     if device.startswith("cuda") and torch.cuda.get_device_capability()[0] < 8:
         return torch.float16
@@ -124,6 +149,7 @@ def run(job, api):
     scenario = scenarios.build(ref, torch.float64)
     checked = Blocks(scenario.model).to(device)
     api.share(checked.parameters())
+    keep_dtype(checked)
 
     def learner():
         name_limits()
