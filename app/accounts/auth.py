@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import secrets
 from base64 import urlsafe_b64encode
+from dataclasses import replace
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -16,8 +17,9 @@ from starlette.responses import Response
 from app import i18n
 from app.accounts.models import User
 from app.accounts.ownership import Learner
-from app.accounts.passwords import normalize_email
+from app.accounts.service import Device, names
 from app.accounts.sessions import SESSION_LIFETIME, Auth, Via, authenticate
+from app.db import utcnow
 from app.errors import Redirect, error_response
 from app.http import here, is_api, is_https, redirect
 from app.i18n import gettext as _
@@ -95,29 +97,42 @@ def device_cookie(secure: bool) -> str:
     return f"__Host-{DEVICE_COOKIE}" if secure else DEVICE_COOKIE
 
 
-def _device_mac(request: Request, nonce: str, email: str) -> str:
+def _device_mac(request: Request, payload: str) -> str:
     secret = request.app.state.settings.secret_key.get_secret_value()
-    digest = hmac.new(secret.encode(), f"device:{nonce}:{normalize_email(email)}".encode(), hashlib.sha256)
+    digest = hmac.new(secret.encode(), f"device:{payload}".encode(), hashlib.sha256)
     return urlsafe_b64encode(digest.digest()[:18]).decode()
 
 
-def remember_device(request: Request, response: Response, email: str) -> None:
-    """This browser signed in to `email`'s account: from now on its sign-ins there do not wait
-    for failures elsewhere (app/accounts/service.py). Kept at sign-out: it is the way back in."""
+def remember_device(request: Request, response: Response, user: User) -> None:
+    """This browser signed in to `user`'s account: from now on its sign-ins there do not wait
+    for failures elsewhere (app/accounts/service.py), and once the account is deleted it is told
+    so. Kept at sign-out: it is the way back in."""
     secure = is_https(request)
-    nonce = secrets.token_urlsafe(18)
-    value = f"{nonce}.{_device_mac(request, nonce, email)}"
+    payload = f"{user.id}.{int(utcnow().timestamp())}.{secrets.token_urlsafe(18)}"
     response.set_cookie(
-        device_cookie(secure), value, max_age=YEAR, httponly=True, samesite="lax", secure=secure
+        device_cookie(secure),
+        f"{payload}.{_device_mac(request, payload)}",
+        max_age=YEAR,
+        httponly=True,
+        samesite="lax",
+        secure=secure,
     )
 
 
-def known_device(request: Request, email: str) -> str | None:
-    """The id of this browser when it signed in to `email`'s account before, else None."""
-    nonce, _sep, mac = request.cookies.get(device_cookie(is_https(request)), "").partition(".")
-    if not nonce or not hmac.compare_digest(mac.encode(), _device_mac(request, nonce, email).encode()):
+def forget_device(request: Request, response: Response) -> None:
+    secure = is_https(request)
+    response.delete_cookie(device_cookie(secure), httponly=True, samesite="lax", secure=secure)
+
+
+def known_device(request: Request) -> Device | None:
+    """The device cookie's (account id, when issued, this browser's id), when this server made it."""
+    payload, _sep, mac = request.cookies.get(device_cookie(is_https(request)), "").rpartition(".")
+    parts = payload.split(".")
+    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()) or len(payload) > 100:
         return None
-    return nonce
+    if not hmac.compare_digest(mac.encode(), _device_mac(request, payload).encode()):
+        return None
+    return int(parts[0]), int(parts[1]), parts[2]
 
 
 # ---------------------------------------------------------------- the middleware's hooks
@@ -138,17 +153,28 @@ async def authenticate_request(request: Request) -> Auth:
         return Auth()
     asked = i18n.supported(request.query_params.get("lang"))
 
+    device = known_device(request) if via == "cookie" else None
+
     def check() -> Auth:
         with request.app.state.sessionmaker.begin() as session:
-            return authenticate(session, credential, via, asked)
+            auth = authenticate(session, credential, via, asked)
+            if auth.expired and device is not None and not names(device, session.get(User, device[0])):
+                return replace(auth, account_deleted=True)  # the account this browser knew is gone
+            return auth
 
-    return await run_in_threadpool(check)
+    auth = await run_in_threadpool(check)
+    if auth.expired and request.url.path == request.app.url_path_for("reset_password_page"):
+        return Auth()  # a reset link needs no session: one that ended is not in its way
+    return auth
 
 
 def session_ended(request: Request) -> Response:
     """The answer to a request whose session or token is no longer valid: pages go to the
     sign-in page (and come back after), the API answers 401."""
-    if not is_api(request.url.path):
+    if request.state.auth.account_deleted:
+        response = redirect(request, f"{request.app.url_path_for('sign_in_page')}?deleted=1")
+        forget_device(request, response)
+    elif not is_api(request.url.path):
         response = redirect(request, sign_in_url(request, expired=True))
     else:
         response = error_response(

@@ -10,6 +10,7 @@ from app.accounts.auth import (
     LearnerDep,
     UserDep,
     forget_browser,
+    forget_device,
     known_device,
     remember_device,
     set_session_cookie,
@@ -63,7 +64,7 @@ def _signed_in(request: Request, session: Session, user: User, next_url: str) ->
     rotate_visitor(request)  # what the old visitor id did is the account's now
     response = RedirectResponse(next_url, status_code=303)
     set_session_cookie(request, response, token)
-    remember_device(request, response, user.email)
+    remember_device(request, response, user)
     return response
 
 
@@ -99,12 +100,15 @@ def sign_up(
 
 
 @router.get("/sign-in", response_class=HTMLResponse, include_in_schema=False)
-def sign_in_page(request: Request, next: str = "/", expired: bool = False, reset: bool = False):
+def sign_in_page(request: Request, next: str = "/", expired: bool = False, deleted: bool = False):
     if request.state.auth.user:
         return redirect(request, safe_next(next))
     notice = _("Your session has ended. Sign in again to continue where you left off.") if expired else None
-    if reset:
-        notice = _("Your password was changed and every device was signed out. Sign in with the new one.")
+    if deleted:
+        notice = _(
+            "The account this browser was signed in to has been deleted, with everything it held. "
+            "You can go on without an account, or sign up again."
+        )
     return _form_page(request, "sign_in.html", next_url=safe_next(next), notice=notice)
 
 
@@ -115,7 +119,7 @@ def sign_in(
     next_url = safe_next(next)
     try:
         user = service.check_password(
-            session, email, password, ip=client_ip(request), device=known_device(request, email)
+            session, email, password, ip=client_ip(request), device=known_device(request)
         )
     except AccountError as e:
         return _form_page(request, "sign_in.html", 400, error=e, email=email, next_url=next_url, notice=None)
@@ -214,7 +218,7 @@ def reset_password_page(request: Request, session: SessionDep, token: str = ""):
 @router.post("/reset-password", response_class=HTMLResponse, include_in_schema=False)
 def reset_password(request: Request, session: SessionDep, token: FormText = "", password: FormText = ""):
     try:
-        lifecycle.reset_password(session, token, password, _secret(request))
+        user = lifecycle.reset_password(session, token, password, _secret(request))
     except AccountError as e:
         valid = e.field == "password"
         return _form_page(
@@ -225,7 +229,8 @@ def reset_password(request: Request, session: SessionDep, token: FormText = "", 
             token=token if valid else "",
             valid=valid,
         )
-    return RedirectResponse(f"{request.app.url_path_for('sign_in_page')}?reset=1", status_code=303)
+    # every other device was signed out; this one is signed in with the new password
+    return _signed_in(request, session, user, f"{request.app.url_path_for('account_page')}?changed=1")
 
 
 @router.get("/account/export", include_in_schema=False)
@@ -255,6 +260,7 @@ def delete_account(request: Request, session: SessionDep, user: UserDep, passwor
     request.state.auth = sessions.Auth()  # the page that follows is a visitor's
     response = render(request, "account_deleted.html")
     forget_browser(request, response)
+    forget_device(request, response)
     return response
 
 
@@ -317,7 +323,7 @@ def create_token(request: Request, body: Credentials, session: SessionDep) -> To
             body.email,
             body.password,
             ip=client_ip(request),
-            device=known_device(request, body.email),
+            device=known_device(request),
         )
     except AccountError as e:
         session.commit()  # the failure counts although the answer is an error

@@ -27,6 +27,7 @@ from app.accounts.passwords import (
 )
 from app.accounts.sessions import end_sessions
 from app.accounts.throttling import Throttled
+from app.db import aware
 from app.i18n import gettext as _
 
 SIGN_IN_WINDOW = timedelta(minutes=15)
@@ -78,28 +79,50 @@ def find_user(session: Session, email: str) -> User | None:
     return session.scalar(select(User).where(User.email == normalize_email(email)))
 
 
+# The device cookie of a browser where an account signed in (app/accounts/auth.py): the
+# account's id, when the cookie was issued (epoch seconds), the browser's own random id.
+Device = tuple[int, int, str]
+
+
+def names(device: Device | None, user: User | None) -> bool:
+    """Whether `device` was issued to `user`'s account (not to an earlier one with its id)."""
+    return (
+        device is not None
+        and user is not None
+        and device[0] == user.id
+        and aware(user.created_at).timestamp() <= device[1] + 1
+    )
+
+
 def check_password(
-    session: Session, email: str, password: str, *, ip: str, device: str | None = None
+    session: Session, email: str, password: str, *, ip: str, device: Device | None = None
 ) -> User:
     """The account for these credentials. The refusal is the same whether or not the address is
     registered, and takes as long. Failures are counted per (address, client address), per
-    client address, and per address from everywhere (a growing delay, which `device`, a browser
-    where this account signed in before, is spared: its failures count per device instead). In
-    the session: a caller that answers the refusal with an error (and so a rollback) commits
-    first, or the failure is not counted."""
+    client address, and per address from everywhere (a growing delay, which the account's own
+    browser is spared: one with a `device` cookie issued to this account; its failures count
+    per device instead). In the session: a caller that answers the refusal with an error (and so
+    a rollback) commits first, or the failure is not counted."""
     email = normalize_email(email)[:EMAIL_MAX]
+    user = find_user(session, email)
+    own = device[2] if device is not None and names(device, user) else None
+    return _check(session, email, user, password, ip=ip, own_device=own)
+
+
+def _check(
+    session: Session, email: str, user: User | None, password: str, *, ip: str, own_device: str | None
+) -> User:
     keys = [(_email_key(email, ip), SIGN_IN_FAILURES_PER_EMAIL), (f"signin-ip:{ip}", SIGN_IN_FAILURES_PER_IP)]
-    if device is not None:
-        keys.append((f"signin-device:{_digest(device)}", SIGN_IN_FAILURES_PER_EMAIL))
+    if own_device is not None:
+        keys.append((f"signin-device:{_digest(own_device)}", SIGN_IN_FAILURES_PER_EMAIL))
     account = f"signin-email:{_digest(email)}"
     waits = [throttling.retry_after(session, key, limit, SIGN_IN_WINDOW) for key, limit in keys]
-    if device is None:
+    if own_device is None:
         waits.append(
             throttling.delay(session, account, ACCOUNT_FREE_FAILURES, ACCOUNT_WINDOW, ACCOUNT_LONGEST_WAIT)
         )
     if any(waits):
         raise Throttled(max(w for w in waits if w))
-    user = find_user(session, email)
     valid, new_hash = verify(password, user.password_hash if user else None)
     if user is None or not valid:
         for key, _limit in keys:
@@ -126,7 +149,7 @@ def confirm_password(
     """AccountError(`message`, `field`) unless `password` is `user`'s (throttled as a sign-in):
     what changing the password or deleting the account asks first."""
     try:  # signed in, this browser is the owner's: no wait for others' failures
-        check_password(session, user.email, password, ip=ip, device=f"user:{user.id}")
+        _check(session, user.email, user, password, ip=ip, own_device=f"session-of-{user.id}")
     except AccountError:
         raise AccountError(message, field) from None
 

@@ -30,6 +30,7 @@ class Auth:
     session_id: int | None = None
     via: Via | None = None
     expired: bool = False  # a session or token was sent that is no longer valid
+    account_deleted: bool = False  # expired because this browser's account was deleted
     token: str | None = field(default=None, repr=False)  # the credential sent, when valid
 
     @property

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from app.accounts import lifecycle
 from app.accounts.mail import SmtpMailer
@@ -67,11 +67,15 @@ def test_a_reset_link_by_mail_works_once_and_signs_every_device_out(client, app,
         response = client.post(
             "/reset-password", data={"token": token, "password": NEW_PASSWORD}, follow_redirects=False
         )
-        assert response.status_code == 303 and response.headers["location"] == "/sign-in?reset=1"
-        assert "Sign in with the new one" in html(client.get("/sign-in?reset=1")).get_text()
+        assert response.status_code == 303 and response.headers["location"] == "/account?changed=1"
+        account = html(client.get("/account?changed=1"))  # signed in with the new password
+        assert account.select_one("h1").get_text() == "Your account"
+        assert "Every other device was signed out" in account.select_one(".notice").get_text()
         assert laptop.get("/account", follow_redirects=False).status_code == 303, "signed out"
+    arm_csrf(client)
+    client.post("/sign-out")
+    arm_csrf(client)
     sign_in(client, "ana@example.com", NEW_PASSWORD)
-    assert html(client.get("/account")).select_one("h1").get_text() == "Your account"
     again = client.get(link)
     assert again.status_code == 400 and "used already" in html(again).get_text(), "works once"
     assert (
@@ -206,10 +210,19 @@ def test_forgot_password_answers_as_fast_for_a_registered_address_as_for_an_unkn
     assert abs(registered - unknown) < 100, (registered, unknown)  # the mail alone takes 200
 
 
-def test_without_smtp_the_page_says_whom_to_ask(client, app):
+def test_without_smtp_the_page_says_what_a_learner_can_do(client, app):
     assert app.state.settings.smtp_host is None
     page = html(client.get("/forgot-password"))
     assert "treino accounts reset-password" in page.select_one(".notice code").get_text()
+    ways = [li.get_text(" ", strip=True) for li in page.select(".notice li")]
+    assert len(ways) == 3
+    assert (
+        "another device" in ways[0]
+        and "Ask the person who runs" in ways[1]
+        and "without an account" in ways[2]
+    )
+    pt = html(client.get("/forgot-password", params={"lang": "pt-BR"}))
+    assert "O que você pode fazer" in pt.select_one(".notice").get_text()
     assert not page.select("form[action='/forgot-password']")
     assert _ask(client, "ana@example.com").status_code == 503
 
@@ -280,7 +293,29 @@ def test_the_operator_prints_a_link_without_mail(client, app, monkeypatch, capsy
         ).status_code
         == 303
     )
-    sign_in(client, "dee@example.com", NEW_PASSWORD)
+    assert html(client.get("/account")).select_one("h1").get_text() == "Your account", "signed in"
+
+
+def test_a_reset_link_opened_where_a_session_ended_shows_the_form(client, app):
+    """A browser still holding the cookie of a session that ended (signed out elsewhere, expired)
+    opens the mailed link: the form, not "Your session has ended"; the new password signs it in."""
+    sign_up(client, "eve@example.com")
+    with app.state.sessionmaker.begin() as session:
+        session.execute(delete(AuthSession))  # every session ends (a password change elsewhere)
+        user = session.scalar(select(User).where(User.email == "eve@example.com"))
+        token = lifecycle.reset_token(user, app.state.settings.secret_key.get_secret_value())
+    page = client.get("/reset-password", params={"token": token}, follow_redirects=False)
+    assert page.status_code == 200
+    form = html(page).select_one("form[action='/reset-password']")
+    csrf = form.select_one("input[name=csrf_token]")["value"]
+    del client.headers["X-CSRF-Token"]  # the form's own token, as a browser sends it
+    done = client.post(
+        "/reset-password",
+        data={"token": token, "password": NEW_PASSWORD, "csrf_token": csrf},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and done.headers["location"] == "/account?changed=1"
+    assert html(client.get("/account")).select_one("h1").get_text() == "Your account"
 
 
 def _work(client: TestClient) -> None:
@@ -341,3 +376,32 @@ def test_deleting_the_account_asks_the_password_and_leaves_nothing(client, app):
         ).status_code
         == 400
     )
+
+
+@pytest.mark.parametrize(
+    ("lang", "says"),
+    [
+        ("en", "has been deleted, with everything it held"),
+        ("pt-BR", "foi excluída, com tudo o que ela guardava"),
+    ],
+)
+def test_after_deleting_the_account_the_other_browser_is_told_so(client, app, lang, says):
+    sign_up(client, "ivy@example.com")
+    with TestClient(app) as phone:
+        arm_csrf(phone)
+        sign_in(phone, "ivy@example.com")
+        assert client.post("/account/delete", data={"password": PASSWORD}).status_code == 200
+        moved = phone.get("/account", params={"lang": lang}, follow_redirects=False)
+        assert moved.status_code == 303 and moved.headers["location"] == "/sign-in?deleted=1"
+        notice = html(phone.get(f"{moved.headers['location']}&lang={lang}")).select_one(".notice")
+        assert says in notice.get_text()
+        assert "Sign in again to continue" not in notice.get_text()
+        assert "treino_device" not in phone.cookies, "forgotten with the account"
+        again = phone.get("/account", follow_redirects=False)
+        assert again.headers["location"].startswith("/sign-in?next="), "told once"
+    with TestClient(app) as other:  # a session that simply ended still reads as ended
+        arm_csrf(other)
+        sign_up(other, "joe@example.com")
+        with app.state.sessionmaker.begin() as session:
+            session.execute(delete(AuthSession))
+        assert "expired=1" in other.get("/account", follow_redirects=False).headers["location"]
