@@ -115,3 +115,18 @@ def test_a_time_that_runs_backwards_is_interference(params):
     data["configs"]["fp32"]["seconds"] = -1000.0
     with pytest.raises(measure.Interfered, match="fp32"):
         measure.evaluate(params, data, "cuda")
+
+
+def test_the_low_precision_is_bfloat16_on_every_device(monkeypatch):
+    """float16 on a GPU without native bfloat16 ran with no GradScaler (issue 28): a loop that
+    passed here would train float16 unscaled on such a card. (No CUDA call is made: this runs
+    on a CPU.)"""
+    import importlib
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(Path(measure.__file__).parents[1] / "harness"))
+    harness = importlib.import_module("measure")  # the harness's, as the sandbox imports it
+
+    for device in ("cpu", "cuda", "cuda:1"):
+        assert harness.low_precision(device) is torch.bfloat16
