@@ -102,7 +102,7 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     submission = verdict.locator(".verdict-sub a").get_attribute("href")
     lessons = [
         f"/lessons/{slug}"
-        for slug in ("mixed-precision", "gradient-accumulation", "bottleneck", "gpu-memory")
+        for slug in ("mixed-precision", "gradient-accumulation", "bottleneck", "gpu-memory", "model-memory")
     ]
     pages = ["/", *lessons, EXERCISE, submission, "/sign-in", "/sign-up", "/forgot-password"]
     for width in (390, 360):
