@@ -1,5 +1,7 @@
 """Quick-checks: feedback for the option chosen, with and without htmx; attempts stored; bad posts."""
 
+import re
+
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,6 +38,10 @@ def test_each_option_gets_its_own_explanation(client, course, slug, question_id,
     assert ("is-right" if option.correct else "is-wrong") in feedback["class"]
     assert fragment.select_one(".explanation").decode_contents() == option.explanation_html["en"]
     assert not fragment.select("html, header, main"), "htmx gets a fragment, not a page"
+    if option.correct:  # "Right." in bold, or the explanation's own "Right: …", never both
+        bold = [s.get_text() for s in feedback.select(".verdict strong")]
+        opens = bool(re.match(r"Right\b", fragment.select_one(".explanation").get_text()))
+        assert (bold == ["Right."]) != opens, (bold, opens)
 
 
 def test_htmx_answers_in_portuguese(client, course):
