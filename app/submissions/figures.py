@@ -233,7 +233,12 @@ def _configurations(metrics: dict) -> list[Figure]:
                     for label, value in timed
                 ]
             ),
-            _("Wall-clock time per optimizer step, synchronised on a GPU; shorter is faster."),
+            _("Wall-clock time per optimizer step, synchronised on the GPU; shorter is faster.")
+            if metrics.get("device") == "cuda"
+            else _(
+                "Wall-clock time per optimizer step on this worker's CPU (it has no GPU), which other "
+                "jobs share: small differences can be noise. Shorter is faster."
+            ),
             _("The fastest was %(label)s, at %(ms)s ms per step.")
             % {"label": fastest[0], "ms": number(fastest[1])},
         )

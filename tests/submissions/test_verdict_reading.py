@@ -244,6 +244,11 @@ def test_measure_it_draws_time_and_memory_by_configuration():
     assert time.summary == "The fastest was float32, at 2.05 ms per step."
     assert memory.summary == "The smallest peak was all three, with 21.9 KB."
     assert "no GPU" in memory.note
+    assert "CPU" in time.note and "GPU;" not in time.note, "says what the worker measured on"
+    on_gpu = [
+        c for c in figures({"metrics": {**metrics, "device": "cuda"}}).charts if c.id == "configurations-time"
+    ]
+    assert "synchronised on the GPU" in on_gpu[0].note
     assert not [
         c for c in figures({"metrics": {"optimizer_steps": 3}}).charts if c.id.startswith("configurations")
     ]
