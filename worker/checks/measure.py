@@ -118,6 +118,10 @@ def _checkpoint(params, data):
     base, ckpt = configs["fp32"]["peak"] or 0, configs["checkpoint"]["peak"] or 0
     drop = float(params["peak_drop"])
     values = {"peak": ckpt, "base": base, "ratio": ckpt / base if base else 0.0, "limit": drop}
+    untrained = next((n for n in ("checkpoint", "all") if configs[n].get("blocks_trained") is False), None)
+    if untrained is not None:  # torch's reentrant checkpoint of an input without gradients
+        values["config"] = Phrase(f"check.measure_{untrained}.name")
+        return Check("measure_checkpoint_peak", False, "check.measure_checkpoint_peak.untrained", values)
     if not (configs["checkpoint"]["recomputed"] and configs["all"]["recomputed"]):
         # the peak can fall for other reasons (or the float32 run be made heavier): no block
         # recomputed in backward is no checkpointing
@@ -198,6 +202,7 @@ def diagnose(checks, data):
     if (
         ckpt is not None
         and not ckpt.passed
+        and ckpt.message != "check.measure_checkpoint_peak.untrained"  # checkpointed, untrained
         and not (configs["checkpoint"]["recomputed"] or configs["all"]["recomputed"])
     ):
         return Diagnosis("checkpoint-ignored", ckpt.values)

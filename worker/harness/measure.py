@@ -91,12 +91,13 @@ def _sync(device):
 
 class Probe:
     """Hooks on a model copy: the dtypes its Linear layers computed in and their weights held,
-    recomputed blocks."""
+    recomputed blocks, and whether a gradient reached the blocks."""
 
     def __init__(self, model):
-        self.dtypes, self.weights, self.recomputed = set(), set(), False
+        self.dtypes, self.weights, self.recomputed, self.trained = set(), set(), False, False
         for block in model.blocks:
             block.register_forward_pre_hook(self._block)
+            next(block.parameters()).register_post_accumulate_grad_hook(self._trained)
             for layer in block.modules():
                 if isinstance(layer, nn.Linear):
                     layer.register_forward_hook(self._linear)
@@ -104,6 +105,9 @@ class Probe:
     def _block(self, module, args):
         if torch._C._current_autograd_node() is not None:
             self.recomputed = True
+
+    def _trained(self, param):
+        self.trained = True
 
     def _linear(self, module, args, out):
         self.dtypes.add(str(out.dtype).replace("torch.", ""))
@@ -218,6 +222,7 @@ def _configurations(job, api, fn, base, batches, loss_fn):
             "dtypes": sorted(probe.dtypes),
             "weights": sorted(probe.weights),
             "recomputed": probe.recomputed,
+            "blocks_trained": probe.trained,
             "micro_batch": len(loader[0][1]),
         }, error
 
