@@ -32,9 +32,11 @@ class Settings(BaseSettings):
     sandbox_start: Literal["fork", "exec"] = "fork"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     pool_size: int = Field(default=2, ge=0, le=16)
-    # Database connections each web process keeps open per pool (writes, and GET reads): as
-    # many as requests it serves at once, or every request past them opens and closes its own.
-    db_pool_size: int = Field(default=10, ge=1, le=100)
+    # Requests one web process works on at once; its worker threads and each of its two
+    # database pools (writes, GET reads) are this size, and 8 times as many may wait for a
+    # place before the rest are answered 503 with Retry-After (app/capacity.py, docs/deploy.md).
+    # More threads do not serve CPU-bound pages faster (one interpreter lock): they share it.
+    web_concurrency: int = Field(default=8, ge=1, le=200)
     # The queue: how long a claimed job stays a worker's without renewal, how often an idle
     # worker looks for work (PostgreSQL also wakes it by NOTIFY; on SQLite this is the wait
     # before a submission is picked up), claims before giving up.

@@ -1,19 +1,19 @@
 """Database engine, sessions and migrations. One dependency owns commit and rollback."""
 
 import select
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 from alembic import command
 from alembic.config import Config
+from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, Request
 from sqlalchemy import MetaData, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
-from starlette.concurrency import run_in_threadpool
 
 from app.config import ROOT
 
@@ -61,6 +61,10 @@ def make_engine(url: str, **options: Any) -> Engine:
     def _sqlite_pragmas(dbapi_conn, _record):  # web and worker are separate processes
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
+        # WAL's own recommendation: a commit is no fsync (8 ms each here, under the write lock,
+        # so every writer waited for every other's); still atomic and consistent, and durable
+        # when the process dies, only the last commits before a power cut may be undone
+        cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
@@ -96,11 +100,19 @@ def upgrade(url: str) -> None:
     command.upgrade(alembic_config(url), "head")
 
 
+async def _end(finish: Callable[[], None]) -> None:
+    """Commit or roll back in a thread, but never by waiting for one of the threads that run
+    the routes: those may all be waiting for the connection this session holds (past forty
+    requests at once that froze the web until the pool gave up, 30 s later; issue 26). Threads
+    for this are as many as sessions ending, which the gate (app/capacity.py) bounds."""
+    await to_thread.run_sync(finish, limiter=CapacityLimiter(1))
+
+
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """The request's session: committed if the route returns, rolled back if it raises. Made
     here on the event loop (no I/O until first use); only the commit or rollback, which talk to
-    the database, go to a thread. A GET or HEAD changes nothing: it reads in autocommit, with
-    no transaction to end."""
+    the database, go to a thread (see _end). A GET or HEAD changes nothing: it reads in
+    autocommit, with no transaction to end."""
     if request.method in ("GET", "HEAD"):
         with request.app.state.reader() as session:
             yield session
@@ -110,10 +122,10 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     try:
         yield session
         if session.in_transaction():
-            await run_in_threadpool(session.commit)
+            await _end(session.commit)
     except BaseException:
         if session.in_transaction():
-            await run_in_threadpool(session.rollback)
+            await _end(session.rollback)
         raise
     finally:
         session.close()  # nothing left to say to the database: the connection is back in the pool

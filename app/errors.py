@@ -16,7 +16,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
-from app.http import is_api, redirect
+from app.http import is_api, is_htmx, redirect
 from app.i18n import gettext as _
 from app.security import SAFE_METHODS, security_headers
 from app.web import render
@@ -66,6 +66,7 @@ class ErrorOut(BaseModel):
                     "token_invalid",
                     "already_active",
                     "throttled",
+                    "busy",
                 }
             )
         ),
@@ -106,7 +107,7 @@ _DESCRIPTIONS = {
     413: "The request body is larger than the server accepts",
     422: "Invalid input",
     429: "Too many requests; see Retry-After",
-    503: "Not ready",
+    503: "`busy`: the tutor is serving as many requests as it can; send again after Retry-After",
 }
 
 
@@ -129,6 +130,10 @@ def _titles() -> dict[int, tuple[str, str]]:
         422: (_("Invalid input"), _("Some of what you sent is missing or not valid.")),
         429: (_("Too many requests"), _("Please wait a little and try again.")),
         500: (_("Something went wrong"), _("An unexpected error happened on our side. Please try again.")),
+        503: (
+            _("The tutor is busy"),
+            _("Many learners are using it at this moment. Try again in a few seconds."),
+        ),
     }
 
 
@@ -204,6 +209,29 @@ def error_response(
         "course": getattr(request.app.state, "course", None),
     }
     return render(request, "error.html", context, status_code=status)
+
+
+def busy_response(request: Request, retry_after: int) -> Response:
+    """503 `busy` with Retry-After, for a web process at capacity (app/capacity.py). To the
+    editor's htmx Submit it is the status fragment saying so; the editor keeps the code."""
+    if is_htmx(request) and not wants_json(request):
+        message = _(
+            "The tutor is busy: many learners pressed Submit at once. Your code is still here; "
+            "send it again in a few seconds."
+        )
+        context = {
+            "submission": None,
+            "error": message,
+            "announce": True,
+            "history_oob": None,
+            "attempts": None,
+        }
+        response = render(request, "_submission_status.html", context, status_code=503)
+    else:
+        response = error_response(request, 503, code="busy")
+    response.headers["Retry-After"] = str(retry_after)
+    response.headers["Content-Language"] = request.state.lang
+    return response
 
 
 def install(app: FastAPI) -> None:

@@ -15,6 +15,7 @@ from app import errors
 from app import models as _every_table  # noqa: F401  (adoption, export and deletion walk them all)
 from app.accounts import auth
 from app.accounts import routes as accounts
+from app.capacity import UNGATED, Gate, Sizes, use_threads
 from app.config import ROOT, Settings, get_settings
 from app.db import make_engine
 from app.drafts import routes as drafts
@@ -33,13 +34,17 @@ from app.web import templates
 def create_app(settings: Settings | None = None, *, course: Course | None = None) -> FastAPI:
     settings = settings or get_settings()
     course = course or load_course(settings.lessons_dir)  # a broken lesson stops start-up here
-    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+    sizes = Sizes(settings.web_concurrency)
+    # no overflow: the gate lets in no more requests than a pool has connections
+    pooled = {"pool_size": sizes.connections, "max_overflow": 0}
+    engine = make_engine(settings.database_url, **pooled)
     # GET and HEAD change nothing: their sessions read in autocommit, without BEGIN and COMMIT
     # round trips; a pool of their own, so that no connection switches modes at every request
-    reader = make_engine(settings.database_url, isolation_level="AUTOCOMMIT", pool_size=settings.db_pool_size)
+    reader = make_engine(settings.database_url, isolation_level="AUTOCOMMIT", **pooled)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        use_threads(sizes)
         yield
         engine.dispose()
         reader.dispose()
@@ -71,6 +76,7 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     # every response, errors too, has a language
     app.add_middleware(RequestContext, authenticate=auth.authenticate_request, ended=auth.session_ended)
+    app.add_middleware(Gate, sizes=sizes)  # before anything that needs a thread or a connection
     # a request for a host that is not this tutor's is refused (400): nothing can be made to
     # point elsewhere by a Host header; X-Forwarded-For/-Proto are believed from the proxies named
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.trusted_hosts(), www_redirect=False)
@@ -83,15 +89,18 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document, plus the errors every operation can answer, all in ErrorOut's shape:
     413 (the body limit, before any route), 422 wherever there is input, 401 anywhere under
-    /api (a revoked token), 403 for unsafe /api calls (one from another site)."""
+    /api (a revoked token), 403 for unsafe /api calls (one from another site), 503 `busy`
+    wherever the gate answers (app/capacity.py)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
-    extra = errors.documented(400, 401, 403, 413, 422)
+    extra = errors.documented(400, 401, 403, 413, 422, 503)
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             wanted = [413]
+            if not path.startswith(UNGATED) and "503" not in operation["responses"]:
+                wanted.append(503)
             if "422" in operation["responses"] or "requestBody" in operation:
                 wanted.append(422)
             if "requestBody" in operation:

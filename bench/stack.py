@@ -111,6 +111,8 @@ class Stack:
                 "TREINO_SANDBOX_START": self.start,
                 # what is measured is grading, not the fair-use limit of one address
                 "TREINO_SUBMISSIONS_PER_IP": "100000",
+                # the bench is the local proxy: learners' own addresses come as X-Forwarded-For
+                "TREINO_FORWARDED_ALLOW_IPS": "127.0.0.1",
             }
             subprocess.run(
                 [sys.executable, "-m", "worker.cli", "db", "upgrade"],

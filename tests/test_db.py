@@ -55,12 +55,13 @@ def test_a_connection_the_server_closed_is_replaced_not_failed(postgres_url):
 
 
 def test_the_web_keeps_as_many_connections_as_it_is_told(sqlite_url):
-    """Both pools (writes, GET reads) hold TREINO_DB_POOL_SIZE connections: past that, every
-    concurrent request would open and close one of its own."""
-    app = create_app(Settings(database_url=sqlite_url, db_pool_size=7, _env_file=None))
+    """Both pools (writes, GET reads) hold TREINO_WEB_CONCURRENCY connections and never more:
+    the gate (app/capacity.py) lets in no more requests than that, so no checkout waits."""
+    app = create_app(Settings(database_url=sqlite_url, web_concurrency=7, _env_file=None))
     engines = [app.state.sessionmaker.kw["bind"], app.state.reader.kw["bind"]]
     try:
-        assert [engine.pool.size() for engine in engines] == [7, 7]
+        pools = [(engine.pool.size(), engine.pool._max_overflow) for engine in engines]  # type: ignore[attr-defined]
+        assert pools == [(7, 0), (7, 0)]
     finally:
         for engine in engines:
             engine.dispose()

@@ -1,0 +1,154 @@
+"""How much one web process takes on at once, all derived from TREINO_WEB_CONCURRENCY, and the
+answer past it: a quick 503 with Retry-After instead of a wait nobody can see the end of.
+
+Each request the app works on holds at most one worker thread and one database connection at a
+time (the credentials' lookup, then the route, then its commit, one after the other), so with
+no more requests inside than there are threads and pooled connections, nothing inside waits for
+either. The rest wait here, on the event loop, where waiting costs nothing and holds nothing:
+reads first (a page, a poll), then writes in the order they came; a request that would wait
+past PATIENCE at the pace places are freed, or finds the waiting room full, is answered 503 at
+once, with a Retry-After of when those waiting should be in.
+"""
+
+import asyncio
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from anyio import to_thread
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app import i18n
+from app.errors import busy_response
+from app.security import SAFE_METHODS
+from app.web import choose_lang
+
+# Requests past the ones inside that may wait for a place, per place inside: a class pressing
+# Submit together waits its turn rather than being turned away.
+WAITING_PER_PLACE = 8
+PATIENCE = 2.0  # seconds a request may wait for a place; one that would wait longer is refused
+RETRY_AFTER_MAX = 30  # seconds: the most a 503 asks a client to wait before sending again
+PACE_WEIGHT = 0.2  # of each new interval between places freed, in the running estimate
+# Answered whatever the load: the liveness probe (a busy process is alive) and static files
+# (neither touches the database).
+UNGATED = ("/healthz", "/static/")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Every size that matters to one web process, from TREINO_WEB_CONCURRENCY."""
+
+    concurrency: int
+
+    @property
+    def threads(self) -> int:
+        """Worker threads for sync routes and dependencies: one per request inside."""
+        return self.concurrency
+
+    @property
+    def connections(self) -> int:
+        """Database connections per pool (writes, and GET reads): one per request inside, so a
+        checkout never waits. The process holds at most twice this open."""
+        return self.concurrency
+
+    @property
+    def waiting(self) -> int:
+        """Requests that may wait for a place before more are answered 503 at once."""
+        return self.concurrency * WAITING_PER_PLACE
+
+
+def use_threads(sizes: Sizes) -> None:
+    """Size the thread pool that runs sync routes (Starlette's default: 40). Call on the loop."""
+    to_thread.current_default_thread_limiter().total_tokens = sizes.threads
+
+
+@dataclass(eq=False)
+class _Waiter:
+    place: asyncio.Future[bool]  # True: let in; False: refused
+    deadline: float
+
+
+class Gate:
+    """ASGI middleware: at most ``sizes.concurrency`` requests inside and ``sizes.waiting`` more
+    waiting, reads ahead of writes. A request is refused (503, Retry-After) when the room is
+    full or when, at the pace places are freed, it would wait past PATIENCE; those at the back
+    are refused as soon as that is known, not when their patience runs out."""
+
+    def __init__(self, app: ASGIApp, sizes: Sizes) -> None:
+        self.app = app
+        self.free = sizes.concurrency
+        self.room = sizes.waiting
+        self.reads: deque[_Waiter] = deque()
+        self.writes: deque[_Waiter] = deque()
+        self.pace = 0.0  # seconds between places freed while requests wait (0: not known yet)
+        self.freed_at: float | None = None  # when the last place was freed, while requests wait
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(UNGATED):
+            await self.app(scope, receive, send)
+            return
+        if not await self._enter(scope["method"] in SAFE_METHODS):
+            request = Request(scope, receive)
+            request.state.lang = lang = choose_lang(request)[0]  # no account lookup: that waits too
+            i18n.set_lang(lang)
+            await busy_response(request, self.retry_after())(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._leave()
+
+    @property
+    def waiting(self) -> int:
+        return len(self.reads) + len(self.writes)
+
+    def retry_after(self) -> int:
+        """Seconds until the requests waiting now should have been let in."""
+        return max(1, min(RETRY_AFTER_MAX, math.ceil(self.waiting * self.pace)))
+
+    async def _enter(self, read: bool) -> bool:
+        """Whether the request was let in (it then holds a place until _leave)."""
+        if self.free:
+            self.free -= 1
+            return True
+        if self.waiting >= self.room or (self.waiting + 1) * self.pace > PATIENCE:
+            return False
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop.create_future(), loop.time() + PATIENCE)
+        queue = self.reads if read else self.writes
+        queue.append(waiter)
+        if self.freed_at is None:
+            self.freed_at = loop.time()
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter.place), PATIENCE)
+        except TimeoutError:
+            if waiter.place.done():  # let in or refused as the time ran out
+                return waiter.place.result()
+            queue.remove(waiter)
+            return False
+        except asyncio.CancelledError:
+            if not waiter.place.done():
+                queue.remove(waiter)
+            elif waiter.place.result():  # let in as it was cancelled: the place goes on
+                self._leave()
+            raise
+
+    def _leave(self) -> None:
+        """Hand the place to the first waiting read, else the first write, else free it; then
+        refuse those at the back who, at this pace, would be let in only past their patience."""
+        queue = self.reads or self.writes
+        if not queue:
+            self.free += 1
+            self.freed_at = None
+            return
+        now = asyncio.get_running_loop().time()
+        if self.freed_at is not None:
+            interval = now - self.freed_at
+            self.pace += PACE_WEIGHT * (interval - self.pace) if self.pace else interval
+        self.freed_at = now
+        queue.popleft().place.set_result(True)
+        while self.writes and now + self.waiting * self.pace > self.writes[-1].deadline:
+            self.writes.pop().place.set_result(False)
+        while self.reads and now + len(self.reads) * self.pace > self.reads[-1].deadline:
+            self.reads.pop().place.set_result(False)
