@@ -1,0 +1,146 @@
+"""Checks of the "hookstep" kind (lesson 5).
+
+The reference is the plain loop — backward, one Adam step over every parameter, zero_grad — on
+the same seeded float64 MLP, here on the CPU. The learner passes when the parameters after every
+batch (read by the sandbox's supervisor) equal the reference's, every parameter is stepped once
+per backward and inside it (its post-accumulate-grad hook), and at most one parameter's gradient
+is alive at any step or between batches.
+"""
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from app.submissions.messages import Sci
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation, agree, observed, snapshots, tensors
+from worker.harness import scenarios
+
+# relative parameter error: the hook step is the same Adam arithmetic (0.0 on the CPU); a CUDA
+# float64 run may differ in the last bits; a second step or a stale gradient is off by ≥ 1e-3
+TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}
+
+
+@dataclass(frozen=True)
+class Reference:
+    params: list  # after each batch
+    n_params: int
+    grad_bytes: int
+
+
+@lru_cache(maxsize=8)
+def _reference(key: str) -> Reference:
+    params = json.loads(key)
+    scenario = scenarios.build(params)
+    model = scenario.model
+    weights = list(model.parameters())
+    optimizer = torch.optim.Adam(weights, lr=float(params["lr"]))
+    after = []
+    for x, y in scenario.micro_batches:
+        scenario.loss_fn(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        after.append(tensors.flat(weights))
+    grad_bytes = sum(p.numel() * p.element_size() for p in weights)
+    return Reference(after, len(weights), grad_bytes)
+
+
+def reference(params: dict) -> Reference:
+    with SEEDING:
+        return _reference(json.dumps(params, sort_keys=True))
+
+
+def prepare(params: dict, device: str) -> None:
+    reference(params)
+
+
+def _trajectory(ref, seen, tol):
+    """The parameters after each batch, as the supervisor read them, against the reference."""
+    before = snapshots(seen, "batch")
+    after = [*before[1:], seen["final_params"]]
+    if len(before) != len(ref.params):
+        counts = {"batches": len(before), "expected": len(ref.params)}
+        return Check("hook-trajectory", False, "check.hook-trajectory.batches", counts)
+    errors = [
+        tensors.norm(tensors.vector(a).nan_to_num() - r) / tensors.norm(r)
+        for a, r in zip(after, ref.params, strict=True)
+    ]
+    bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
+    if bad is not None:
+        values = {"batch": bad + 1, "error": Sci(errors[bad])}
+        return Check("hook-trajectory", False, "check.hook-trajectory.failed", values)
+    return Check("hook-trajectory", True, "check.hook-trajectory.passed", {"error": Sci(max(errors))})
+
+
+def _per_batch(data, ref):
+    """For each batch: how many steps each parameter got with its gradient, how many step calls
+    there were in all, and how many came while backward was not running."""
+    n = len(ref.params)
+    stepped = [[0] * ref.n_params for _ in range(n)]
+    calls, outside = [0] * n, [0] * n
+    for batch, backward, owned, _alive, _bytes in data["steps"]:
+        if not 0 <= batch < n:
+            continue
+        calls[batch] += 1
+        outside[batch] += not backward
+        for i in owned:
+            if 0 <= i < ref.n_params:
+                stepped[batch][i] += 1
+    return stepped, calls, outside
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    ref = reference(params)
+    seen = observed(data)
+    agree(data["final_params"], seen["final_params"], "final parameters")
+    tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
+    trajectory = _trajectory(ref, seen, tol)
+    stepped, calls, outside = _per_batch(data, ref)
+    once = all(all(c == 1 for c in row) for row in stepped) and calls == [ref.n_params] * len(calls)
+    in_backward = not any(outside)
+    steps_ok = once and in_backward
+    steps = Check(
+        "hook-steps",
+        steps_ok,
+        "check.hook-steps.passed" if steps_ok else "check.hook-steps.failed",
+        {"calls": max(calls, default=0), "params": ref.n_params, "outside": sum(outside)},
+    )
+    alive = max([s[3] for s in data["steps"]] + list(data["between"]) + [0])
+    alive_bytes = max([s[4] for s in data["steps"]] + [0])
+    one = alive <= 1
+    grads = Check(
+        "one-gradient",
+        one,
+        "check.one-gradient.passed" if one else "check.one-gradient.failed",
+        {"alive": alive, "params": ref.n_params},
+    )
+    checks = [trajectory, steps, grads]
+    metrics = {
+        "peak_alive_gradients": alive,
+        "reference_peak_alive_gradients": ref.n_params,
+        "peak_gradient_bytes": alive_bytes,
+        "reference_peak_gradient_bytes": ref.grad_bytes,
+        "optimizer_step_calls": sum(calls),
+    }
+    diagnosis = None
+    if not all(c.passed for c in checks):
+        diagnosis = _diagnose(ref, calls, outside, alive)
+    return Evaluation(checks, diagnosis, metrics)
+
+
+def _diagnose(ref, calls, outside, alive):
+    """The known mistake the trace shows, or None."""
+    if any(outside):
+        return Diagnosis("step-after-backward", {"outside": sum(outside), "batches": len(calls)})
+    if len(calls) > 1 and calls[-1] > calls[0] and calls[0] == ref.n_params:
+        return Diagnosis(
+            "hooks-registered-every-step", {"first": calls[0], "last": calls[-1], "batches": len(calls)}
+        )
+    if alive > 1 and all(c == ref.n_params for c in calls):
+        return Diagnosis("grads-not-released", {"alive": alive, "params": ref.n_params})
+    return None
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    return None
