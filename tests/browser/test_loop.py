@@ -343,8 +343,13 @@ def test_forgotten_password_without_mail_and_leaving_with_ones_data(new_page, la
 
 
 EARLY_SOLUTION = {
-    "en": ("Attempt", "Show the reference solution", "You tried several times"),
-    "pt-BR": ("Tentativa", "Mostrar a solução de referência", "Você tentou várias vezes"),
+    "en": ("Attempt", "Show the reference solution", "You tried several times", "Not counted as an attempt"),
+    "pt-BR": (
+        "Tentativa",
+        "Mostrar a solução de referência",
+        "Você tentou várias vezes",
+        "Não conta como tentativa",
+    ),
 }
 
 
@@ -352,12 +357,16 @@ EARLY_SOLUTION = {
 def test_after_three_failed_tries_the_solution_is_offered_folded_behind_a_warning(
     new_page, lang, width, scheme
 ):
-    """Quick (a syntax error is answered without a sandbox): one representative per axis."""
-    attempt, show, warning = EARLY_SOLUTION[lang]
+    """Three grades after a syntax error, which is no attempt (it never ran): one representative
+    per axis."""
+    attempt, show, warning, uncounted = EARLY_SOLUTION[lang]
     page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page.goto(f"{EXERCISE}?lang={lang}")
     page.locator(".cm-editor").wait_for()
     replace_code(page, "def train(:\n")
+    page.locator("button[name=mode][value=submit]").click()
+    page.locator(".verdict-card.verdict-error .verdict-sub", has_text=uncounted).wait_for(timeout=GRADE_MS)
+    replace_code(page, NOT_SCALED)
     for n in (1, 2, 3):
         page.locator("button[name=mode][value=submit]").click()
         verdict = page.locator(".verdict-card", has=page.locator(".verdict-sub", has_text=f"{attempt} {n}"))
