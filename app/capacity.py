@@ -30,9 +30,10 @@ WAITING_PER_PLACE = 8
 PATIENCE = 2.0  # seconds a request may wait for a place; one that would wait longer is refused
 RETRY_AFTER_MAX = 30  # seconds: the most a 503 asks a client to wait before sending again
 PACE_WEIGHT = 0.2  # of each new interval between places freed, in the running estimate
-# Answered whatever the load: the liveness probe (a busy process is alive) and static files
-# (neither touches the database).
-UNGATED = ("/healthz", "/static/")
+# Answered whatever the load, and without an account lookup (app/accounts/auth.py): the
+# liveness probe (a busy process is alive), static files, and a page's wait for its submission's
+# status (seconds long, on the event loop: inside, a class's waits would fill every place).
+UNGATED = ("/healthz", "/static/", "/live/")
 
 
 @dataclass(frozen=True)

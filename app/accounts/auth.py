@@ -19,6 +19,7 @@ from app.accounts.models import User
 from app.accounts.ownership import Learner
 from app.accounts.service import Device, names
 from app.accounts.sessions import SESSION_LIFETIME, Auth, Via, authenticate
+from app.capacity import UNGATED
 from app.db import utcnow
 from app.errors import Redirect, error_response
 from app.http import here, is_api, is_https, redirect
@@ -139,9 +140,11 @@ def known_device(request: Request) -> Device | None:
 
 
 async def authenticate_request(request: Request) -> Auth:
-    """The session cookie anywhere, a bearer token under /api/; static files need neither. Its
-    own transaction: it runs before any route's."""
-    if request.url.path.startswith("/static/"):
+    """The session cookie anywhere, a bearer token under /api/; what passes the gate (static
+    files, the liveness probe, a page's wait for its submission) needs neither, so it takes no
+    thread or connection the gate does not count. Its own transaction: it runs before any
+    route's."""
+    if request.url.path.startswith(UNGATED):
         return Auth()
     via: Via
     scheme, _sep, token = request.headers.get("authorization", "").partition(" ")
