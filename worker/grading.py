@@ -25,9 +25,22 @@ from app.lessons.content import Exercise, Limits
 from app.submissions.messages import language, number, text
 from app.submissions.verdict import Record, VerdictStatus, check_record, record, render, seal
 from worker import forkserver, sandbox
-from worker.checks import Check, Diagnosis, Interfered, Kind, Prepare, Summarize, kind_module
+from worker.checks import (
+    Check,
+    Diagnosis,
+    Interfered,
+    Kind,
+    OverBudget,
+    Prepare,
+    Summarize,
+    budget,
+    kind_module,
+)
 
 log = logging.getLogger("treino.grading")
+# judging one trace (worker.checks.budget): the checks are near-linear in lists the trace's
+# schema bounds, so an honest run takes a fraction of a second; past this, the learner is told
+CHECK_SECONDS = 15
 
 
 def _record(
@@ -223,15 +236,23 @@ class Grader:
             )
             return _record(exercise, "error", [check], metrics=metrics, output=output)
         try:
-            return _judge(
-                exercise, result.trace or {}, result.output, checks_module, metrics, device, run_only
-            )
+            with budget(CHECK_SECONDS):
+                return _judge(
+                    exercise, result.trace or {}, result.output, checks_module, metrics, device, run_only
+                )
         except Interfered as exc:  # what the child reported is not what the harness observed
             log.info("%s: interference: %s", exercise.id, exc)
-        except Exception:  # a trace the harness did not write (the learner forged it): no verdict
-            log.warning("%s: trace not understood", exercise.id, exc_info=True)
-        check = Check("run", False, "error.interfered", {})
-        return _record(exercise, "error", [check], metrics=metrics, output=output)
+            check = Check("run", False, "error.interfered", {})
+            return _record(exercise, "error", [check], metrics=metrics, output=output)
+        except OverBudget:  # bounded lists, near-linear checks: a run that still costs this much
+            log.warning("%s: judging ran past %s s", exercise.id, CHECK_SECONDS)
+            check = Check("run", False, "error.check_budget", {"seconds": CHECK_SECONDS})
+            return _record(exercise, "error", [check], metrics=metrics, output=output)
+        except Exception:  # ours: the supervisor alone wrote this trace, and it kept the schema
+            log.exception("%s: the checks failed on a trace", exercise.id)
+            check = Check("run", False, "error.grader_trouble", {})
+            trouble = Diagnosis("grader-trouble", {})
+            return _record(exercise, "error", [check], trouble, metrics=metrics, output=output)
 
     def prepare(self, exercises: list[Exercise]) -> None:
         """Make a worker's first verdict as quick as the next: compute every exercise's reference

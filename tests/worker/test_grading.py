@@ -126,3 +126,80 @@ def test_live_tensor_meter_charges_new_storage_not_aliases():
         y = x * 2
         z = y.view(-1).detach()
     assert meter.peak == 8192, (y, z)
+
+
+class OneTrace:
+    """A runner that hands back the same well-formed trace for every job (no sandbox)."""
+
+    def __init__(self, kind: str) -> None:
+        self.trace = {"version": 1, "kind": kind, "outcome": "ok", "error": None, "data": {"runs": []}}
+
+    def run(self, kind, job, code, limits, cancel=None):
+        from worker import sandbox
+
+        return sandbox.Result("ok", dict(self.trace), 5, "", 0)
+
+    def warm(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def _judged_by(monkeypatch, evaluate):
+    from worker import grading, sandbox
+    from worker.checks import kind_module
+
+    monkeypatch.setattr(kind_module("phases"), "evaluate", evaluate)
+    return grading.Grader(sandbox.Setup("process", "cpu"), OneTrace("phases"))
+
+
+def test_judging_past_its_budget_is_the_learners_error_and_the_next_is_judged_at_once(exercise, monkeypatch):
+    """Issue 27: find-the-bottleneck's checks held a worker for hours on a flooded trace. Judging
+    now runs under a budget: an overrun is this learner's error, saying so, and the next learner's
+    run is judged as quickly as ever."""
+    import time
+
+    from app.submissions.verdict import render
+    from worker import grading
+    from worker.checks import Check, Evaluation
+
+    calls = []
+
+    def evaluate(params, data, device):
+        calls.append(1)
+        while len(calls) == 1:  # the first run: checks that never end
+            pass
+        return Evaluation([Check("labels", True, "check.labels.passed", {"phases": "data"})], None, {})
+
+    monkeypatch.setattr(grading, "CHECK_SECONDS", 0.3)
+    grader = _judged_by(monkeypatch, evaluate)
+    ex = exercise("find-the-bottleneck")
+    started = time.monotonic()
+    first = render(grader.grade(ex, b"def find_bottleneck(*a):\n    return 'data'\n"), "en")
+    assert first["status"] == "error", first
+    assert "longer than the grader allows (0.3 seconds)" in only_message(first)
+    assert time.monotonic() - started < 5
+    started = time.monotonic()
+    second = render(grader.grade(ex, b"def find_bottleneck(*a):\n    return 'data'\n"), "pt-BR")
+    assert second["status"] == "passed", second
+    assert time.monotonic() - started < 1
+
+
+def test_an_exception_of_the_checks_is_ours_not_the_learners(exercise, monkeypatch, caplog):
+    """It was answered as the learner's interference; it is the grader's trouble, logged with
+    its traceback, and the learner is told so in both languages."""
+    from app.submissions.verdict import render
+
+    def evaluate(params, data, device):
+        raise KeyError("a bug of ours")
+
+    grader = _judged_by(monkeypatch, evaluate)
+    record = grader.grade(exercise("find-the-bottleneck"), b"def find_bottleneck(*a):\n    return 'data'\n")
+    verdict = render(record, "en")
+    assert verdict["status"] == "error"
+    assert verdict["diagnosis"]["id"] == "grader-trouble"
+    assert "a fault of ours, not of your code" in only_message(verdict)
+    assert "o erro é nosso, não do seu código" in render(record, "pt-BR")["checks"][0]["message"]
+    logged = [r for r in caplog.records if r.name == "treino.grading" and r.exc_info]
+    assert logged and "a bug of ours" in str(logged[0].exc_info[1])

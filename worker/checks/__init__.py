@@ -9,10 +9,12 @@ Texts are not written here: checks name message keys of ``messages.yaml`` and th
 values to quote, and ``app.submissions.messages`` renders them in the learner's language.
 """
 
+import contextlib
+import ctypes
 import importlib
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -69,6 +71,37 @@ def agree(reported: object, seen: object, what: str) -> None:
     same memory at the same moment: any difference was made on purpose)."""
     if reported != seen:
         raise Interfered(f"the reported {what} differ from the observed ones")
+
+
+class OverBudget(Exception):
+    """Judging a trace took longer than its budget (``budget``)."""
+
+
+@contextlib.contextmanager
+def budget(seconds: float) -> Iterator[None]:
+    """Raise ``OverBudget`` in this thread if the block runs past ``seconds``: a timer thread
+    sets it as this thread's asynchronous exception, which Python raises at the next bytecode
+    (a long call into C ends first). Nothing is left pending once the block is left."""
+    thread = ctypes.c_ulong(threading.get_ident())
+    lock, state = threading.Lock(), {"inside": True, "fired": False}
+
+    def fire() -> None:
+        with lock:
+            if state["inside"]:
+                state["fired"] = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread, ctypes.py_object(OverBudget))
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["inside"] = False
+            if state["fired"]:  # set, perhaps not raised yet: not to be raised after the block
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread, None)
+        timer.cancel()
 
 
 # Scenarios seed torch's global generator: a reference built in one grading thread must not

@@ -8,30 +8,51 @@ the sandbox's supervisor drew) the learner's answer must name the slow phase. Th
 totals per label back the answer up: they are the learner's ranges, timed.
 """
 
+import bisect
+import itertools
+import math
+
 from worker.checks import Check, Diagnosis, Evaluation, Interfered, agree, observed
 
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
-def _within(span, r):
-    return r[1] <= span[0] and span[1] <= r[2]
+def _clean(ranges, others):
+    """Those of ``ranges`` (``[name, start, end]``) that hold none of ``others`` (spans): sorted
+    by start, the earliest end among the spans that start at or after a range's start tells."""
+    others = sorted(others)
+    starts = [o[0] for o in others]
+    earliest = [math.inf] * (len(others) + 1)  # earliest[i]: the least end of others[i:]
+    for i in range(len(others) - 1, -1, -1):
+        earliest[i] = min(others[i][1], earliest[i + 1])
+    return [r for r in ranges if earliest[bisect.bisect_left(starts, r[1])] > r[2]]
 
 
-def _inside(span, ranges, name, others):
-    """Whether ``span`` lies in a range named ``name`` that holds none of ``others`` (the other
-    phases' events): four ranges around the whole loop label nothing."""
-    return any(r[0] == name and _within(span, r) and not any(_within(o, r) for o in others) for r in ranges)
+def _covered(spans, ranges):
+    """How many of ``spans`` lie inside one of ``ranges``: sorted by start, the latest end among
+    the ranges that start at or before a span's start tells."""
+    ranges = sorted((r[1], r[2]) for r in ranges)
+    starts = [r[0] for r in ranges]
+    latest = list(itertools.accumulate((r[1] for r in ranges), max))
+    inside = 0
+    for start, end in spans:
+        i = bisect.bisect_right(starts, start)
+        inside += i > 0 and latest[i - 1] >= end
+    return inside
 
 
 def _coverage(run, own=True):
     """phase → (events inside a range of their phase's own, events); not ``own``: inside any
-    range with the phase's name."""
+    range with the phase's name. A range of its own holds none of the other phases' events
+    (four ranges around the whole loop label nothing). Sort and sweep: O(n log n) in the
+    ranges and events, whatever the trace holds."""
     points = run["points"]
     coverage = {}
     for phase in PHASES:
-        others = [o for other in PHASES if other != phase for o in points[other]] if own else []
-        inside = sum(_inside(s, run["ranges"], phase, others) for s in points[phase])
-        coverage[phase] = (inside, len(points[phase]))
+        named = [r for r in run["ranges"] if r[0] == phase]
+        if own:
+            named = _clean(named, [o for other in PHASES if other != phase for o in points[other]])
+        coverage[phase] = (_covered(points[phase], named), len(points[phase]))
     return coverage
 
 
