@@ -235,3 +235,10 @@ document.addEventListener("htmx:load", (event) => {
   }
   if (swapped.id === "hints") swapped.querySelector("[data-autofocus]")?.focus()
 })
+// A busy tutor answers Submit with 503 and a status line saying so (app/capacity.py): shown in
+// place of the status, while the editor and this browser's draft keep the code to send again.
+document.addEventListener("htmx:beforeSwap", (event) => {
+  if (event.detail.xhr.status !== 503 || !event.detail.elt.matches?.("form.code-form")) return
+  event.detail.shouldSwap = true
+  event.detail.isError = false
+})
