@@ -231,6 +231,16 @@ def row(b: Burst) -> str:
 
 
 NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+ABOUT = (
+    "Learners, each an account with its own address (X-Forwarded-For through the trusted "
+    "local proxy), press Submit on the accumulate solution at the same moment through `treino "
+    "serve` (`TREINO_WEB_CONCURRENCY` at its default) and one `treino worker` (fork path); each "
+    "then polls `GET /api/submissions/<id>` every second. A 503 with Retry-After is sent again "
+    "after it. POST latencies count every answer, retries too; last 202: from the press to the "
+    f"last learner's 202; timeouts: no answer in {REQUEST_TIMEOUT:.0f} s. Quick pages: a lesson "
+    f"page (anonymous) and `/api/progress` (a learner), each asked every {PROBE_SECONDS} s "
+    "until every verdict is in."
+)
 HEADER = [
     "| learners at once | database | POST p50 / p99 / max | last 202 after | 503 + Retry-After "
     "(sent again) | other 5xx | timeouts | verdicts | quick pages, slowest |",

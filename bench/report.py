@@ -42,6 +42,7 @@ class Results:
     rps: dict[tuple[str, str], float] = field(default_factory=dict)  # (page, backend)
     per_minute: dict[int, float] = field(default_factory=dict)  # workers → verdicts/min
     forks: Any = None  # bench.forks.ForkFigures: the fork path's
+    bursts: list[Any] = field(default_factory=list)  # bench.load.Burst: a class at once (issue 26)
 
     def add_ms(self, name: str, samples: Samples) -> None:
         self.ms[name] = samples
@@ -265,6 +266,10 @@ def markdown(about: dict[str, str], results: Results, argv: list[str]) -> str:
             "",
             *_breakdown(results),
         ]
+    if results.bursts:
+        from bench import load
+
+        lines += ["", "## A class at once", "", load.ABOUT, "", *load.table(results.bursts)]
     lines += [
         "",
         "## How it is measured",

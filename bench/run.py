@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="learners submitting at once, per database (fork path)",
     )
     parser.add_argument(
+        "--class-sizes",
+        default="100,300",
+        metavar="N,N",
+        help="learners, each an account and an address, pressing Submit at once, per database",
+    )
+    parser.add_argument(
         "--no-same-verdicts", action="store_true", help="skip grading every exercise's files both ways"
     )
     parser.add_argument(
@@ -138,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     results.forks = _forks(args, setup, course, exercise, code, backends, settings.pool_size)
     if everything:
         _exec_stacks(args, results, exercise, code, backends, settings.pool_size)
+    results.bursts = _classes(args, code.decode(), backends, settings.pool_size)
     about["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     about["bench took"] = f"{(time.monotonic() - started) / 60:.1f} min"
     text = report.markdown(about, results, sys.argv[1:] if argv is None else argv)
@@ -173,6 +180,21 @@ def _forks(args, setup, course, exercise, code: bytes, backends: list[str], pool
         say("every solution and mistake graded both ways")
         figures.same = forks.same_verdicts(setup, course)
     return figures
+
+
+def _classes(args, code: str, backends: list[str], pool_size: int) -> list:
+    """A class at once through `treino serve` (issue 26): a fresh stack per size and database."""
+    from bench import load
+    from bench.stack import Stack
+
+    bursts = []
+    for backend in backends:
+        for learners in (int(n) for n in args.class_sizes.split(",") if n):
+            with Stack(backend, pool_size, start="fork") as stack:
+                stack.add_worker()
+                say(f"{backend}: {learners} learners press Submit at once")
+                bursts.append(load.burst(stack, learners, code))
+    return bursts
 
 
 def _exec_stacks(args, results, exercise, code: bytes, backends: list[str], pool_size: int) -> None:

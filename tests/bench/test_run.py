@@ -31,3 +31,20 @@ def test_the_report_puts_each_ratio_against_its_target():
     assert "met" in rows["warm ÷ in-process (p50)"] and "not met" not in rows["warm ÷ in-process (p50)"]
     assert "0.148" in rows["end-to-end p50 ÷ cold, SQLite"]  # 450 ms of 3050
     assert "**not met**" in rows["lesson page ÷ static file (req/s), SQLite"]
+
+
+def test_the_report_has_the_class_at_once_table():
+    from bench.load import Burst
+
+    burst = Burst("sqlite", 100, post_ms=[100.0, 200.0, 1500.0], accepted_ms=[100.0, 1600.0], refused=2)
+    burst.refused_ms = [5.0, 7.0]
+    burst.graded = burst.queued = burst.passed = 100
+    burst.all_graded_s = 42.0
+    burst.quick_ms = {"lesson page": [20.0, 300.0], "progress JSON": [10.0]}
+    results = report.Results("gradient-accumulation/accumulate")
+    results.bursts.append(burst)
+    page = report.markdown({"cpu": "2 × test"}, results, [])
+    assert "## A class at once" in page
+    row = next(line for line in page.splitlines() if line.startswith("| 100 | SQLite"))
+    assert "0.20 / 1.50 / 1.50 s" in row and "1.60 s" in row and "2 (p50 5 ms)" in row
+    assert "all graded in 42.0 s" in row and row.endswith("| 0.30 s |")
