@@ -488,11 +488,20 @@ def _scaler_check(params, data, expected):
         and values["unscales"] == unscales_needed
         and values["scaler_steps"] == values["updates"] == expected
     )
+    early = next((c for c in data["clips"] if c["unscaled"] is False), None)
+    scaled = values["scales"] == values["backwards"] > 0
+    rest = scaled and values["scaler_steps"] == values["updates"] == expected
+    if early is not None and rest and values["unscales"] in (0, unscales_needed):  # the order is wrong
+        values["step"] = early["after_step"] + 1
+        key = "clip_early" if values["unscales"] else "no_unscale"
+        return Check("scaler_use", False, f"check.scaler_use.{key}", values)
     return Check("scaler_use", used, f"check.scaler_use.{'passed' if used else 'failed'}", values)
 
 
 def _clip_and_scaler_order(params, ref, data):
     events = data["events"]
+    if params.get("max_norm") is not None and data["clips_total"] == 0 and data["steps_total"]:
+        return Diagnosis("clip-missing", {"steps": data["steps_total"], "max_norm": params["max_norm"]})
     if params.get("max_norm") is not None:
         per_step: dict[int, int] = {}
         for clip in data["clips"]:

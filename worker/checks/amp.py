@@ -246,9 +246,12 @@ def _order_check(data, n, flow):
         "clips": counts["C"],
         "batches": n,
     }
-    early = [c for c in data["clips"] if not c["unscaled"]]
-    if any(count != n for count in counts.values()) or early:
+    if any(count != n for count in counts.values()):
         return Check("scaler_order", False, "check.scaler_order.failed", values)
+    early = next((c for c in data["clips"] if not c["unscaled"]), None)
+    if early is not None:  # the counts are right: the order is not
+        key = "clip_early" if _count(events, "unscale_") else "no_unscale"
+        return Check("scaler_order", False, f"check.scaler_order.{key}", {**values, "batch": early["batch"]})
     if flow is not None:
         return Check(
             "scaler_order",
