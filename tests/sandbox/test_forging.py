@@ -690,6 +690,24 @@ def plant(path):
         f.write(CAPTURED)
     os.replace(path + ".x", path)
 
+def everywhere(boss):
+    \"\"\"The captured trace into every place this process can write, and every descriptor of
+    the supervisor's it can open.\"\"\"
+    for name in ("out/trace.json", "out/trace.json.tmp", "trace.json", "tmp/trace.json",
+                 "/tmp/trace.json", "/dev/shm/trace.json", "job.json"):
+        try:
+            os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+            plant(name)
+        except OSError as exc:
+            print(name, type(exc).__name__)
+    for fd in range(64):
+        try:
+            with open(f"/proc/{{boss}}/fd/{{fd}}", "w") as f:
+                f.write(CAPTURED)
+            print("wrote the supervisor's descriptor", fd)
+        except OSError:
+            pass
+
 def train(model, loader, loss_fn, optimizer, accum_steps):
     boss = os.getppid()
     watch = libc.inotify_init()
@@ -730,6 +748,7 @@ ATTACKS = {
         "os.kill(boss, signal.SIGINT)"
     ),
     "stopped-only": "pass",
+    "writes-everywhere": "everywhere(boss)",
 }
 
 
@@ -765,5 +784,6 @@ def test_the_child_cannot_reach_its_supervisor(run, mode, start, captured, monke
     outcome = run(code, wall_seconds=30, code_kb=512)  # the captured trace is large
     assert outcome.status != "passed", outcome.verdict
     assert outcome.job_seconds < 15, outcome.verdict  # not held to the wall limit
+    assert "wrote the supervisor's descriptor" not in outcome.verdict["output"], outcome.verdict
     after = run(CLEAN_LOOP)
     assert after.status == "passed", after.verdict
