@@ -49,7 +49,6 @@ class Watch:
         self._engine: Engine | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._thread = CapacityLimiter(1)  # one read at a time, beside the routes' threads
 
     async def changed(self, submission_id: int, seen: str, timeout: float) -> str | None:
         """The submission's status once it is no longer ``seen`` (None when the row is gone);
@@ -73,6 +72,7 @@ class Watch:
                 self.waiting.pop(submission_id, None)
 
     async def _run(self) -> None:
+        thread = CapacityLimiter(1)  # one read at a time, on a thread beside the routes' ones
         listener = None
         if self.url.get_backend_name() == "postgresql":
             listener = asyncio.get_running_loop().create_task(self._listen())
@@ -84,7 +84,7 @@ class Watch:
                 self._wake.clear()
                 try:
                     ids = list(self.waiting)
-                    statuses = await to_thread.run_sync(self._statuses, ids, limiter=self._thread)
+                    statuses = await to_thread.run_sync(self._statuses, ids, limiter=thread)
                 except Exception:  # the database away for a moment: read again at the next tick
                     log.warning("could not read the statuses waited for", exc_info=True)
                     await asyncio.sleep(SAFETY_SECONDS)
