@@ -60,7 +60,7 @@ from typing import Literal, Protocol
 
 from app.lessons.content import Limits
 from worker import nvml, seccomp
-from worker.harness import trace_schema
+from worker.harness import linux, trace_schema
 
 log = logging.getLogger("treino.sandbox")
 
@@ -381,9 +381,7 @@ def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int, forks: 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS = 0x00020000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
-KEYCTL_JOIN_SESSION_KEYRING = 1
 PR_SET_PDEATHSIG = 1
-SYS_KEYCTL = 250  # x86_64
 
 
 def _libc_call(name: str, *args: object) -> int:
@@ -397,7 +395,7 @@ def _libc_call(name: str, *args: object) -> int:
 def new_session_keyring() -> None:
     """Join a new, empty session keyring: no key of the worker's or of an earlier job is in
     reach (bwrap's seccomp filter refuses the keyring calls too)."""
-    _libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
+    linux.join_session_keyring()
 
 
 def _others_cannot_enter(directory: str) -> bool:

@@ -82,3 +82,23 @@ def test_size_and_value_count_are_capped():
         trace_schema.parse(raw(good(output="y" * 100)), limit=50)
     with pytest.raises(trace_schema.Invalid, match="values"):
         trace_schema.parse(raw(good(data=[0] * (trace_schema.MAX_VALUES + 1))), limit=64 * 1024 * 1024)
+
+
+def test_linux_numbers_are_per_architecture_and_the_keyring_join_is_checked():
+    """SYS_KEYCTL was x86_64's 250 everywhere (arm64's is 219) and its return unchecked, so an
+    arm64 job silently kept the shared keyring."""
+    import subprocess
+    import sys
+
+    from worker.harness import linux
+
+    assert set(linux.SYSCALLS["x86_64"]) == set(linux.SYSCALLS["aarch64"])
+    assert (linux.SYSCALLS["x86_64"]["keyctl"], linux.SYSCALLS["aarch64"]["keyctl"]) == (250, 219)
+    assert set(linux.AUDIT_ARCH) == set(linux.SYSCALLS)
+    joined = subprocess.run(
+        [sys.executable, "-c", "from worker.harness import linux; print(linux.join_session_keyring())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert joined.stdout.strip() in ("True", "False"), joined.stderr

@@ -37,6 +37,7 @@ import struct
 import threading
 import time
 
+import linux
 import torch
 from instrument import flat
 
@@ -313,32 +314,7 @@ class Items:
                         del buffers[conn]
 
 
-# seccomp, raw: the child's own filter, stacked on the sandbox's (docs/security.md). Per
-# architecture: its audit number and the calls it names (-1: none on this architecture).
-_SECCOMP_ARCH = {
-    "x86_64": (
-        0xC000003E,
-        {
-            "clone": 56, "fork": 57, "vfork": 58, "clone3": 435,
-            "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
-            "rt_tgsigqueueinfo": 297, "pidfd_send_signal": 424,
-            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438,
-            "kcmp": 312, "setpriority": 141, "ioprio_set": 251, "prlimit64": 302,
-            "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314,
-        },
-    ),
-    "aarch64": (
-        0xC00000B7,
-        {
-            "clone": 220, "fork": -1, "vfork": -1, "clone3": 435,
-            "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
-            "rt_tgsigqueueinfo": 240, "pidfd_send_signal": 424,
-            "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438,
-            "kcmp": 272, "setpriority": 140, "ioprio_set": 30, "prlimit64": 261,
-            "sched_setparam": 118, "sched_setscheduler": 119, "sched_setattr": 274,
-        },
-    ),
-}  # fmt: skip
+# seccomp, raw: the child's own filter, stacked on the sandbox's (docs/security.md)
 # never, from the child: reaching into another process (the supervisor) or signalling by pidfd
 NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "pidfd_send_signal")
 ALONE = ("clone", "fork", "vfork")  # and clone3 (ENOSYS, so that the C library uses clone)
@@ -427,10 +403,9 @@ def guard(alone):
     ``os.fork``), ``clone3`` with ENOSYS; the in-process meters see one thread (saved-tensor
     hooks and dispatch modes are per thread) of one process. False where this machine's
     architecture has no entry here or the filter could not be set."""
-    found = _SECCOMP_ARCH.get(os.uname().machine)
-    if found is None:
+    if linux.MACHINE not in linux.AUDIT_ARCH:
         return False
-    instructions = program(*found, alone)
+    instructions = program(linux.AUDIT_ARCH[linux.MACHINE], linux.numbers(), alone)
 
     class Filter(ctypes.Structure):
         _fields_ = [

@@ -47,6 +47,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import linux  # noqa: E402
 import run  # noqa: E402  (the single-use sandbox's entry: warm-up and the job part)
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -59,7 +60,6 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP = 1, 4, 24, 2
 PR_SET_CHILD_SUBREAPER, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
-SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING = 250, 1  # x86_64
 CAPABILITY_VERSION_3 = 0x20080522
 JOB_FDS = 5  # job socket, output, trace, done, status
 
@@ -236,7 +236,7 @@ def init(sock, trace, done, status, config, program, device, job_id):
         else:  # the job's orphans come to us, not to the host's init
             check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
         os.setsid()
-        libc.syscall(SYS_KEYCTL, KEYCTL_JOIN_SESSION_KEYRING, None)
+        linux.join_session_keyring()
         os.write(sock, b"P")  # the worker reads our pid from the socket's credentials
         request = run.receive(sock)  # the go: we are in the job's cgroup
         os.close(sock)
