@@ -42,7 +42,9 @@ EXACT = {"float64": 1e-12, "float32": 1e-5}
 GPU_FACTOR = 10.0  # nondeterministic kernels on CUDA
 MEMORY_FACTOR = 1.1  # peak saved bytes may exceed one micro-batch's by 10 % …
 MEMORY_SLACK = 512  # … plus a few scalars (a divisor kept as a tensor, a token count)
-IGNORED = 0.02  # a micro-batch whose weight is below 2 % of its share did not enter the step
+IGNORED = 0.02  # a micro-batch whose weight is below 2 % of its share (or of the step's largest
+# weight, where that is smaller) did not enter the step
+NOISE = 1e-6  # weights below this are rounding noise of the decomposition
 CLOSE = 0.01  # weights that agree to 1 % are the same weight
 UNEXPLAINED = 0.01  # residual of the decomposition above which the gradient is unexplained
 # A right trajectory needs every micro-batch's forward with autograd on, which saves at least
@@ -316,7 +318,11 @@ def decompose(ref, data):
         residual = tensors.norm(basis @ solution - grad) / max(tensors.norm(grad), 1e-300)
         coefficients = dict(zip(candidates, solution.tolist(), strict=True))
         rel = {i: (a / shares[i] if shares[i] else math.nan) for i, a in coefficients.items()}
-        support = [i for i in candidates if not abs(rel[i]) <= IGNORED]
+        # not entered: far below this step's largest weight (a loss divided by far too much
+        # leaves every weight small, and all of them in)
+        top = max((abs(r) for r in rel.values() if math.isfinite(r)), default=0.0)
+        cut = max(IGNORED * min(top, 1.0), NOISE)
+        support = [i for i in candidates if not abs(rel[i]) <= cut]
         mbs = sorted({m for i in support for m in calls[i]["mbs"]})
         result.append(StepWeights(t, coefficients, rel, support, mbs, residual))
     return result
