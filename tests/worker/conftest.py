@@ -27,7 +27,8 @@ EXERCISES = (
     "input-pipeline",
     "fit-the-budget",
     "measure-it",
-    "step-in-backward",  # lesson 5
+    "step-in-backward",
+    "train-an-adapter",  # lesson 5
 )
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_FILES = sorted(GOLDEN.glob("*/*.py"))

@@ -1,0 +1,16 @@
+# Nothing frozen and the model's parameters chained into the optimizer with the adapter's.
+import itertools
+
+import torch
+from torch import nn
+
+
+def train(model, loader, loss_fn, make_optimizer, rank):
+    A = nn.Parameter(torch.randn(16, rank, dtype=torch.float64) / rank)
+    B = nn.Parameter(torch.zeros(rank, 3, dtype=torch.float64))
+    optimizer = make_optimizer(itertools.chain(model.parameters(), [A, B]))
+    for x, y in loader:
+        h = model[1](model[0](x))
+        loss_fn(model[2](h) + h @ A @ B, y).backward()
+        optimizer.step()
+        optimizer.zero_grad()

@@ -1,0 +1,177 @@
+"""Checks of the "adapter" kind (lesson 5).
+
+The model is the seeded float64 MLP (``Linear(6, 16)``, ``Tanh``, ``Linear(16, 3)``), frozen; the
+learner trains two matrices beside its last layer, which then computes ``layer(h) + h @ (A @ B)``
+(A ``16 × rank``, B ``rank × 3``, or the transposed weights of two bias-free ``nn.Linear``).
+Passing means: the model's weights never move (read by the sandbox's supervisor) and never get a
+gradient; the optimizer keeps state for the adapter only; the adapter adds nothing at step 0; and
+the adapter's values after every step equal a trusted float64 replay of Adam on the CPU, from the
+values the learner's adapter started with.
+
+The adapter is made inside the learner's process, so its values are what that process reported:
+the replay proves they are the ones such a training gives, not that the child told the truth.
+"""
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from app.submissions.messages import Sci
+from worker.checks import SEEDING, Check, Diagnosis, Evaluation, agree, observed, snapshots, tensors
+from worker.harness import scenarios
+
+TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}  # relative, on the adapter's values after each step
+D_IN, D_OUT = 16, 3
+
+Delta = Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+def _delta(shapes: list[list[int]]) -> tuple[list[int], Delta] | None:
+    """How two matrices of these shapes make the ``16 × 3`` update ``h @ delta``: A @ B, or
+    ``nn.Linear`` weights (``rank × 16`` then ``3 × rank``) as ``A.T @ B.T``; None otherwise."""
+    if len(shapes) != 2 or any(len(s) != 2 for s in shapes):
+        return None
+    for order in itertools.permutations(range(2)):
+        first, second = (shapes[i] for i in order)
+        if first[0] == D_IN and first[1] == second[0] and second[1] == D_OUT:
+            return list(order), lambda ps, o=order: ps[o[0]] @ ps[o[1]]
+        if first[1] == D_IN and first[0] == second[1] and second[0] == D_OUT:
+            return list(order), lambda ps, o=order: ps[o[0]].T @ ps[o[1]].T
+    return None
+
+
+def _shaped(values: list[Any], shapes: list[list[int]]) -> list[torch.Tensor]:
+    flat = tensors.vector(values)
+    out, at = [], 0
+    for shape in shapes:
+        n = shape[0] * shape[1]
+        out.append(flat[at : at + n].reshape(shape).clone())
+        at += n
+    return out
+
+
+def _replay(params: dict, start: list[torch.Tensor], delta: Delta) -> list[torch.Tensor]:
+    """The adapter's values after each batch: Adam over it beside the frozen model, in float64."""
+    with SEEDING:
+        scenario = scenarios.build(params)
+    model = scenario.model.requires_grad_(False)
+    adapter = [t.clone().requires_grad_(True) for t in start]
+    optimizer = torch.optim.Adam(adapter, lr=float(params["lr"]))
+    after = []
+    for x, y in scenario.micro_batches:
+        h = model[1](model[0](x))
+        scenario.loss_fn(model[2](h) + h @ delta(adapter), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        after.append(tensors.flat(adapter))
+    return after
+
+
+def _initial(params: dict) -> torch.Tensor:
+    with SEEDING:
+        return tensors.flat(scenarios.build(params).model.parameters())
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    seen = observed(data)
+    agree(data["final_params"], seen["final_params"], "final parameters")
+    n_batches = int(params["n_micro"])
+    initial = _initial(params)
+    read = [*snapshots(seen, "batch"), seen["final_params"]]
+    moved = max(tensors.norm(tensors.vector(s).nan_to_num() - initial) for s in read) / tensors.norm(initial)
+    unchanged = Check(
+        "frozen-unchanged",
+        moved == 0,
+        "check.frozen-unchanged.passed" if moved == 0 else "check.frozen-unchanged.failed",
+        {"moved": Sci(moved)},
+    )
+    steps = data["steps"]
+    graded = max([len(s["base_grads"]) for s in steps] + list(data["base_grads"]) + [0])
+    no_grad = Check(
+        "frozen-no-grad",
+        graded == 0,
+        "check.frozen-no-grad.passed" if graded == 0 else "check.frozen-no-grad.failed",
+        {"grads": graded},
+    )
+    base_state = max([s["base_state"] for s in steps] + [0])
+    in_optimizer = len({i for owned in data["optimizers"] for i in owned if i >= 0})
+    state_ok = base_state == 0 and bool(steps)
+    state = Check(
+        "adapter-state",
+        state_ok,
+        "check.adapter-state.passed" if state_ok else "check.adapter-state.failed",
+        {"state": base_state, "listed": in_optimizer},
+    )
+    checks = [unchanged, no_grad, state]
+    shapes = steps[0]["shapes"] if steps else []
+    found = _delta(shapes)
+    start_size = None
+    if found is None:
+        checks.append(Check("starts-unchanged", False, "check.adapter.shapes", {"shapes": str(shapes)}))
+        checks.append(Check("adapter-trajectory", False, "check.adapter.shapes", {"shapes": str(shapes)}))
+    else:
+        _order, delta = found
+        start = _shaped(steps[0]["before"], shapes)
+        start_size = float(delta(start).abs().max().nan_to_num(nan=float("inf")))
+        zero = start_size == 0
+        checks.append(
+            Check(
+                "starts-unchanged",
+                zero,
+                "check.starts-unchanged.passed" if zero else "check.starts-unchanged.failed",
+                {"size": Sci(start_size)},
+            )
+        )
+        checks.append(_trajectory(params, steps, start, delta, shapes, n_batches, device))
+    adapter_numbers = sum(s[0] * s[1] for s in shapes) if found else 0
+    model_numbers = int(initial.numel())
+    metrics = {
+        "adapter_parameters": adapter_numbers,
+        "model_parameters": model_numbers,
+        "peak_gradient_bytes": max([s["grad_bytes"] for s in steps] + [0]),
+        "full_gradient_bytes": model_numbers * 8,
+        "optimizer_state_bytes": max([s["state_bytes"] for s in steps] + [0]),
+        "full_optimizer_state_bytes": model_numbers * 16,
+    }
+    diagnosis = None
+    if not all(c.passed for c in checks):
+        diagnosis = _diagnose(moved, graded, in_optimizer, base_state, start_size)
+    return Evaluation(checks, diagnosis, metrics)
+
+
+def _trajectory(params, steps, start, delta, shapes, n_batches, device):
+    if len(steps) != n_batches:
+        return Check(
+            "adapter-trajectory",
+            False,
+            "check.adapter-trajectory.steps",
+            {"steps": len(steps), "expected": n_batches},
+        )
+    tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
+    ref = _replay(params, start, delta)
+    errors = []
+    for step, r in zip(steps, ref, strict=True):
+        mine = tensors.vector(step["after"]).nan_to_num(nan=float("inf"))
+        errors.append(tensors.norm(mine - r) / max(tensors.norm(r), 1e-300) if mine.shape == r.shape else 1.0)
+    bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
+    if bad is not None:
+        values = {"step": bad + 1, "error": Sci(errors[bad])}
+        return Check("adapter-trajectory", False, "check.adapter-trajectory.failed", values)
+    return Check("adapter-trajectory", True, "check.adapter-trajectory.passed", {"error": Sci(max(errors))})
+
+
+def _diagnose(moved, graded, in_optimizer, base_state, start_size):
+    """The known mistake the trace shows, or None."""
+    if moved > 0 and in_optimizer:
+        return Diagnosis("optimizer-over-all-parameters", {"listed": in_optimizer, "state": base_state})
+    if graded and moved == 0:
+        return Diagnosis("base-not-frozen", {"grads": graded})
+    if start_size is not None and start_size > 0:
+        return Diagnosis("adapter-changes-output", {"size": Sci(start_size)})
+    return None
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    return None
