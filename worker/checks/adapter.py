@@ -19,7 +19,17 @@ from typing import Any
 import torch
 
 from app.submissions.messages import Sci
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation, agree, observed, snapshots, tensors
+from worker.checks import (
+    SEEDING,
+    Check,
+    Diagnosis,
+    Evaluation,
+    Interfered,
+    agree,
+    observed,
+    snapshots,
+    tensors,
+)
 from worker.harness import scenarios
 
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}  # relative, on the adapter's values after each step
@@ -74,8 +84,36 @@ def _initial(params: dict) -> torch.Tensor:
         return tensors.flat(scenarios.build(params).model.parameters())
 
 
+def _ints(values: object) -> bool:
+    return isinstance(values, list) and all(type(v) is int for v in values)
+
+
+def _numbers(values: object) -> bool:
+    return isinstance(values, list) and all(v is None or type(v) in (int, float) for v in values)
+
+
+STEP_KEYS = {"batch", "shapes", "before", "after", "adapter_grads", "base_grads", "grad_bytes"}
+
+
+def _well_formed(data: dict) -> None:
+    """What the child reported has the harness's shape, or the run was tampered with."""
+    steps, optimizers = data.get("steps"), data.get("optimizers")
+    ok = isinstance(steps, list) and _ints(data.get("base_grads"))
+    ok = ok and isinstance(optimizers, list) and all(_ints(o) for o in optimizers)
+    for step in steps if ok and isinstance(steps, list) else []:
+        ok = ok and isinstance(step, dict) and STEP_KEYS | {"base_state", "state_bytes"} <= set(step)
+        ok = ok and _ints([step["batch"], step["grad_bytes"], step["base_state"], step["state_bytes"]])
+        ok = ok and isinstance(step["shapes"], list) and all(_ints(s) for s in step["shapes"])
+        ok = ok and _numbers(step["before"]) and _numbers(step["after"]) and _ints(step["base_grads"])
+        size = sum(s[0] * s[1] for s in step["shapes"] if len(s) == 2) if ok else 0
+        ok = ok and len(step["before"]) == len(step["after"]) == size
+    if not ok:
+        raise Interfered("the reported steps do not have the harness's shape")
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
+    _well_formed(data)
     agree(data["final_params"], seen["final_params"], "final parameters")
     n_batches = int(params["n_micro"])
     initial = _initial(params)

@@ -14,7 +14,17 @@ from functools import lru_cache
 import torch
 
 from app.submissions.messages import Sci
-from worker.checks import SEEDING, Check, Diagnosis, Evaluation, agree, observed, snapshots, tensors
+from worker.checks import (
+    SEEDING,
+    Check,
+    Diagnosis,
+    Evaluation,
+    Interfered,
+    agree,
+    observed,
+    snapshots,
+    tensors,
+)
 from worker.harness import scenarios
 
 # relative parameter error: the hook step is the same Adam arithmetic (0.0 on the CPU); a CUDA
@@ -90,9 +100,25 @@ def _per_batch(data, ref):
     return stepped, calls, outside
 
 
+def _ints(values: object) -> bool:
+    return isinstance(values, list) and all(type(v) is int for v in values)
+
+
+def _well_formed(data: dict) -> None:
+    """What the child reported has the harness's shape, or the run was tampered with."""
+    steps, between = data.get("steps"), data.get("between")
+    ok = isinstance(steps, list) and _ints(between)
+    for step in steps if ok and isinstance(steps, list) else []:
+        ok = ok and isinstance(step, list) and len(step) == 5 and type(step[1]) is bool
+        ok = ok and _ints([step[0], step[3], step[4]]) and _ints(step[2])
+    if not ok:
+        raise Interfered("the reported steps do not have the harness's shape")
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     seen = observed(data)
+    _well_formed(data)
     agree(data["final_params"], seen["final_params"], "final parameters")
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     trajectory = _trajectory(ref, seen, tol)
