@@ -78,6 +78,20 @@ def _identify(batches, y):
     return []
 
 
+def _own_gradients(objective, params):
+    """The gradient of ``objective`` on the learner's graph, without the hooks the learner put
+    on the parameters (``p.register_hook``: a gradient divided there is still the micro-batch's
+    own gradient here, which the checks' decomposition needs unchanged)."""
+    hooked = [(p, dict(p._backward_hooks)) for p in params if p._backward_hooks]
+    for p, _ in hooked:
+        p._backward_hooks.clear()
+    try:
+        return torch.autograd.grad(objective, params, retain_graph=True, allow_unused=True)
+    finally:
+        for p, hooks in hooked:
+            p._backward_hooks.update(hooks)
+
+
 class RecordingLoss:
     """Wraps the scenario's loss: computes each call's unit gradient on the learner's graph."""
 
@@ -98,7 +112,7 @@ class RecordingLoss:
             if (not mbs or key not in rec.seen) and len(rec.calls) < MAX_CALLS:
                 rec.seen.add(key)
                 unit = self._scenario.unit_objective(loss, target)
-                grads = torch.autograd.grad(unit, rec.params, retain_graph=True, allow_unused=True)
+                grads = _own_gradients(unit, rec.params)
                 index = len(rec.calls)
                 rec.calls.append(
                     {
