@@ -60,7 +60,7 @@ def test_the_web_keeps_as_many_connections_as_it_is_told(sqlite_url):
     app = create_app(Settings(database_url=sqlite_url, web_concurrency=7, _env_file=None))
     engines = [app.state.sessionmaker.kw["bind"], app.state.reader.kw["bind"]]
     try:
-        pools = [(engine.pool.size(), engine.pool._max_overflow) for engine in engines]  # type: ignore[attr-defined]
+        pools = [(engine.pool.size(), engine.pool._max_overflow) for engine in engines]
         assert pools == [(7, 0), (7, 0)]
     finally:
         for engine in engines:

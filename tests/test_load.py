@@ -197,8 +197,9 @@ def test_the_busy_answer_says_so_in_the_learners_language_and_the_editor_keeps_t
     for response in (editor, page, api):
         assert response.status_code == 503 and int(response.headers["Retry-After"]) >= 1
     status = html(editor).select_one("#submission-status")
-    assert "busy" in status.get_text() and "still here" in status.get_text()
-    assert html(page).h1.get_text(strip=True) == "O tutor está ocupado"
+    assert status is not None and "busy" in status.get_text() and "still here" in status.get_text()
+    title = html(page).h1
+    assert title is not None and title.get_text(strip=True) == "O tutor está ocupado"
     assert page.headers["Content-Language"] == "pt-BR"
     assert api.json()["code"] == "busy"
     for factory in (app.state.sessionmaker, app.state.reader):
