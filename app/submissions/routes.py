@@ -1,7 +1,7 @@
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, HTTPException, Request, Response
+from fastapi import APIRouter, FastAPI, Form, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -224,7 +224,7 @@ async def submission_changes(
     this submission; app/submissions/watch.py)."""
     if not watch.valid(request.app.state.settings, submission_id, key):
         raise HTTPException(404)
-    await watch.of(request.app).changed(submission_id, seen, WAIT_SECONDS)
+    await _watch(request.app).changed(submission_id, seen, WAIT_SECONDS)
     return Response(status_code=204, headers={"Cache-Control": "no-store"})
 
 
@@ -362,3 +362,11 @@ def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: Se
         verdict=Verdict.model_validate(verdict) if verdict else None,
         queue_position=service.queue_position(session, submission),
     )
+
+
+def _watch(app: FastAPI) -> watch.Watch:
+    """The app's watcher (app/submissions/watch.py), made on first use."""
+    found: watch.Watch | None = getattr(app.state, "watch", None)
+    if found is None:
+        found = app.state.watch = watch.Watch(app.state.settings.database_url)
+    return found

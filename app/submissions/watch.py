@@ -16,7 +16,6 @@ import hmac
 import logging
 
 from anyio import CapacityLimiter, to_thread
-from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.engine import Engine, make_url
 
@@ -124,11 +123,3 @@ class Watch:
         except psycopg.Error:
             log.warning("not listening for status changes; reading every %s s", TICK_SECONDS, exc_info=True)
             self._wake.set()
-
-
-def of(app: FastAPI) -> Watch:
-    """The app's watcher, made on first use."""
-    watch: Watch | None = getattr(app.state, "watch", None)
-    if watch is None:
-        watch = app.state.watch = Watch(app.state.settings.database_url)
-    return watch
