@@ -341,11 +341,6 @@ def _bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int, forks: 
         str(TMPFS_BYTES),
         "--tmpfs",
         "/job",
-        # the trace's own room: a full work dir must not cost the learner their verdict
-        "--size",
-        str(2 * TRACE_LIMIT),
-        "--tmpfs",
-        "/job/out",
     ]
     for name in () if forks else PROC_READ_ONLY:  # its own /proc's entries, read-only onto themselves
         if os.path.exists(f"/proc/{name}"):
@@ -866,7 +861,6 @@ def template_config(isolate: bool) -> str:
             "isolate": isolate,
             "keep": under_job_tmpfs(_readonly_paths()),
             "tmpfs_bytes": TMPFS_BYTES,
-            "out_bytes": 2 * TRACE_LIMIT,
             "proc_read_only": PROC_READ_ONLY,
             "proc_hidden": PROC_HIDDEN,
         },

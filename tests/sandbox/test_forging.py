@@ -710,6 +710,7 @@ def everywhere(boss):
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
     boss = os.getppid()
+    os.makedirs("out", exist_ok=True)  # where the trace was written before (issue 27)
     watch = libc.inotify_init()
     libc.inotify_add_watch(watch, b"out", 0x100 | 0x80)  # IN_CREATE | IN_MOVED_TO
     {attack}

@@ -16,7 +16,7 @@ Each job, in three processes (the first two ours only):
    new user namespace mapping the same uid, then new mount, PID, network (only ``lo``), IPC and
    UTS namespaces; forks B and waits for it. Each of A, B and C dies with its parent.
 2. B is the init of the job's PID namespace (when it ends, the kernel kills every process left
-   in it): it mounts the job's own tmpfs (/job, /job/out, /tmp, /dev/shm) and a fresh /proc,
+   in it): it mounts the job's own tmpfs (/job, /tmp, /dev/shm) and a fresh /proc,
    masked as bubblewrap masks a single-use sandbox's, allows no more user namespaces, starts a
    new session and a new session keyring, and writes ``P`` on the job socket: the worker reads
    B's pid in its own namespace from the socket's credentials, moves B into the job's cgroup and
@@ -119,11 +119,10 @@ def own_mounts(config):
     kept = [(path, os.open(path, os.O_PATH)) for path in config["keep"]]  # before they are covered
     for where, size in (
         ("/job", config["tmpfs_bytes"]),
-        ("/job/out", config["out_bytes"]),
         ("/tmp", config["tmpfs_bytes"]),
         ("/dev/shm", config["tmpfs_bytes"]),
     ):
-        os.makedirs(where, exist_ok=True)  # /job/out: inside the new /job
+        os.makedirs(where, exist_ok=True)
         mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0755")
     for path, fd in kept:  # the interpreter or venv under /tmp (a clone there): back, read-only
         if os.path.isdir(f"/proc/self/fd/{fd}"):
