@@ -8,8 +8,9 @@ class LoRA(nn.Module):
     def __init__(self, layer, rank):
         super().__init__()
         self.layer = layer
-        self.A = nn.Parameter(torch.randn(layer.in_features, rank, dtype=torch.float64) / rank)
-        self.B = nn.Parameter(torch.zeros(rank, layer.out_features, dtype=torch.float64))  # starts at 0
+        like = {"dtype": layer.weight.dtype, "device": layer.weight.device}  # float64, the model's device
+        self.A = nn.Parameter(torch.randn(layer.in_features, rank, **like) / rank)
+        self.B = nn.Parameter(torch.zeros(rank, layer.out_features, **like))  # starts at 0
 
     def forward(self, h):
         return self.layer(h) + h @ self.A @ self.B

@@ -5,8 +5,8 @@ from torch import nn
 
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    A = nn.Parameter(torch.randn(6, rank, dtype=torch.float64) / rank)
-    B = nn.Parameter(torch.zeros(rank, 16, dtype=torch.float64))
+    A = nn.Parameter(torch.randn(6, rank, dtype=torch.float64, device=model[0].weight.device) / rank)
+    B = nn.Parameter(torch.zeros(rank, 16, dtype=torch.float64, device=model[0].weight.device))
     optimizer = make_optimizer([A, B])
     for x, y in loader:
         h = torch.tanh(model[0](x) + x @ A @ B)
