@@ -12,12 +12,12 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import CursorResult, Result, and_, func, or_, select, update
-from sqlalchemy.orm import Session, aliased, sessionmaker
+from sqlalchemy import CursorResult, Result, and_, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import utcnow
 from app.submissions.models import Status, Submission
-from app.submissions.service import NOTIFY_CHANNEL
+from app.submissions.service import NOTIFY_CHANNEL, serving_rank
 from app.submissions.verdict import Record, trouble
 
 __all__ = ["NOTIFY_CHANNEL", "Job", "claim", "finish", "renew", "give_up_abandoned"]
@@ -41,20 +41,6 @@ def _claimable(now: datetime):
     )
 
 
-def _rank():
-    """When the job's client last had a job started, or (a client never served, or none known)
-    when this job was queued: a new address ranks by its arrival, never ahead of everyone, so a
-    fresh address per job does not jump the queue."""
-    earlier = aliased(Submission)
-    served = (
-        select(func.max(earlier.started_at))
-        .where(earlier.client == Submission.client, earlier.started_at.is_not(None))
-        .correlate(Submission)
-        .scalar_subquery()
-    )
-    return func.coalesce(served, Submission.created_at)
-
-
 def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta, max_attempts: int) -> Job | None:
     """Take the next queued (or abandoned) job, or None. Clients are served in turn: the job
     of the client served longest ago comes first (a client never served: as if served when the
@@ -65,7 +51,7 @@ def claim(sessions: sessionmaker[Session], worker: str, lease: timedelta, max_at
     oldest = (
         select(Submission.id)
         .where(_claimable(now))
-        .order_by(_rank(), Submission.id)
+        .order_by(serving_rank(), Submission.id)
         .limit(1)
         .with_for_update(skip_locked=True)
         .scalar_subquery()

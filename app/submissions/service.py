@@ -2,9 +2,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import and_, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from app.accounts.ownership import Learner, owned_by
 from app.db import aware, utcnow
@@ -166,13 +166,38 @@ def elapsed_seconds(submission: Submission, now: datetime | None = None) -> int 
     return max(0, int(((now or utcnow()) - aware(submission.started_at)).total_seconds()))
 
 
+def serving_rank() -> Any:
+    """The order in which workers claim queued jobs (worker/queue.py), smallest first: when the
+    job's client last had a job started, or (a client never served, or none known) when this job
+    was queued. A new address ranks by its arrival, never ahead of everyone, so a fresh address
+    per job does not jump the queue; ties go to the older job (the lower id)."""
+    earlier = aliased(Submission)
+    served = (
+        select(func.max(earlier.started_at))
+        .where(earlier.client == Submission.client, earlier.started_at.is_not(None))
+        .correlate(Submission)
+        .scalar_subquery()
+    )
+    return func.coalesce(served, Submission.created_at)
+
+
 def queue_position(session: Session, submission: Submission) -> int | None:
-    """1 for the next job a worker will claim; None unless queued."""
+    """1 for the next job a worker will claim (in serving_rank's order, as the queue claims
+    them); None unless queued. A position can grow while a job waits, as clients served longer
+    ago arrive."""
     if submission.status != Status.QUEUED:
+        return None
+    rank = serving_rank()
+    mine = session.scalar(select(rank).where(Submission.id == submission.id))
+    if mine is None:
         return None
     ahead = session.scalar(
         select(func.count())
         .select_from(Submission)
-        .where(Submission.status == Status.QUEUED, Submission.id < submission.id)
+        .where(
+            Submission.status == Status.QUEUED,
+            Submission.id != submission.id,
+            or_(rank < mine, and_(rank == mine, Submission.id < submission.id)),
+        )
     )
     return (ahead or 0) + 1

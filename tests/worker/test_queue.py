@@ -117,7 +117,15 @@ def test_clients_are_served_in_turn(sessions):
 
     flood = [send("203.0.113.7") for _ in range(5)]
     honest = send("198.51.100.2")
-    order = []
+    with sessions() as session:  # the page's position is the order the workers claim in
+        assert queue_position(session, session.get(Submission, honest)) == 6
+    first = queue.claim(sessions, "w", LEASE, 3)
+    assert first is not None and first.id == flood[0]
+    assert queue.finish(sessions, first.id, "w", {"status": "passed"})
+    with sessions() as session:
+        assert queue_position(session, session.get(Submission, honest)) == 1
+        assert queue_position(session, session.get(Submission, flood[1])) == 2
+    order = [first.id]
     while (job := queue.claim(sessions, "w", LEASE, 3)) is not None:
         order.append(job.id)
         assert queue.finish(sessions, job.id, "w", {"status": "passed"})
