@@ -1009,9 +1009,14 @@ class Sandbox:
         return not self._used and self.proc.poll() is None
 
     def tail(self, limit: int = 500) -> str:
-        """The end of what it printed itself (its warm-up; a template's own errors), for logs."""
-        size = os.fstat(self._output).st_size
-        data = os.pread(self._output, limit, max(0, size - limit))
+        """The end of what it printed itself (its warm-up; a template's own errors), for logs;
+        "" once it was closed (a fork server's keeper thread closes a dead template while a job
+        that failed on it logs why)."""
+        try:
+            size = os.fstat(self._output).st_size
+            data = os.pread(self._output, limit, max(0, size - limit))
+        except OSError:
+            return ""
         return data.decode("utf-8", "replace").strip()
 
     def fork(self, fds: list[int]) -> None:
