@@ -43,6 +43,13 @@ log = logging.getLogger("treino.grading")
 CHECK_SECONDS = 15
 
 
+def _prepare(exercise: Exercise, device: str) -> None:
+    """Build the exercise's reference, if its kind has one (cached by the kind)."""
+    prepare_kind: Prepare | None = getattr(kind_module(exercise.check_kind), "prepare", None)
+    if prepare_kind is not None:
+        prepare_kind(exercise.check_params, device)
+
+
 def _record(
     exercise: Exercise,
     status: VerdictStatus,
@@ -236,6 +243,7 @@ class Grader:
             )
             return _record(exercise, "error", [check], metrics=metrics, output=output)
         try:
+            _prepare(exercise, device)  # the reference (cached) is ours to build, not the run's cost
             with budget(CHECK_SECONDS):
                 return _judge(
                     exercise, result.trace or {}, result.output, checks_module, metrics, device, run_only
@@ -262,9 +270,7 @@ class Grader:
         # the worker's own tensors are tiny: a second thread only spins, against the sandbox too
         torch.set_num_threads(1)
         for exercise in exercises:
-            prepare_kind: Prepare | None = getattr(kind_module(exercise.check_kind), "prepare", None)
-            if prepare_kind is not None:
-                prepare_kind(exercise.check_params, self.setup.device)
+            _prepare(exercise, self.setup.device)
 
     def check_exercise(self, exercise: Exercise) -> list[str]:
         """Problems with an exercise's own files; an empty list means it is sound."""

@@ -14,6 +14,7 @@ import ctypes
 import importlib
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -73,35 +74,54 @@ def agree(reported: object, seen: object, what: str) -> None:
         raise Interfered(f"the reported {what} differ from the observed ones")
 
 
+WALL_FACTOR = 8  # budget(): wall time allowed per second of CPU time
+BUDGET_POLL_SECONDS = 0.1
+
+
 class OverBudget(Exception):
     """Judging a trace took longer than its budget (``budget``)."""
 
 
 @contextlib.contextmanager
 def budget(seconds: float) -> Iterator[None]:
-    """Raise ``OverBudget`` in this thread if the block runs past ``seconds``: a timer thread
-    sets it as this thread's asynchronous exception, which Python raises at the next bytecode
-    (a long call into C ends first). Nothing is left pending once the block is left."""
-    thread = ctypes.c_ulong(threading.get_ident())
+    """Raise ``OverBudget`` in this thread once the block has used ``seconds`` of this thread's
+    CPU time (what judging this trace costs, however busy the machine is: a wall clock made
+    correct loops overrun on a loaded worker), or ``WALL_FACTOR`` times as long on the wall
+    clock (a block that waits rather than computes). A watcher thread sets it as this thread's
+    asynchronous exception, which Python raises at the next bytecode (a long call into C ends
+    first). Nothing is left pending once the block is left."""
+    thread = threading.get_ident()
+    clock = time.pthread_getcpuclockid(thread)
+    cpu_start, wall_start = time.clock_gettime(clock), time.monotonic()
     lock, state = threading.Lock(), {"inside": True, "fired": False}
+    left = threading.Event()
 
-    def fire() -> None:
-        with lock:
-            if state["inside"]:
-                state["fired"] = True
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread, ctypes.py_object(OverBudget))
+    def over() -> bool:
+        used = time.clock_gettime(clock) - cpu_start
+        return used > seconds or time.monotonic() - wall_start > seconds * WALL_FACTOR
 
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
+    def watch() -> None:
+        while not left.wait(min(BUDGET_POLL_SECONDS, seconds / 4)):
+            with lock:
+                if not state["inside"]:
+                    return
+                if over():
+                    state["fired"] = True
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(thread), ctypes.py_object(OverBudget)
+                    )
+                    return
+
+    watcher = threading.Thread(target=watch, name="treino-check-budget", daemon=True)
+    watcher.start()
     try:
         yield
     finally:
         with lock:
             state["inside"] = False
             if state["fired"]:  # set, perhaps not raised yet: not to be raised after the block
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(thread, None)
-        timer.cancel()
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), None)
+        left.set()
 
 
 # Scenarios seed torch's global generator: a reference built in one grading thread must not
