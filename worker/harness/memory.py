@@ -164,7 +164,7 @@ def _watch_hooks():
             *meter.compose(self.pack_hook, self.unpack_hook)
         )
 
-    hooks.__enter__ = __enter__  # type: ignore[method-assign]
+    hooks.__enter__ = __enter__  # type: ignore[method-assign, unused-ignore]
 
 
 _TORCH_HOOKS: dict = {}  # code objects: checkpoint's pack hooks → which; "wrap" → dynamo's wrappers
