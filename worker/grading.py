@@ -41,6 +41,8 @@ log = logging.getLogger("treino.grading")
 # judging one trace (worker.checks.budget): the checks are near-linear in lists the trace's
 # schema bounds, so an honest run takes a fraction of a second; past this, the learner is told
 CHECK_SECONDS = 15
+# PyTorch features the harness refuses by name (worker/harness/instrument.py's Unavailable)
+UNAVAILABLE = ("compile", "transforms")
 
 
 def _prepare(exercise: Exercise, device: str) -> None:
@@ -135,6 +137,8 @@ def _error_check(error: dict[str, Any], entry: str) -> Check:
             "error.signature",
             {"entry": entry, "count": len(expected), "expected": ", ".join(expected)},
         )
+    if kind == "Unavailable" and error.get("limit") in UNAVAILABLE:
+        return Check("run", False, f"error.unavailable_{error['limit']}", {})
     if kind == "ModuleNotFoundError" and error.get("module"):
         return Check("run", False, "error.import", {"module": error["module"]})
     if phase == "harness":

@@ -203,3 +203,23 @@ def test_an_exception_of_the_checks_is_ours_not_the_learners(exercise, monkeypat
     assert "o erro é nosso, não do seu código" in render(record, "pt-BR")["checks"][0]["message"]
     logged = [r for r in caplog.records if r.name == "treino.grading" and r.exc_info]
     assert logged and "a bug of ours" in str(logged[0].exc_info[1])
+
+
+def test_a_feature_the_grader_refuses_is_named_in_the_learners_language_not_as_their_exception(exercise):
+    """torch.compile and torch.func's transforms raise the harness's Unavailable (its limit named);
+    the verdict says which feature and why in the learner's language, not 'Your code raised
+    Unavailable: …' in English. A learner's own class of that name with another limit is their
+    exception like any other."""
+    from app.submissions.verdict import render
+    from worker import grading
+
+    def verdict(limit: str, lang: str) -> str:
+        error = {"phase": "run", "type": "Unavailable", "message": "English text", "limit": limit}
+        record = grading._record(exercise("accumulate"), "error", [grading._error_check(error, "train")])
+        return only_message(render(record, lang))
+
+    assert "torch.compile" in verdict("compile", "en") and "compile na sua máquina" in verdict(
+        "compile", "pt-BR"
+    )
+    assert "loss.backward()" in verdict("transforms", "en") and "torch.func" in verdict("transforms", "pt-BR")
+    assert "Unavailable" in verdict("anything-else", "en")

@@ -113,7 +113,13 @@ def patch_clip(record):
 
 
 class Unavailable(RuntimeError):
-    """A public PyTorch feature this grader cannot offer; the message names the limit plainly."""
+    """A public PyTorch feature this grader cannot offer; the message names the limit plainly
+    (in English, in the learner's traceback) and ``limit`` says which, for the verdict's text in
+    the learner's language (``error.unavailable_<limit>`` in messages.yaml)."""
+
+    def __init__(self, limit, text):
+        super().__init__(text)
+        self.limit = limit
 
 
 COMPILE = (
@@ -135,7 +141,7 @@ def name_limits():
     "don't yet support saved tensor hooks"."""
 
     def compile(*args, **kwargs):  # noqa: A001 (the name the learner calls)
-        raise Unavailable(COMPILE)
+        raise Unavailable("compile", COMPILE)
 
     torch.compile = compile
     graph = torch.autograd.graph
@@ -144,7 +150,7 @@ def name_limits():
     @functools.wraps(disable)
     def disable_saved_tensors_hooks(error_message):
         if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
-            raise Unavailable(TRANSFORMS)
+            raise Unavailable("transforms", TRANSFORMS)
         return disable(error_message)
 
     graph.disable_saved_tensors_hooks = disable_saved_tensors_hooks

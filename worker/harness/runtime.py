@@ -116,6 +116,9 @@ def describe_exception(exc, phase):
     }
     if isinstance(exc, ModuleNotFoundError) and isinstance(exc.name, str):
         error["module"] = _clip(exc.name, 200)
+    limit = getattr(exc, "limit", None) if name == "Unavailable" else None
+    if isinstance(limit, str):  # instrument.Unavailable: a feature the grader cannot offer
+        error["limit"] = _clip(limit, 40)
     return error
 
 
