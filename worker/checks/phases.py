@@ -112,7 +112,10 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     else:
         checks.append(Check("one_pass", True, "check.one_pass.passed", {"batches": batches}))
     wrong = [run for run in runs if run["answer"] != run["slow"]]
-    if wrong:
+    not_text = next((run for run in runs if run.get("answer_is_text") is False), None)
+    if not_text is not None:  # a tuple or a list: not a wrong phase, a wrong kind of answer
+        checks.append(Check("answer", False, "check.answer.not_text", {"answer": not_text["answer"]}))
+    elif wrong:
         run = wrong[0]
         checks.append(
             Check("answer", False, "check.answer.failed", {"answer": run["answer"], "slow": run["slow"]})
@@ -174,6 +177,8 @@ def diagnose(runs, batches):
             if max(counts.values()) <= batches:
                 return Diagnosis("partial-pass", {"batches": batches, **counts})
             return None
+    if any(run.get("answer_is_text") is False for run in runs):
+        return None  # the answer check says what to return; no phase was named wrong
     for run in runs:
         if run["answer"] != run["slow"]:
             totals = _totals(run)
