@@ -72,8 +72,9 @@ def mark_beside(page, n: int) -> bool:
 
 
 def wait_mark_beside(page, n: int) -> None:
-    """The mark moves once the editor has taken the new verdict: poll its place (the page's CSP
-    forbids the string evaluation wait_for_function needs)."""
+    """The mark moves once the editor has taken the new verdict, and the page scrolls the verdict
+    into view (the line and the mark are measured one after the other): poll its place (the
+    page's CSP forbids the string evaluation wait_for_function needs)."""
     for _ in range(200):
         if mark_beside(page, n):
             return
@@ -103,7 +104,7 @@ def test_the_line_of_a_syntax_error_is_marked_in_the_gutter(new_page, lang, widt
     mark = page.locator(".cm-failing-mark")
     mark.wait_for()
     assert mark.count() == 1
-    assert mark_beside(page, 4)
+    wait_mark_beside(page, 4)  # (the new verdict scrolls into view: measured once the page is still)
     # the mark follows the newest verdict
     replace_code(page, "def train(model, optimizer, batches, accum_steps)\n    pass\n")
     page.locator("button[name=mode][value=submit]").click()
