@@ -301,15 +301,17 @@ ENDS = {
     "write-trace-replaced": "failed",
     "meter-reset-through-gc": "interfered",
     "meter-max-replaced": "interfered",
-    "activations-hidden-by-inner-hooks": "interfered",
-    "torch-hooks-replaced": "interfered",
+    # the saved-tensor meter composes with a loop's own hooks (6c18fb4): what they hide is
+    # counted, so these are judged on what they really held (the micro-batches joined: 3.99x)
+    "activations-hidden-by-inner-hooks": "failed",
+    "torch-hooks-replaced": "failed",
     "harness-killed-then-fake-trace": "error",
     "backward-on-another-thread": "error",  # it passed before: no thread may start there now
     # these three passed: the meter now checks at every forward and loss that its hooks (or
     # torch's checkpoint's, known by code) are on top, and fewer bytes seen pass only where
     # every backward recomputed its forward under checkpoint
-    "decoys-then-cycle-under-own-hooks": "interfered",
-    "hooks-dressed-as-checkpoints": "interfered",
+    "decoys-then-cycle-under-own-hooks": "failed",  # (counted through their own hooks, as above)
+    "hooks-dressed-as-checkpoints": "failed",
     "ctx-attributes-behind-a-checkpoint-decoy": "interfered",
     "grandchild-rewrites-the-trace": "error",  # failed on memory before the child could not fork
 }
