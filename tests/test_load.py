@@ -2,6 +2,7 @@
 what fixed it (app/capacity.py, app/db.py), not timings: `make bench` measures those."""
 
 import asyncio
+import concurrent.futures
 import shutil
 import socket
 import threading
@@ -32,6 +33,13 @@ SUBMIT = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 CODE = "def train(model, optimizer, batches, accum_steps):\n    pass\n"
 
 
+def _run(coroutine):
+    """asyncio.run on a thread of its own: the browser tests' Playwright keeps an event loop
+    running on the main thread for the whole session, where asyncio.run refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def test_a_commit_never_waits_for_a_thread_that_runs_routes(sqlite_url):
     """The cause: every route thread waited for a pooled connection while the sessions holding
     the connections waited for a route thread to commit. Now, with every such thread taken,
@@ -58,7 +66,7 @@ def test_a_commit_never_waits_for_a_thread_that_runs_routes(sqlite_url):
         assert done, "the commit waited for a route thread"
 
     try:
-        asyncio.run(commit_with_every_thread_taken())
+        _run(commit_with_every_thread_taken())
         with app.state.reader() as session:
             assert session.execute(text("SELECT count(*) FROM committed")).scalar() == 0
     finally:
@@ -110,7 +118,7 @@ def test_past_capacity_a_request_is_answered_503_with_retry_after_at_once():
             assert [a.status_code for a in answers] == [200] * (1 + capacity.WAITING_PER_PLACE)
             assert gate.free == 1 and gate.waiting == 0
 
-    asyncio.run(scenario())
+    _run(scenario())
 
 
 def test_reads_go_ahead_of_writes_and_health_and_static_files_pass_the_gate():
@@ -131,7 +139,7 @@ def test_reads_go_ahead_of_writes_and_health_and_static_files_pass_the_gate():
             await asyncio.gather(first, read, *later, *passing)
             assert held.order == ["POST", "GET", "GET", "GET", "POST", "POST"]
 
-    asyncio.run(scenario())
+    _run(scenario())
 
 
 def test_a_request_that_would_wait_past_its_patience_is_refused_then(monkeypatch):
@@ -151,7 +159,7 @@ def test_a_request_that_would_wait_past_its_patience_is_refused_then(monkeypatch
             assert (await inside).status_code == 200
             assert gate.free == 1
 
-    asyncio.run(scenario())
+    _run(scenario())
 
 
 # ---------------------------------------------------------------- the busy answer, as learners read it
@@ -193,7 +201,7 @@ def test_the_busy_answer_says_so_in_the_learners_language_and_the_editor_keeps_t
             await asyncio.gather(*holding)
             return [editor, page, api]
 
-    editor, page, api = asyncio.run(scenario())
+    editor, page, api = _run(scenario())
     for response in (editor, page, api):
         assert response.status_code == 503 and int(response.headers["Retry-After"]) >= 1
     status = html(editor).select_one("#submission-status")
@@ -275,7 +283,7 @@ def test_a_class_at_once_is_answered_and_every_submission_graded(
         while not server.started:
             assert time.monotonic() < deadline, "uvicorn did not start"
             time.sleep(0.05)
-        ids = asyncio.run(the_class())
+        ids = _run(the_class())
         assert {status for status, _ in answers} <= {202, 503}
         assert all(after and int(after) >= 1 for status, after in answers if status == 503)
         assert sum(status == 202 for status, _ in answers) == LEARNERS

@@ -410,7 +410,7 @@ def test_an_anonymous_client_holds_a_few_queued_jobs_and_is_told_why(settings, _
     assert refused.json()["message"].startswith("Too much code from your network is waiting")
     assert "sign in" in refused.json()["message"]
     pt = submit(lang="pt-BR").json()["message"]
-    assert pt.startswith("Código demais da sua rede") and "entre na sua conta" in pt
+    assert pt.startswith("Já há código demais da sua rede") and "entre na sua conta" in pt
     with TestClient(app, client=("203.0.113.9", 1)) as page:
         arm_csrf(page)
         form = page.post(
