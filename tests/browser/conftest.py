@@ -49,13 +49,15 @@ def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
     from worker.runner import Worker
 
     # the whole browser suite is one classroom behind one address (127.0.0.1): past the default
-    # 30 submissions in 10 minutes from it, a late test's Submit was refused and its verdict
-    # never came; raised as the README tells a classroom to
+    # 30 submissions in 10 minutes from it (or 4 anonymous jobs still waiting, some left running
+    # by earlier tests), a late test's Submit was refused and its verdict never came; raised as
+    # the README tells a classroom to
     settings = Settings(
         database_url=database_url,
         lessons_dir=LESSONS,
         poll_seconds=poll_seconds,
         submissions_per_ip=10_000,
+        queued_per_client=1_000,
         _env_file=None,
     )
     upgrade(settings.database_url)

@@ -64,6 +64,7 @@ def test_code_scrolls_sideways_with_a_cue_and_hints_read_as_markdown(new_page, l
     assert shortcut.is_visible() == (width >= 600), "no Ctrl+Enter on a phone"
     page.locator(".hint-next").click()
     hint = page.locator("#hint-1 .hint-body")
+    hint.locator("em").first.wait_for()  # (the hint arrives by htmx after the click)
     assert hint.locator("em").count() == 1 and "*" not in hint.inner_text()
     replace_code(page, "def train(model, loader):\n    for x, y in loader:\n" + LONG)
     line = page.locator(".cm-line", has_text="carries the point")
