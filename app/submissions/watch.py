@@ -89,7 +89,9 @@ class Watch:
                     await asyncio.sleep(SAFETY_SECONDS)
                     continue
                 for submission_id, waiters in self.waiting.items():
-                    status = statuses.get(submission_id)
+                    if submission_id not in ids:  # began waiting while this read ran: next read
+                        continue
+                    status = statuses.get(submission_id)  # None: the row is gone
                     for seen, future in waiters:
                         if status != seen and not future.done():
                             future.set_result(status)
