@@ -24,11 +24,8 @@ def _alive(weights):
 def run(job, api):
     params = job["params"]
     device = job.get("device", "cpu")
-    scenario = scenarios.build(params)
-    model = scenario.model.to(device)
-    batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
-    weights = list(model.parameters())
-    index = {id(p): i for i, p in enumerate(weights)}
+    scenario, weights, index = scenarios.placed(params, device)
+    model, batches = scenario.model, scenario.micro_batches
     lr = float(params["lr"])
     api.share(weights)
 

@@ -94,6 +94,17 @@ def build(params, dtype=torch.float64):
     return BUILDERS[params.get("scenario", "mlp")](params, dtype)
 
 
+def placed(params, device):
+    """The scenario with its model and micro-batches moved to ``device``, its parameters in
+    order and each one's index by identity (what the per-parameter kinds, hookstep and adapter,
+    report by)."""
+    scenario = build(params)
+    scenario.model = scenario.model.to(device)
+    scenario.micro_batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
+    weights = list(scenario.model.parameters())
+    return scenario, weights, {id(p): i for i, p in enumerate(weights)}
+
+
 def cycles(n_micro, accum_steps):
     """Micro-batch indices of each accumulation cycle; the last may be shorter."""
     return [list(range(i, min(i + accum_steps, n_micro))) for i in range(0, n_micro, accum_steps)]
