@@ -23,11 +23,13 @@ from app.http import is_api
 from app.lessons import routes as lessons
 from app.lessons.content import Course, load_course
 from app.middleware import BodyLimit, RequestContext, SecurityHeaders
+from app.offline import routes as offline
 from app.ops import routes as ops
 from app.progress import routes as progress
 from app.quizzes import routes as quizzes
 from app.security import SAFE_METHODS, verify_csrf
 from app.submissions import routes as submissions
+from app.tutor import routes as tutor
 from app.web import templates
 
 
@@ -71,6 +73,8 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     app.include_router(submissions.router)
     app.include_router(drafts.router)
     app.include_router(ops.router)
+    app.include_router(tutor.router)
+    app.include_router(offline.router)
     errors.install(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

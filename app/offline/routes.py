@@ -1,0 +1,5 @@
+"""The offline routes."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,5 @@
+"""The tutor's routes."""
+
+from fastapi import APIRouter
+
+router = APIRouter()
