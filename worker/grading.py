@@ -13,6 +13,7 @@ import ast
 import contextlib
 import logging
 import os
+import sysconfig
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,24 @@ def _record(
         metrics,
         output,
     )
+
+
+def _library_prefixes() -> tuple[str, ...]:
+    """Where this interpreter's libraries live, longest first: a warning PyTorch prints names its
+    file under one of them, a path of the grader's machine that means nothing to the learner."""
+    paths = sysconfig.get_paths()
+    found = {paths[key] for key in ("purelib", "platlib", "stdlib", "platstdlib") if paths.get(key)}
+    return tuple(sorted((p.rstrip("/") + "/" for p in found), key=len, reverse=True))
+
+
+def _tidy(output: str) -> str:
+    """The output with the grader's library folders cut from file names
+    (``/srv/.venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:431`` reads
+    ``torch/utils/data/dataloader.py:431``): the same lines a learner's own machine prints, less
+    where the grader keeps its packages."""
+    for prefix in _library_prefixes():
+        output = output.replace(prefix, "")
+    return output
 
 
 def _cap(output: str, limit_kb: int) -> str:
@@ -315,7 +334,7 @@ def _judge(
 ) -> Record:
     limits = exercise.limits
     # the learner's prints, then anything written to the process's own stdout/stderr
-    output = _cap(trace.get("output", "") + process_output, limits.output_kb)
+    output = _cap(_tidy(trace.get("output", "") + process_output), limits.output_kb)
     metrics |= {f"harness_{k}": v for k, v in (trace.get("timings") or {}).items()}
     started = time.perf_counter()
     if trace.get("outcome") != "ok":

@@ -282,3 +282,15 @@ def test_each_check_kind_says_what_its_pass_means(course):
     assert "1.30×" in kinds["pipeline"] and "0.65×" in kinds["checkpointing"], "the exercise's own thresholds"
     assert "1,30×" in meanings["pt-BR"]["pipeline"]
     assert pass_meaning(None) == "Every check passed."
+
+
+def test_pytorchs_worker_count_warning_is_read_as_a_note_about_the_graders_machine(client, app):
+    warned = PASSED | {
+        "output": "torch/utils/data/dataloader.py:431: UserWarning: This DataLoader will create 4 worker"
+        " processes in total. Our suggested max number of worker in current system is 2, which is smaller"
+        " than what this DataLoader is going to create.\n"
+    }
+    note = finished(app, client, warned).select_one("details.output p.muted").get_text()
+    assert "grader's machine, not of yours" in note
+    plain = finished(app, client, PASSED | {"output": "step 1\n"}).select_one("details.output")
+    assert plain.select_one("p.muted") is None, "no note where PyTorch said nothing of the kind"

@@ -223,3 +223,17 @@ def test_a_feature_the_grader_refuses_is_named_in_the_learners_language_not_as_t
     )
     assert "loss.backward()" in verdict("transforms", "en") and "torch.func" in verdict("transforms", "pt-BR")
     assert "Unavailable" in verdict("anything-else", "en")
+
+
+def test_the_output_names_library_files_as_a_learners_machine_would():
+    """A warning PyTorch prints names its file under the grader's site-packages: shown as
+    ``torch/...``, the grader's own folders left out (issue 29, point 6)."""
+    import sysconfig
+
+    from worker.grading import _tidy
+
+    site = sysconfig.get_paths()["purelib"]
+    line = f"{site}/torch/utils/data/dataloader.py:431: UserWarning: This DataLoader will create 4 worker processes"
+    assert _tidy(line + "\nmy own print\n") == (
+        "torch/utils/data/dataloader.py:431: UserWarning: This DataLoader will create 4 worker processes\nmy own print\n"
+    )

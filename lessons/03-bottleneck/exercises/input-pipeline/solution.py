@@ -7,6 +7,6 @@ def make_loader(dataset, batch_size):
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        num_workers=4,  # four processes load the next batches while this one trains
+        num_workers=2,  # two processes load the next batches while this one trains
         pin_memory=torch.cuda.is_available(),  # page-locked batches copy to the GPU asynchronously
     )
