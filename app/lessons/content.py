@@ -206,16 +206,9 @@ class ClaimsFile(_Strict):
         return claims
 
 
-class RecapLessonFile(_Strict):
-    lesson: Slug
-    text: Texts
-
-
 class CourseFile(_Strict):
     """lessons/course.yaml: the end of the course."""
 
-    recap_title: Texts
-    recap: list[RecapLessonFile] = Field(min_length=1)
     next_title: Texts
     next: list[Texts] = Field(min_length=1, max_length=8)
 
@@ -281,10 +274,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class Closing:
-    """The end of the course: a recap of each lesson, in order, and where to go next (HTML)."""
+    """The end of the course: where to go next (HTML), after each lesson's own recap."""
 
-    recap_title: dict[str, str]
-    recap: tuple[tuple[str, dict[str, str]], ...]  # (lesson slug, its recap per language)
     next_title: dict[str, str]
     next: tuple[dict[str, str], ...]
 
@@ -390,17 +381,12 @@ def load_course(root: Path) -> Course:
     numbers = [lsn.number for lsn in lessons]
     if numbers != list(range(1, len(lessons) + 1)):
         raise ContentError(f"{root}: lessons must be numbered 01, 02, … without gaps (found {numbers})")
-    return Course(tuple(lessons), _load_closing(root / COURSE_FILE, lessons))
+    return Course(tuple(lessons), _load_closing(root / COURSE_FILE))
 
 
-def _load_closing(path: Path, lessons: list[Lesson]) -> Closing:
+def _load_closing(path: Path) -> Closing:
     spec = _load_yaml(path, CourseFile)
-    slugs = [lsn.slug for lsn in lessons]
-    if [r.lesson for r in spec.recap] != slugs:
-        raise ContentError(f"{path}: recap: one entry per lesson, in the course's order: {slugs}")
     return Closing(
-        recap_title=_inline_texts(spec.recap_title),
-        recap=tuple((r.lesson, _block_texts(r.text)) for r in spec.recap),
         next_title=_inline_texts(spec.next_title),
         next=tuple(_inline_texts(t) for t in spec.next),
     )
@@ -606,10 +592,6 @@ def _plain_texts(texts: Texts) -> dict[str, str]:
 
 def _inline_texts(texts: Texts) -> dict[str, str]:
     return {lang: render_inline(texts.get(lang)) for lang in LANGS}
-
-
-def _block_texts(texts: Texts) -> dict[str, str]:
-    return {lang: render_markdown(texts.get(lang)) for lang in LANGS}
 
 
 def _read(path: Path) -> str:

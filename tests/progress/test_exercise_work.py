@@ -3,6 +3,7 @@ in "continue where you left off", and as ✓ marks in the lesson's practice list
 cards are folded after the quick check and do not count."""
 
 import pytest
+from bs4 import BeautifulSoup
 from sqlalchemy import update
 
 from app.submissions.models import Submission
@@ -135,4 +136,7 @@ def test_the_end_of_the_course_says_what_each_lesson_taught_and_how_this_learner
     passed = mine.select(".end-results li")[1].select("a")[1]["href"]
     assert html(client.get(passed)).select_one(".verdict-card.verdict-passed"), "links to that verdict"
     assert page.select(".end-next a[href^='https://pytorch.org/']"), "where to go next"
+    advice = [li.get_text() for li in page.select(".end-next li")]
+    said_next = [BeautifulSoup(item[lang], "html.parser").get_text() for item in course.closing.next]
+    assert all(item in advice for item in said_next), "lessons/course.yaml's advice"
     assert page.select_one(".hero a.button"), "the way back to what is left"
