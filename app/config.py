@@ -77,6 +77,25 @@ class Settings(BaseSettings):
     # Jobs waiting at once from one anonymous client (an IPv4 address or an IPv6 /64), whatever
     # its cookies: a signed-in learner has one each, so signing in lifts this.
     queued_per_client: int = Field(default=4, ge=1)
+    # The AI tutor (docs/tutor.md): any OpenAI-compatible server (vLLM, llama.cpp, Ollama, a
+    # hosted one) at TUTOR_URL (its base, with or without /v1), asked for TUTOR_MODEL, with
+    # TUTOR_API_KEY as a bearer token when set. Unset URL: no tutor panel anywhere.
+    tutor_url: str | None = None
+    tutor_model: str = "default"
+    tutor_api_key: SecretStr | None = None
+    # An answer's length, and how long one may take: to its first word, and in all.
+    tutor_max_tokens: int = Field(default=400, ge=16, le=4096)
+    tutor_first_token_seconds: float = Field(default=30, gt=0)
+    tutor_timeout_seconds: float = Field(default=120, gt=0)
+    # Fair use per hour: questions and tokens (sent and received) per learner, and per client IP
+    # (proxy-aware; raise it for a classroom behind one address).
+    tutor_messages_per_hour: int = Field(default=30, ge=1)
+    tutor_tokens_per_hour: int = Field(default=60_000, ge=1)
+    tutor_messages_per_ip_hour: int = Field(default=120, ge=1)
+    tutor_tokens_per_ip_hour: int = Field(default=240_000, ge=1)
+    # An answer whose lines reproduce more than this share of the reference solution's own lines
+    # (normalised, before the learner passed or unlocked it) is withheld and a hint given instead.
+    tutor_overlap_threshold: float = Field(default=0.2, ge=0, le=1)
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> "Settings":
@@ -90,6 +109,12 @@ class Settings(BaseSettings):
                 )
         elif self.env == "production":
             raise ValueError("TREINO_PUBLIC_URL must be set in production: mail links are built from it")
+        if not (self.tutor_url or "").strip():
+            self.tutor_url = None  # an empty TREINO_TUTOR_URL means no tutor
+        else:
+            parts = urlsplit(self.tutor_url or "")
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError("TREINO_TUTOR_URL must be an http(s) address, like http://gpu-host:8000/v1")
         return self
 
     def site_url(self) -> str:

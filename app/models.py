@@ -6,6 +6,7 @@ from app.ops.models import WorkerBeat
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
+from app.tutor.models import TutorMessage
 
 __all__ = [
     "AuthSession",
@@ -14,6 +15,7 @@ __all__ = [
     "QuizAttempt",
     "Submission",
     "ThrottleHit",
+    "TutorMessage",
     "User",
     "WorkerBeat",
 ]

@@ -9,6 +9,8 @@ from app.db import SessionDep
 from app.errors import ApiError, documented
 from app.i18n import gettext as _
 from app.ops import service
+from app.tutor import client as tutor_client
+from app.tutor import service as tutor_service
 
 router = APIRouter(tags=["operations"])
 
@@ -27,6 +29,11 @@ class ReadyOut(BaseModel):
         description="How live workers bound a job's whole tree: `cgroup`, or `watchdog` where "
         "no cgroup could be made (weaker); null with no live worker. Not part of `ready`.",
     )
+    tutor: Literal["absent", "reachable", "unreachable"] = Field(
+        "absent",
+        description="The AI tutor: `absent` (TREINO_TUTOR_URL unset), else whether its endpoint "
+        "answered a probe in the last seconds. Not part of `ready`: the course works without it.",
+    )
 
 
 @router.get("/healthz")
@@ -43,8 +50,14 @@ def healthz() -> HealthOut:
 def readyz(request: Request, session: SessionDep) -> JSONResponse:
     """Ready for traffic: database reachable, migrations current, a worker seen in the last minute."""
     checks = service.readiness(session, request.app.state.settings.database_url)
+    tutor = tutor_client.reachable(request.app.state.settings)
     return JSONResponse(
-        ReadyOut(ready=all(checks.values()), **checks, job_limits=service.job_limits(session)).model_dump(),
+        ReadyOut(
+            ready=all(checks.values()),
+            **checks,
+            job_limits=service.job_limits(session),
+            tutor="absent" if tutor is None else "reachable" if tutor else "unreachable",
+        ).model_dump(),
         status_code=200 if all(checks.values()) else 503,
     )
 
@@ -59,7 +72,8 @@ def readyz(request: Request, session: SessionDep) -> JSONResponse:
     ),
 )
 def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
-    """Prometheus metrics: queue depth, verdicts, grading latency, workers, warm pool, GPUs."""
+    """Prometheus metrics: queue depth, verdicts, grading latency, workers, warm pool, GPUs, and the
+    AI tutor (configured, reachable, answers, tokens, latency)."""
     token = request.app.state.settings.metrics_token
     if token is not None and token.get_secret_value():
         scheme, _sep, sent = request.headers.get("authorization", "").partition(" ")
@@ -72,4 +86,8 @@ def metrics(request: Request, session: SessionDep) -> PlainTextResponse:
                 code="unauthorized",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-    return PlainTextResponse(service.metrics(session), media_type="text/plain; version=0.0.4")
+    settings = request.app.state.settings
+    tutor = tutor_service.metrics_lines(session, settings, tutor_client.reachable(settings))
+    return PlainTextResponse(
+        service.metrics(session) + "\n".join(tutor) + "\n", media_type="text/plain; version=0.0.4"
+    )

@@ -1,5 +1,271 @@
-"""The tutor's routes."""
+"""The tutor's routes: a question (POST, a page's own: cookie and CSRF token) stores the
+question and a pending answer and says where to read it; the answer then streams as server-sent
+events from /live/tutor/<id> (no gate place, thread or connection held while the model writes:
+it is proven by a key, like a submission's wait). The panel itself is a template global."""
 
-from fastapi import APIRouter
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from jinja2 import pass_context
+from markupsafe import Markup
+from pydantic import BaseModel, Field
+from sqlalchemy import update
+
+from app import i18n
+from app.accounts.auth import LearnerDep
+from app.accounts.ownership import Learner
+from app.config import Settings
+from app.db import SessionDep
+from app.http import client_ip
+from app.i18n import gettext as _
+from app.lessons.content import Exercise
+from app.lessons.dependencies import ExerciseDep
+from app.security import TEXT_PATTERN
+from app.submissions import present
+from app.submissions import service as submissions
+from app.submissions.models import Mode, Status
+from app.tutor import client, grounding, guard, service
+from app.tutor.models import TutorMessage
+from app.web import templates
 
 router = APIRouter()
+
+MAX_QUESTION = 2000
+
+
+class QuestionIn(BaseModel):
+    question: str = Field(min_length=1, max_length=MAX_QUESTION, pattern=TEXT_PATTERN)
+    code: str = Field(default="", pattern=TEXT_PATTERN)
+    hints: int = Field(default=0, ge=0, le=50, description="How many hints the page has open")
+
+
+def stream_key(settings: Settings, answer_id: int) -> str:
+    secret = settings.secret_key.get_secret_value().encode()
+    return hmac.new(secret, f"tutor:{answer_id}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _unlocked(session, learner: Learner, exercise: Exercise) -> bool:
+    """Passed, or failed often enough that the page offers the reference solution."""
+    attempts = submissions.attempts(session, learner, exercise.id)
+    return attempts.first_pass is not None or attempts.failures >= submissions.SHOW_SOLUTION_AFTER
+
+
+def _latest_verdict(session, learner: Learner, exercise: Exercise) -> dict[str, Any]:
+    for sub in submissions.history(session, learner, exercise.id, limit=10):
+        if Status(sub.status).final and sub.status != Status.CANCELLED and sub.verdict:
+            verdict = present.verdict_of(sub)
+            if sub.mode == Mode.RUN:
+                verdict = {**verdict, "status": "run, not graded"}
+            return verdict
+    return {}
+
+
+def _secrets(exercise: Exercise, code: str) -> list[str]:
+    """The solution lines this learner has not seen (see guard.py)."""
+    known = [
+        exercise.starter,
+        code,
+        *exercise.prompt.values(),
+        *(t for h in exercise.hints for t in h.values()),
+    ]
+    return guard.secret_lines(present.solution(exercise), known)
+
+
+@router.post("/lessons/{slug}/exercises/{exercise_slug}/tutor", include_in_schema=False)
+def ask_tutor(
+    request: Request, body: QuestionIn, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep
+):
+    """Store the question and a pending answer; 202 with the URL its answer streams from, 429
+    past a budget, 404 without a tutor."""
+    settings: Settings = request.app.state.settings
+    if not settings.tutor_url:
+        raise HTTPException(404)
+    if len(body.code.encode("utf-8")) > exercise.limits.code_kb * 1024:
+        return JSONResponse(
+            {"message": _("Your code is larger than the exercise accepts (%(kb)d KB).")
+             % {"kb": exercise.limits.code_kb}},
+            status_code=422,
+        )  # fmt: skip
+    where = client_ip(request)
+    try:
+        service.check_budget(session, settings, learner, where)
+    except service.OverBudget as e:
+        return JSONResponse({"message": str(e)}, status_code=429, headers={"Retry-After": str(e.retry_after)})
+    lang = request.state.lang
+    unlocked = _unlocked(session, learner, exercise)
+    history = [
+        (m.role, m.content)
+        for m in service.conversation(session, learner, exercise.id)
+        if m.content and m.status in ("answered", "withheld")
+    ]
+    situation = grounding.Situation(
+        lang=lang,
+        exercise=exercise,
+        code=body.code,
+        question=body.question.strip(),
+        hints_open=body.hints,
+        verdict=_latest_verdict(session, learner, exercise),
+        solution=present.solution(exercise) if unlocked else None,
+        history=history,
+    )
+    prompt = grounding.messages(situation, grounding.glossary(settings.lessons_dir))
+    answer = service.ask(
+        session, learner, exercise.id, situation.question, lang=lang, client=where, prompt=prompt
+    )
+    answer.prompt = json.dumps(
+        {"messages": prompt, "code": body.code, "hints": body.hints, "guard": not unlocked},
+        ensure_ascii=False,
+    )
+    path = request.app.url_path_for("tutor_stream", answer_id=answer.id)
+    return JSONResponse(
+        {"id": answer.id, "stream": f"{path}?key={stream_key(settings, answer.id)}"}, status_code=202
+    )
+
+
+def _event(name: str, **data: Any) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def _claim(request: Request, answer_id: int) -> TutorMessage | None:
+    """The pending answer, now `running` (so a second reader of the same URL gets nothing)."""
+    with request.app.state.sessionmaker.begin() as session:
+        claimed = session.execute(
+            update(TutorMessage)
+            .where(TutorMessage.id == answer_id, TutorMessage.status == "pending")
+            .values(status="running")
+        ).rowcount
+        row = session.get(TutorMessage, answer_id)
+        if row is not None:
+            session.expunge(row)
+        return row if claimed else None
+
+
+def _save(request: Request, answer_id: int, **values: Any) -> None:
+    with request.app.state.sessionmaker.begin() as session:
+        session.execute(
+            update(TutorMessage).where(TutorMessage.id == answer_id).values(prompt=None, **values)
+        )
+
+
+def unavailable_message(kind: str) -> str:
+    if kind == "slow":
+        return _(
+            "The tutor is taking too long to answer right now. Your question is kept: try again in a while."
+        )
+    if kind == "refused":
+        return _("The tutor could not answer this question. Your question is kept: try again in a while.")
+    return _("The tutor is unavailable right now. Your question is kept: try again in a while.")
+
+
+def withheld_message(exercise: Exercise | None, lang: str, hints: int) -> str:
+    """What replaces an answer that gave the solution away: a hint the learner has not read yet."""
+    text = _("That answer gave away the reference solution, so it is not shown.")
+    if exercise and exercise.hints:
+        hint = exercise.hints[min(hints, len(exercise.hints) - 1)][lang]
+        text += " " + _("A hint instead:") + " " + hint
+    return text
+
+
+@router.get("/live/tutor/{answer_id}", include_in_schema=False)
+async def tutor_stream(request: Request, answer_id: int, key: str) -> StreamingResponse:
+    """The answer as server-sent events: `token` (text to add), then one of `done`, `withheld`
+    (text replacing the answer), `failed` (why there is no answer); never an error status once
+    the key is right."""
+    settings: Settings = request.app.state.settings
+    if not hmac.compare_digest(stream_key(settings, answer_id), key) or not settings.tutor_url:
+        raise HTTPException(404)
+    row = await anyio.to_thread.run_sync(_claim, request, answer_id)
+    if row is None:
+        raise HTTPException(404)
+    return StreamingResponse(
+        _answer(request, settings, row),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _answer(request: Request, settings: Settings, row: TutorMessage) -> AsyncIterator[bytes]:
+    i18n.set_lang(row.lang)
+    stored = json.loads(row.prompt or "{}")
+    prompt: list[dict[str, str]] = stored.get("messages", [])
+    exercise = request.app.state.course.exercise(row.exercise)
+    secrets = _secrets(exercise, stored.get("code", "")) if exercise and stored.get("guard") else []
+    watch = guard.Guard(secrets, settings.tutor_overlap_threshold)
+    usage = client.Usage()
+    start = time.monotonic()
+    first: int | None = None
+    outcome: dict[str, Any] = {"status": "cancelled"}
+    yield b": answering\n\n"  # headers and a first byte at once: the page knows it is on its way
+    pieces = client.chat(settings, prompt, usage)
+    try:
+        async for text in pieces:
+            if first is None:
+                first = int((time.monotonic() - start) * 1000)
+            sent = watch.feed(text)
+            if watch.withheld:
+                break
+            if sent:
+                yield _event("token", text=sent)
+        if not watch.withheld and (rest := watch.close()):
+            yield _event("token", text=rest)
+        if watch.withheld:
+            message = withheld_message(exercise, row.lang, int(stored.get("hints", 0)))
+            outcome = {"status": "withheld", "content": message}
+            yield _event("withheld", text=message)
+        else:
+            outcome = {"status": "answered", "content": watch.shown}
+            yield _event("done")
+    except client.Unavailable as e:
+        message = unavailable_message(e.kind)
+        outcome = {"status": "failed", "content": message}
+        yield _event("failed", text=message, kind=e.kind)
+    finally:
+        if outcome["status"] == "cancelled":
+            outcome["content"] = watch.shown
+        values = {
+            **outcome,
+            "prompt_tokens": usage.prompt_tokens or (service.estimate_tokens(prompt) if first else 0),
+            "completion_tokens": usage.completion_tokens,
+            "first_token_ms": first,
+            "duration_ms": int((time.monotonic() - start) * 1000),
+        }
+        with anyio.CancelScope(shield=True):
+            await pieces.aclose()  # stops the model: the connection closes
+            await anyio.to_thread.run_sync(lambda: _save(request, row.id, **values))
+
+
+# ---------------------------------------------------------------- the panel
+
+
+@pass_context
+def tutor_panel(context: dict[str, Any], exercise: Exercise) -> Markup:
+    """The chat panel of an exercise page, with this learner's conversation; nothing without a
+    tutor (TREINO_TUTOR_URL unset)."""
+    request = context["request"]
+    settings: Settings = request.app.state.settings
+    if not settings.tutor_url:
+        return Markup("")
+    learner = Learner(request.state.visitor_id, request.state.auth.user)
+    with request.app.state.reader() as session:
+        turns = service.conversation(session, learner, exercise.id)
+    template = templates.env.get_template("_tutor.html")
+    return Markup(
+        template.render(
+            request=request,
+            lang=context["lang"],
+            csrf_token=context.get("csrf_token", ""),
+            exercise=exercise,
+            turns=turns,
+            ask_url=request.app.url_path_for("ask_tutor", slug=exercise.lesson, exercise_slug=exercise.slug),
+        )
+    )
+
+
+templates.env.globals["tutor_panel"] = tutor_panel

@@ -38,6 +38,7 @@ def test_readyz_needs_a_worker_seen_recently(db_client, db_app):
         "migrations": True,
         "worker": False,
         "job_limits": None,
+        "tutor": "absent",
     }
     _beat(db_app, seen_at=utcnow() - timedelta(minutes=5))
     assert db_client.get("/readyz").status_code == 503, "a stale heartbeat is not a worker"
@@ -48,6 +49,7 @@ def test_readyz_needs_a_worker_seen_recently(db_client, db_app):
         "migrations": True,
         "worker": True,
         "job_limits": "cgroup",
+        "tutor": "absent",
     }
 
 

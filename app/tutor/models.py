@@ -1,0 +1,34 @@
+from datetime import datetime
+
+from sqlalchemy import DateTime, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.accounts.models import Owned
+from app.db import Base, utcnow
+
+
+class TutorMessage(Owned, Base):
+    """One turn of a learner's conversation with the AI tutor about one exercise: the learner's
+    question (`role` "learner") or the tutor's answer (`role` "tutor").
+
+    An answer is made `pending` with the exact messages to send (`prompt`, JSON) when the question
+    is asked; the page then streams it (/live/tutor/<id>), and it ends `answered`, `withheld` (it
+    reproduced the reference solution: a hint instead), `failed` (the endpoint was down, slow or
+    refused; `content` says so) or `cancelled` (the learner stopped it; what came is kept). The
+    prompt is dropped once answered. Tokens and latency feed the budgets and /metrics."""
+
+    __tablename__ = "tutor_messages"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    exercise: Mapped[str] = mapped_column(String(120), index=True)
+    role: Mapped[str] = mapped_column(String(10))  # learner | tutor
+    status: Mapped[str] = mapped_column(String(12), default="answered")
+    content: Mapped[str] = mapped_column(Text, default="")
+    lang: Mapped[str] = mapped_column(String(8), default="en")
+    prompt: Mapped[str | None] = mapped_column(Text, nullable=True)
+    client: Mapped[str] = mapped_column(String(64), default="", index=True)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    first_token_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    duration_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)

@@ -1,0 +1,164 @@
+"""The tutor's rows: conversations per learner and exercise, the budgets they are counted
+against, and the figures /metrics gives."""
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.accounts.ownership import Learner, owned_by
+from app.config import Settings
+from app.db import aware, utcnow
+from app.i18n import ngettext
+from app.tutor.models import TutorMessage
+
+WINDOW = timedelta(hours=1)
+SHOWN = 40  # turns shown again on the page
+
+
+class OverBudget(Exception):
+    """Past a budget: the message says which and when to come back (`retry_after`, seconds)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def conversation(session: Session, learner: Learner, exercise_id: str) -> list[TutorMessage]:
+    """The learner's conversation about one exercise, oldest first (the last SHOWN turns)."""
+    rows = session.scalars(
+        select(TutorMessage)
+        .where(owned_by(TutorMessage, learner), TutorMessage.exercise == exercise_id)
+        .order_by(TutorMessage.id.desc())
+        .limit(SHOWN)
+    )
+    return list(reversed(list(rows)))
+
+
+@dataclass
+class Spent:
+    messages: int
+    tokens: int
+    oldest: float | None  # seconds ago of the oldest counted question
+
+
+def _spent(session: Session, *where) -> Spent:
+    since = utcnow() - WINDOW
+    questions, oldest = session.execute(
+        select(func.count(), func.min(TutorMessage.created_at)).where(
+            TutorMessage.role == "learner", TutorMessage.created_at > since, *where
+        )
+    ).one()
+    tokens = session.scalar(
+        select(func.coalesce(func.sum(TutorMessage.prompt_tokens + TutorMessage.completion_tokens), 0)).where(
+            TutorMessage.role == "tutor", TutorMessage.created_at > since, *where
+        )
+    )
+    age = (utcnow() - aware(oldest)).total_seconds() if oldest is not None else None
+    return Spent(questions or 0, int(tokens or 0), age)
+
+
+def check_budget(session: Session, settings: Settings, learner: Learner, client: str) -> None:
+    """OverBudget when this learner, or everyone behind this client IP, asked too many questions
+    or used too many tokens in the last hour."""
+    mine = _spent(session, owned_by(TutorMessage, learner))
+    ours = _spent(session, TutorMessage.client == client)
+    for spent, messages, tokens in (
+        (mine, settings.tutor_messages_per_hour, settings.tutor_tokens_per_hour),
+        (ours, settings.tutor_messages_per_ip_hour, settings.tutor_tokens_per_ip_hour),
+    ):
+        if spent.messages >= messages or spent.tokens >= tokens:
+            wait = max(60, int(WINDOW.total_seconds() - (spent.oldest or 0)))
+            minutes = math.ceil(wait / 60)
+            raise OverBudget(
+                ngettext(
+                    "You have asked the tutor a lot this hour. Try again in %(num)d minute; "
+                    "meanwhile the hints and the lesson cards are here.",
+                    "You have asked the tutor a lot this hour. Try again in %(num)d minutes; "
+                    "meanwhile the hints and the lesson cards are here.",
+                    minutes,
+                )
+                % {"num": minutes},
+                wait,
+            )
+
+
+def ask(
+    session: Session,
+    learner: Learner,
+    exercise_id: str,
+    question: str,
+    *,
+    lang: str,
+    client: str,
+    prompt: list[dict[str, str]],
+) -> TutorMessage:
+    """Store the question and a pending answer holding the messages to send; the answer's row."""
+    owner = learner.owner
+    session.add(
+        TutorMessage(
+            **owner, exercise=exercise_id, role="learner", status="answered", content=question, lang=lang,
+            client=client, created_at=utcnow(),
+        )
+    )  # fmt: skip
+    answer = TutorMessage(
+        **owner, exercise=exercise_id, role="tutor", status="pending", content="", lang=lang,
+        client=client, prompt=json.dumps(prompt, ensure_ascii=False), created_at=utcnow(),
+    )  # fmt: skip
+    session.add(answer)
+    session.flush()
+    return answer
+
+
+def estimate_tokens(prompt: list[dict[str, str]]) -> int:
+    """About four characters a token: for servers that do not report usage while streaming."""
+    return max(1, sum(len(m["content"]) for m in prompt) // 4)
+
+
+def metrics_lines(session: Session, settings: Settings, reachable: bool | None) -> list[str]:
+    """The tutor's part of /metrics."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_text: str) -> None:
+        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
+
+    family("treino_tutor_configured", "gauge", "1 when TREINO_TUTOR_URL is set.")
+    lines.append(f"treino_tutor_configured {int(bool(settings.tutor_url))}")
+    family("treino_tutor_reachable", "gauge", "1 when the tutor's endpoint answered its last probe.")
+    lines.append(f"treino_tutor_reachable {int(bool(reachable))}")
+    by_status = dict(
+        session.execute(
+            select(TutorMessage.status, func.count())
+            .where(TutorMessage.role == "tutor")
+            .group_by(TutorMessage.status)
+        ).all()
+    )
+    family("treino_tutor_answers_total", "counter", "Tutor answers, by outcome.")
+    for status in ("answered", "withheld", "failed", "cancelled", "pending"):
+        lines.append(f'treino_tutor_answers_total{{status="{status}"}} {by_status.get(status, 0)}')
+    prompt, completion = session.execute(
+        select(
+            func.coalesce(func.sum(TutorMessage.prompt_tokens), 0),
+            func.coalesce(func.sum(TutorMessage.completion_tokens), 0),
+        ).where(TutorMessage.role == "tutor")
+    ).one()
+    family("treino_tutor_tokens_total", "counter", "Tokens sent to and received from the tutor's model.")
+    lines.append(f'treino_tutor_tokens_total{{kind="prompt"}} {int(prompt)}')
+    lines.append(f'treino_tutor_tokens_total{{kind="completion"}} {int(completion)}')
+    for name, column, help_text in (
+        ("treino_tutor_first_token_seconds", TutorMessage.first_token_ms, "From question to first word."),
+        ("treino_tutor_answer_seconds", TutorMessage.duration_ms, "From question to the answer's end."),
+    ):
+        values = [
+            ms / 1000 for ms in session.scalars(select(column).where(column.is_not(None))) if ms is not None
+        ]
+        family(name, "histogram", help_text)
+        for bound in (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120):
+            lines.append(f'{name}_bucket{{le="{bound}"}} {sum(1 for v in values if v <= bound)}')
+        lines.append(f'{name}_bucket{{le="+Inf"}} {len(values)}')
+        lines.append(f"{name}_sum {sum(values):.3f}")
+        lines.append(f"{name}_count {len(values)}")
+    return lines

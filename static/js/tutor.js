@@ -1,0 +1,119 @@
+// The AI tutor's panel: ask with the editor's code and the hints open, then read the answer as
+// server-sent events (fetch + ReadableStream, so Stop can abort it). Nothing here touches the
+// editor or the verdict: a tutor that is down leaves the rest of the page as it was.
+const panel = document.querySelector("[data-tutor]")
+
+function csrf() {
+  try { return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRF-Token"] || "" }
+  catch { return "" }
+}
+
+function turn(log, role, who, text) {
+  const li = document.createElement("li")
+  li.className = `tutor-turn tutor-${role}`
+  const name = document.createElement("span")
+  name.className = "tutor-who"
+  name.textContent = who
+  const body = document.createElement("div")
+  body.className = "tutor-text"
+  body.textContent = text
+  li.append(name, body)
+  log.append(li)
+  return body
+}
+
+// Server-sent events from a byte stream: calls onEvent(kind, data) for each complete event.
+async function readEvents(response, onEvent) {
+  const reader = response.body.getReader()
+  const decoder = new TextDecoder()
+  let buffer = ""
+  for (;;) {
+    const {value, done} = await reader.read()
+    if (done) break
+    buffer += decoder.decode(value, {stream: true})
+    let end
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end)
+      buffer = buffer.slice(end + 2)
+      let kind = "message", data = ""
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) kind = line.slice(6).trim()
+        else if (line.startsWith("data:")) data += line.slice(5).trim()
+      }
+      if (data) onEvent(kind, JSON.parse(data))
+    }
+  }
+}
+
+if (panel) {
+  const phrases = JSON.parse(panel.dataset.phrases)
+  const form = panel.querySelector("[data-tutor-form]")
+  const log = panel.querySelector("[data-tutor-log]")
+  const state = panel.querySelector("[data-tutor-state]")
+  const ask = panel.querySelector("[data-tutor-ask]")
+  const cancel = panel.querySelector("[data-tutor-cancel]")
+  const question = form.querySelector("textarea")
+  let controller = null
+
+  const busy = (on) => { ask.disabled = on; cancel.hidden = !on }
+
+  cancel.addEventListener("click", () => { if (controller) controller.abort() })
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault()
+    const text = question.value.trim()
+    if (!text || controller) return
+    const code = document.querySelector("textarea[data-code-editor]")?.value ?? ""
+    const hints = document.querySelectorAll("#hints .hint-item").length
+    turn(log, "learner", phrases.you, text)
+    const answer = turn(log, "tutor", phrases.tutor, "")
+    answer.parentElement.classList.add("tutor-running")
+    state.textContent = phrases.asking
+    controller = new AbortController()
+    busy(true)
+    let ended = false
+    try {
+      const asked = await fetch(form.closest("[data-ask-url]").dataset.askUrl, {
+        method: "POST",
+        headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf()},
+        body: JSON.stringify({question: text, code, hints}),
+        signal: controller.signal,
+      })
+      const reply = await asked.json().catch(() => ({}))
+      if (!asked.ok || !reply.stream) {
+        answer.textContent = reply.message || phrases.unavailable
+        answer.parentElement.classList.add("tutor-failed")
+        state.textContent = answer.textContent
+        ended = true
+        return
+      }
+      question.value = ""
+      const stream = await fetch(reply.stream, {signal: controller.signal, headers: {Accept: "text/event-stream"}})
+      if (!stream.ok) throw new Error(`stream ${stream.status}`)
+      await readEvents(stream, (kind, data) => {
+        if (kind === "token") answer.textContent += data.text
+        else if (kind === "withheld") {
+          answer.textContent = data.text
+          answer.parentElement.classList.add("tutor-withheld")
+        } else if (kind === "failed") {
+          answer.textContent = data.text
+          answer.parentElement.classList.add("tutor-failed")
+          state.textContent = data.text
+        }
+        if (kind === "done" || kind === "withheld") state.textContent = phrases.done
+        if (kind === "done" || kind === "withheld" || kind === "failed") ended = true
+      })
+    } catch (error) {
+      if (error.name === "AbortError") { state.textContent = phrases.cancelled; ended = true }
+    } finally {
+      if (!ended) {
+        if (!answer.textContent) answer.textContent = phrases.unavailable
+        answer.parentElement.classList.add("tutor-failed")
+        state.textContent = phrases.unavailable
+      }
+      answer.parentElement.classList.remove("tutor-running")
+      controller = null
+      busy(false)
+    }
+  })
+}
