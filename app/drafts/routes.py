@@ -12,6 +12,7 @@ from app.drafts import service
 from app.http import redirect
 from app.i18n import gettext as _
 from app.lessons.dependencies import ExerciseDep
+from app.offline.idempotency import code_hash
 from app.security import TEXT_PATTERN
 
 router = APIRouter()
@@ -19,6 +20,12 @@ router = APIRouter()
 
 class DraftIn(BaseModel):
     code: str = Field(description="The learner's code, as text", pattern=TEXT_PATTERN)
+    base: str | None = Field(
+        None,
+        description="code_hash of the server's copy this edit started from ('' when there was none): "
+        "when the server's copy has changed since (another device), the save is refused (409)",
+        max_length=16,
+    )
 
 
 class DraftOut(BaseModel):
@@ -49,9 +56,21 @@ def read_draft(exercise: ExerciseDep, learner: LearnerDep, session: SessionDep) 
 @router.put(
     "/lessons/{slug}/exercises/{exercise_slug}/draft", response_model=DraftOut, include_in_schema=False
 )
-def save_draft(body: DraftIn, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep) -> DraftOut:
-    """Save (upsert) the learner's draft of this exercise."""
+def save_draft(
+    body: DraftIn, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep
+) -> DraftOut | JSONResponse:
+    """Save (upsert) the learner's draft of this exercise. With ``base``, a draft changed elsewhere
+    since this edit began is not overwritten: 409 with the server's copy, which the page keeps
+    beside the learner's (app/offline, static/js/editor.js)."""
     _fits(exercise, body.code)
+    if body.base is not None:
+        current = service.get(session, learner, exercise.id)
+        known = code_hash(current.code) if current else ""
+        if current is not None and known != body.base and current.code != body.code:
+            return JSONResponse(
+                {"code": current.code, "updated_at": aware(current.updated_at).isoformat(), "hash": known},
+                status_code=409,
+            )
     draft = service.save(session, learner, exercise.id, body.code)
     return DraftOut(code=draft.code, updated_at=aware(draft.updated_at).isoformat())
 

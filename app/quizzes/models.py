@@ -18,3 +18,6 @@ class QuizAttempt(Owned, Base):
     option: Mapped[str] = mapped_column(String(80))
     correct: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the page's Idempotency-Key (app/offline/idempotency.py): an answer given offline and sent
+    # again is stored once
+    idempotency_key: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True, index=True)

@@ -9,6 +9,7 @@ from app.http import is_htmx
 from app.i18n import gettext as _
 from app.lessons.dependencies import CourseDep, LessonDep
 from app.lessons.routes import lesson_context
+from app.offline.idempotency import key_of
 from app.progress.service import course_progress
 from app.quizzes.service import record_attempt
 from app.web import render
@@ -51,7 +52,8 @@ def answer(
             {**lesson_context(session, learner, course, lesson), "errors": {question.id: error}},
             status_code=422,
         )
-    record_attempt(session, learner, lesson, question, chosen)
+    attempt = record_attempt(session, learner, lesson, question, chosen, key=key_of(request))
+    chosen = question.option(attempt.option) or chosen  # sent again: the answer given first
     if is_htmx(request):
         progress = course_progress(session, learner, course).of(lesson)
         return render(

@@ -15,6 +15,7 @@ from app.errors import ApiError, documented, too_many
 from app.http import client_ip, here, is_htmx
 from app.i18n import gettext as _
 from app.lessons.dependencies import CourseDep, ExerciseDep, LessonDep
+from app.offline.idempotency import key_of
 from app.ops.service import grading_notice
 from app.security import TEXT_PATTERN
 from app.submissions import present, service, watch
@@ -138,8 +139,10 @@ def submit_form(
     code: Annotated[str, Form(pattern=TEXT_PATTERN)],
     mode: Annotated[Mode, Form()] = Mode.SUBMIT,
 ):
+    key = key_of(request)  # code submitted offline, sent again: graded once
     try:
-        _fair_use(request, session)
+        if key is None or service.with_key(session, learner, key) is None:
+            _fair_use(request, session)
         submission = service.enqueue(
             session,
             learner,
@@ -149,6 +152,7 @@ def submit_form(
             lang=request.state.lang,
             request_id=request.state.request_id,
             client=client_ip(request),
+            key=key,
         )
     except (service.AlreadyActive, Throttled) as e:
         response = render(

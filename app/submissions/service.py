@@ -29,9 +29,16 @@ def enqueue(
     lang: str,
     request_id: str | None = None,
     client: str | None = None,
+    key: str | None = None,
 ) -> Submission:
     """Insert the submission; it is a job as soon as this transaction commits. ``client`` is the
-    address it came from: the queue serves clients in turn."""
+    address it came from: the queue serves clients in turn. With an idempotency ``key`` this
+    learner already sent (code submitted offline, sent again), the submission made then is
+    returned and nothing new is queued."""
+    if key and (earlier := with_key(session, learner, key)) is not None:
+        return earlier
+    if key and session.scalar(select(Submission.id).where(Submission.idempotency_key == key)):
+        key = None  # someone else's key (they are random: never by chance): an ordinary submission
     submission = Submission(
         **learner.owner,
         exercise=exercise.id,
@@ -42,11 +49,15 @@ def enqueue(
         active_owner=_active_key(learner),
         request_id=request_id,
         client=client,
+        idempotency_key=key,
     )
     try:
         with session.begin_nested():
             session.add(submission)
     except IntegrityError:
+        # the same key sent twice at once: the other request queued it
+        if key and (earlier := with_key(session, learner, key)) is not None:
+            return earlier
         raise AlreadyActive from None
     drafts.save(session, learner, exercise.id, code)  # what was sent is the draft from now on
     if session.get_bind().dialect.name == "postgresql":
@@ -54,6 +65,13 @@ def enqueue(
             text("SELECT pg_notify(:channel, :id)"), {"channel": NOTIFY_CHANNEL, "id": str(submission.id)}
         )
     return submission
+
+
+def with_key(session: Session, learner: Learner, key: str) -> Submission | None:
+    """The learner's submission sent with idempotency ``key``, if any."""
+    return session.scalar(
+        select(Submission).where(Submission.idempotency_key == key, owned_by(Submission, learner))
+    )
 
 
 def _active_key(learner: Learner) -> str:

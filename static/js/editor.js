@@ -5,6 +5,7 @@ import {
   basicSetup, closeCompletion, Compartment, completionStatus, EditorState, EditorView, gutter,
   GutterMarker, indentUnit, indentWithTab, keymap, oneDark, Prec, python, RangeSet, StateEffect, StateField,
 } from "../vendor/codemirror.js"
+import {draftHash} from "./offline.js"
 
 const SERVER_SAVE_MS = 4000
 // One Dark on the page's darkest surface, without the active-line tint: its token colours then
@@ -82,20 +83,72 @@ function readLocal(key) {
   try { return JSON.parse(localStorage.getItem(key) || "null") } catch { return null }
 }
 
-function writeLocal(key, code) {
-  try { localStorage.setItem(key, JSON.stringify({code, at: Date.now()})) } catch { /* full or off */ }
+// This browser's copy: the code, when it was written, `base` (draftHash of the server's copy it
+// started from) and whether the server has it (`synced`).
+function writeLocal(key, code, base, synced = false) {
+  try { localStorage.setItem(key, JSON.stringify({code, at: Date.now(), base, synced})) } catch { /* full or off */ }
 }
 
-// The newer of this browser's draft and the server's (already in the textarea) wins.
+// Which code the editor starts with (the server's is already in the textarea), and a copy to
+// keep beside it when both changed. This browser's copy wins while it has edits the server has
+// not seen and the server's copy is still the one they started from; the server's wins when
+// this browser has nothing unsent (it is then the newer); when both changed (another device
+// saved while this one was offline) the learner's own edits stay in the editor and the server's
+// copy is kept and shown beside them (a conflict, said on the page).
 function startingCode(ta) {
   const key = ta.dataset.draftKey
-  if ("draftReset" in ta.dataset) { localStorage.removeItem(key); return ta.value }
+  const server = ta.value
+  const serverHash = draftHash(server)
+  const start = {code: server, base: serverHash, dirty: false, other: null}
+  if ("draftReset" in ta.dataset) { localStorage.removeItem(key); return start }
   const local = readLocal(key)
-  const serverAt = Date.parse(ta.dataset.draftAt || "") || 0
-  if (local && typeof local.code === "string" && local.code !== ta.value && local.at > serverAt) {
-    return local.code
+  if (!local || typeof local.code !== "string" || local.code === server) return start
+  if (typeof local.base === "string") {
+    if (local.synced) return start
+    if (local.base === serverHash) return {...start, code: local.code, dirty: true}
+    return {...start, code: local.code, dirty: true, other: server}
   }
-  return ta.value
+  const serverAt = Date.parse(ta.dataset.draftAt || "") || 0  // a copy kept before bases
+  return local.at > serverAt ? {...start, code: local.code, dirty: true} : start
+}
+
+// Both copies, said and shown below the editor: the other one can be swapped in (the learner's
+// then takes its place), so neither is lost.
+// The other copy is kept in this browser too (under the draft's key + ":other") until the
+// learner closes the box: a reload still shows it.
+function showConflict(host, other, editorView, texts, key) {
+  document.querySelector(".draft-conflict")?.remove()
+  try { localStorage.setItem(`${key}:other`, other) } catch { /* full or off */ }
+  const box = document.createElement("div")
+  box.className = "draft-conflict notice warn"
+  box.setAttribute("role", "alert")
+  const said = document.createElement("p")
+  said.textContent = texts.conflict || ""
+  const fold = document.createElement("details")
+  const summary = document.createElement("summary")
+  summary.textContent = texts.conflictOther || ""
+  const pre = document.createElement("pre")
+  const code = document.createElement("code")
+  code.textContent = other
+  pre.append(code)
+  const use = document.createElement("button")
+  use.type = "button"
+  use.className = "button-quiet"
+  use.textContent = texts.conflictUse || ""
+  use.addEventListener("click", () => {
+    const mine = editorView.state.doc.toString()
+    editorView.dispatch({changes: {from: 0, to: editorView.state.doc.length, insert: code.textContent}})
+    code.textContent = mine
+    try { localStorage.setItem(`${key}:other`, mine) } catch { /* full or off */ }
+  })
+  const close = document.createElement("button")
+  close.type = "button"
+  close.className = "button-quiet"
+  close.textContent = texts.close || "×"
+  close.addEventListener("click", () => { localStorage.removeItem(`${key}:other`); box.remove() })
+  fold.append(summary, pre, use)
+  box.append(said, fold, close)
+  host.after(box)
 }
 
 function mount(ta) {
@@ -108,30 +161,48 @@ function mount(ta) {
   const theme = new Compartment()
   let dirty = false
   let saving = false
+  const texts = document.querySelector("[data-offline-texts]")?.dataset || {}
 
-  const code = startingCode(ta)
-  dirty = code !== ta.value
+  const start = startingCode(ta)
+  const code = start.code
+  let base = start.base  // draftHash of the server's copy this code started from
+  dirty = start.dirty
   ta.value = code
 
   const showState = (text) => { if (state) { state.textContent = text; state.hidden = false } }
 
+  // With `base`: the server refuses (409, with its copy) to overwrite a draft that changed
+  // elsewhere since; then both are kept (showConflict) and the learner's goes up on top.
   async function saveToServer(keepalive = false) {
     if (!dirty || saving) return
     saving = true
     dirty = false
+    const sent = ta.value
+    let again = false
     try {
       const response = await fetch(ta.dataset.draftUrl, {
         method: "PUT", keepalive, credentials: "same-origin",
         headers: {"Content-Type": "application/json", "X-CSRF-Token": csrfToken()},
-        body: JSON.stringify({code: ta.value}),
+        body: JSON.stringify({code: sent, base}),
       })
+      if (response.status === 409) {
+        const theirs = await response.json()
+        base = theirs.hash
+        showConflict(host, theirs.code, view, texts, ta.dataset.draftKey)
+        dirty = again = true
+        return
+      }
       if (!response.ok) throw new Error(String(response.status))
+      base = draftHash(sent)
+      if (ta.value === sent) writeLocal(ta.dataset.draftKey, sent, base, true)
+      else dirty = true
       showState(ta.dataset.draftSaved)
     } catch {
       dirty = true
       showState(ta.dataset.draftOffline)
     } finally {
       saving = false
+      if (again) saveToServer()
     }
   }
 
@@ -181,13 +252,15 @@ function mount(ta) {
         EditorView.updateListener.of((update) => {
           if (!update.docChanged) return
           ta.value = update.state.doc.toString()
-          writeLocal(ta.dataset.draftKey, ta.value)
+          writeLocal(ta.dataset.draftKey, ta.value, base)
           dirty = true
         }),
       ],
     }),
   })
   editorView = view
+  const kept = start.other ?? localStorage.getItem(`${ta.dataset.draftKey}:other`)
+  if (kept !== null) showConflict(host, kept, view, texts, ta.dataset.draftKey)
   markFailingLine()
   // the label still leads to the editor
   document.querySelector(`label[for="${ta.id}"]`)?.addEventListener("click", () => view.focus())
@@ -199,9 +272,29 @@ function mount(ta) {
   document.addEventListener("visibilitychange", () => {
     if (document.visibilityState === "hidden") saveToServer(true)
   })
-  form.addEventListener("submit", () => writeLocal(ta.dataset.draftKey, ta.value))
+  // What Submit sends becomes the server's draft (app/submissions/service.enqueue): edits made
+  // after it start from it. Sent later from the outbox, offline.js says so (draft-rebased).
+  let submitted = null
+  form.addEventListener("submit", () => {
+    submitted = ta.value
+    writeLocal(ta.dataset.draftKey, ta.value, base)
+  })
+  form.addEventListener("htmx:afterRequest", (event) => {
+    if (submitted !== null && event.detail.successful) {
+      base = draftHash(submitted)
+      if (ta.value === submitted) { dirty = false; writeLocal(ta.dataset.draftKey, submitted, base, true) }
+    }
+    submitted = null
+  })
+  document.addEventListener("treino:draft-rebased", (event) => {
+    if (event.detail.key !== ta.dataset.draftKey) return
+    base = draftHash(event.detail.code)
+    if (ta.value === event.detail.code) dirty = false
+  })
+  window.addEventListener("online", () => saveToServer())
   document.querySelector("[data-reset-form]")?.addEventListener("submit", () => {
     localStorage.removeItem(ta.dataset.draftKey)
+    localStorage.removeItem(`${ta.dataset.draftKey}:other`)
     dirty = false
   })
   if (dirty) saveToServer()

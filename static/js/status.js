@@ -19,7 +19,14 @@ function follow(section) {
       if (!response.ok) throw new Error(String(response.status))
       changed(section)
     })
-    .catch(() => setTimeout(() => changed(section), RETRY_MS))
+    .catch(() => later(section))
+}
+
+// Offline (static/js/offline.js says so), asking every second is pointless: ask again when the
+// network is back.
+function later(section) {
+  if (navigator.onLine) setTimeout(() => changed(section), RETRY_MS)
+  else window.addEventListener("online", () => changed(section), {once: true})
 }
 
 // While it runs, the time since it started counts on here between the server's answers.
@@ -43,7 +50,7 @@ function scan(root) {
 function retry(event) {
   const section = event.detail.elt
   if (!section.matches?.("[data-wait-url]") || event.detail.xhr?.status === 404) return
-  setTimeout(() => changed(section), RETRY_MS)
+  later(section)
 }
 
 // htmx:load comes for the body once htmx has set the page up (its triggers listen from then on),

@@ -1,0 +1,277 @@
+// Installable and offline (issue 34; docs/offline.md). Registers the service worker
+// (app/offline/sw.js, served at /sw.js), says when the page is offline and what will happen,
+// keeps quick-check answers and code submitted offline in this browser (the outbox) and sends
+// each once when the network returns (with the Idempotency-Key it was first sent with, which
+// the server dedupes on), saves the whole course on request, and says when a new release came.
+// Every text comes from the data attributes of base.html's [data-offline-texts] element.
+
+const OUTBOX = "treino:outbox"
+const RETRY_MS = 15000
+const MAX_TRIES = 8  // a request the server keeps refusing (not the network) is dropped after this
+
+const root = document.querySelector("[data-offline-texts]")
+const texts = root ? root.dataset : {}
+const bar = document.querySelector("[data-offline-bar]")
+const notice = document.querySelector("[data-offline-notice]")
+
+// ------------------------------------------------------------------ drafts' hash (editor.js)
+
+// FNV-1a over UTF-16 code units, as app/offline/idempotency.py's code_hash: which copy of a
+// draft an edit started from.
+export function draftHash(code) {
+  let h = 0x811c9dc5
+  for (let i = 0; i < code.length; i++) {
+    h ^= code.charCodeAt(i)
+    h = Math.imul(h, 0x01000193)
+  }
+  return (h >>> 0).toString(16).padStart(8, "0")
+}
+
+// The server's draft is now `code` (a submission sent from the outbox saved it): edits made
+// since start from it.
+function rebaseDraft(key, code) {
+  if (!key) return
+  try {
+    const record = JSON.parse(localStorage.getItem(key) || "null")
+    if (record && typeof record.code === "string") {
+      record.base = draftHash(code)
+      record.synced = record.code === code
+      localStorage.setItem(key, JSON.stringify(record))
+    }
+  } catch { /* storage off */ }
+  document.dispatchEvent(new CustomEvent("treino:draft-rebased", {detail: {key, code}}))
+}
+
+// ------------------------------------------------------------------ what the page says
+
+function say(text, link) {
+  if (!notice || !text) return
+  notice.replaceChildren()
+  const p = document.createElement("p")
+  p.textContent = text
+  if (link) {
+    const a = document.createElement("a")
+    a.href = link.href
+    a.textContent = link.text
+    p.append(" ", a)
+  }
+  const close = document.createElement("button")
+  close.type = "button"
+  close.className = "button-quiet"
+  close.textContent = texts.close || "×"
+  close.addEventListener("click", () => { notice.hidden = true })
+  notice.append(p, close)
+  notice.hidden = false
+}
+
+function showOffline(offline) {
+  if (!bar) return
+  bar.hidden = !offline
+  document.documentElement.classList.toggle("is-offline", offline)
+}
+
+// ------------------------------------------------------------------ the outbox
+
+function readOutbox() {
+  try { return JSON.parse(localStorage.getItem(OUTBOX) || "[]") } catch { return [] }
+}
+
+function writeOutbox(items) {
+  try { localStorage.setItem(OUTBOX, JSON.stringify(items)) } catch { /* full or off */ }
+}
+
+function newKey() {
+  if (crypto.randomUUID) return crypto.randomUUID()
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("")
+}
+
+// The forms whose posts are kept when offline: a quick-check answer, and Submit (graded).
+function kindOf(elt) {
+  if (elt?.matches?.("form.question")) return "answer"
+  if (elt?.matches?.("form.code-form")) return "submission"
+  return null
+}
+
+document.addEventListener("htmx:configRequest", (event) => {
+  const elt = event.detail.elt
+  const kind = kindOf(elt)
+  if (!kind || event.detail.verb !== "post") return
+  const key = newKey()
+  event.detail.headers["Idempotency-Key"] = key
+  const values = event.detail.formData || event.detail.parameters
+  const body = new URLSearchParams()
+  for (const [name, value] of values.entries()) {
+    if (name !== "csrf_token" && typeof value === "string") body.append(name, value)
+  }
+  elt._treinoPending = {
+    key, kind, url: event.detail.path, body: body.toString(), page: location.pathname,
+    target: elt.getAttribute("hx-target"), owner: texts.owner,
+    draftKey: elt.querySelector("[data-draft-key]")?.dataset.draftKey || null,
+  }
+})
+
+document.addEventListener("htmx:sendError", (event) => {
+  const elt = event.detail.elt
+  const pending = elt?._treinoPending
+  if (!pending) return
+  elt._treinoPending = null
+  showOffline(true)
+  if (pending.kind === "submission" && new URLSearchParams(pending.body).get("mode") === "run") return
+  const items = readOutbox().filter((item) => item.key !== pending.key)
+  items.push({...pending, at: Date.now(), tries: 0})
+  writeOutbox(items)
+  const place = pending.kind === "answer"
+    ? document.querySelector(pending.target)
+    : document.getElementById("submission-status")
+  if (place) {
+    place.replaceChildren()
+    const p = document.createElement("p")
+    p.className = "queued-offline"
+    p.textContent = pending.kind === "answer" ? texts.answerQueued : texts.submissionQueued
+    place.append(p)
+  }
+})
+
+// Only the owner who queued it sends it; a visitor's queue goes with them when they sign in
+// (the server adopts a visitor's work at sign-in).
+function mine(item, owner) {
+  return item.owner === owner || (item.owner?.startsWith("v") && owner.startsWith("u"))
+}
+
+function apply(item, html) {
+  const htmx = window.htmx
+  if (item.kind === "answer") {
+    const form = document.querySelector(`form.question[action="${CSS.escape(item.url)}"]`)
+    const target = form && item.target && document.querySelector(item.target)
+    if (target && htmx) htmx.swap(target, html, {swapStyle: "outerHTML"})
+    return target ? null : "answer"
+  }
+  const form = document.querySelector(`form.code-form[action="${CSS.escape(item.url)}"]`)
+  const status = form && document.getElementById("submission-status")
+  if (status && htmx) {
+    htmx.swap(status, html, {swapStyle: "outerHTML"})
+    return null
+  }
+  return "submission"
+}
+
+let flushing = null
+
+async function flushNow() {
+  const items = readOutbox()
+  if (!items.length) return
+  let session
+  try {
+    const response = await fetch(texts.sessionUrl, {credentials: "same-origin", cache: "no-store"})
+    if (!response.ok) return
+    session = await response.json()
+  } catch { return }  // still offline
+  showOffline(false)
+  const sent = []
+  let elsewhere = null
+  for (const item of items) {
+    if (!mine(item, session.owner)) continue
+    let response
+    try {
+      response = await fetch(item.url, {
+        method: "POST", credentials: "same-origin",
+        headers: {
+          "Content-Type": "application/x-www-form-urlencoded", "HX-Request": "true",
+          "X-CSRF-Token": session.csrf_token, "Idempotency-Key": item.key,
+        },
+        body: item.body,
+      })
+    } catch { break }  // the network went again: the rest wait
+    const done = response.ok || response.status === 422 || response.status === 404
+    if (!done) {
+      item.tries = (item.tries || 0) + 1
+      if (item.tries < MAX_TRIES) continue
+    }
+    sent.push(item.key)
+    if (response.ok) {
+      const left = apply(item, await response.text())
+      if (left) elsewhere = {kind: left, page: item.page}
+      if (item.kind === "submission") {
+        rebaseDraft(item.draftKey, new URLSearchParams(item.body).get("code") || "")
+      }
+    }
+  }
+  writeOutbox(readOutbox().filter((item) => !sent.includes(item.key)).map((item) => {
+    const known = items.find((i) => i.key === item.key)
+    return known ? {...item, tries: known.tries} : item
+  }))
+  if (elsewhere?.kind === "submission") {
+    say(texts.submissionSent, {href: elsewhere.page, text: texts.seeVerdict})
+  } else if (elsewhere) {
+    say(texts.answersSent, {href: elsewhere.page, text: texts.seeAnswers})
+  } else if (sent.length) {
+    say(texts.sent)
+  }
+}
+
+// One flush at a time in this tab, and in all of this browser's tabs where Web Locks exist
+// (the server's keys make a second send harmless anyway).
+export function flush() {
+  if (flushing) return flushing
+  const run = navigator.locks ? () => navigator.locks.request("treino-outbox", flushNow) : flushNow
+  flushing = run().catch(() => {}).finally(() => { flushing = null })
+  return flushing
+}
+
+window.addEventListener("online", () => { showOffline(false); flush() })
+window.addEventListener("offline", () => showOffline(true))
+setInterval(() => { if (readOutbox().length) flush() }, RETRY_MS)
+
+// ------------------------------------------------------------------ the service worker
+
+function saveCourse(button, state) {
+  const worker = navigator.serviceWorker.controller
+  if (!worker) return
+  button.disabled = true
+  state.textContent = texts.saving.replace("{done}", "0").replace("{total}", "…")
+  fetch(texts.pagesUrl, {credentials: "same-origin", cache: "no-store"})
+    .then((response) => response.json())
+    .then((list) => worker.postMessage({type: "save-all", urls: [...list.pages, ...list.assets]}))
+    .catch(() => { state.textContent = texts.saveFailed; button.disabled = false })
+}
+
+function fromWorker(event) {
+  const data = event.data || {}
+  const button = document.querySelector("[data-save-offline]")
+  const state = document.querySelector("[data-save-offline-state]")
+  if (data.type === "updated") {
+    say(texts.updated)
+    navigator.serviceWorker.controller?.postMessage({type: "updated-seen"})
+  } else if (data.type === "progress" && state) {
+    state.textContent = texts.saving.replace("{done}", data.done).replace("{total}", data.total)
+  } else if (data.type === "saved" && state) {
+    state.textContent = data.failed ? texts.saveFailed : texts.saved
+    if (button) button.disabled = false
+  }
+}
+
+async function start() {
+  if (!("serviceWorker" in navigator) || !texts.swUrl) return
+  navigator.serviceWorker.addEventListener("message", fromWorker)
+  try {
+    await navigator.serviceWorker.register(texts.swUrl, {scope: "/"})
+  } catch { return }
+  await navigator.serviceWorker.ready
+  const tell = () => {
+    const worker = navigator.serviceWorker.controller
+    worker?.postMessage({type: "owner", owner: texts.owner})
+    worker?.postMessage({type: "hello"})
+  }
+  if (navigator.serviceWorker.controller) tell()
+  else navigator.serviceWorker.addEventListener("controllerchange", tell, {once: true})
+  const button = document.querySelector("[data-save-offline]")
+  const state = document.querySelector("[data-save-offline-state]")
+  if (button && state) {
+    button.hidden = false
+    button.addEventListener("click", () => saveCourse(button, state))
+  }
+}
+
+showOffline(!navigator.onLine)
+start()
+if (readOutbox().length) flush()
