@@ -128,6 +128,16 @@ async function saveAll(urls, client) {
   client?.postMessage({type: "saved", done, failed})
 }
 
+async function keep(url) {
+  if (new URL(url).origin !== self.location.origin) return
+  const pages = await caches.open(PAGES)
+  if (await pages.match(url, {ignoreVary: true})) return
+  try {
+    const response = await fetch(url, {credentials: "same-origin"})
+    if (keepable(response)) await pages.put(url, response)
+  } catch { /* offline again */ }
+}
+
 async function owner(value) {
   const meta = await caches.open(META)
   const known = await meta.match("/__owner")
@@ -149,6 +159,8 @@ self.addEventListener("message", (event) => {
   const data = event.data || {}
   if (data.type === "save-all" && Array.isArray(data.urls)) {
     event.waitUntil(saveAll(data.urls, event.source))
+  } else if (data.type === "keep" && typeof data.url === "string") {
+    event.waitUntil(keep(data.url))
   } else if (data.type === "owner" && typeof data.owner === "string") {
     event.waitUntil(owner(data.owner))
   } else if (data.type === "hello") {

@@ -253,17 +253,23 @@ function fromWorker(event) {
 async function start() {
   if (!("serviceWorker" in navigator) || !texts.swUrl) return
   navigator.serviceWorker.addEventListener("message", fromWorker)
+  const first = !navigator.serviceWorker.controller
+  let registration
   try {
-    await navigator.serviceWorker.register(texts.swUrl, {scope: "/"})
+    registration = await navigator.serviceWorker.register(texts.swUrl, {scope: "/"})
   } catch { return }
   await navigator.serviceWorker.ready
+  // the page the worker first took over came before it: it keeps that one too
   const tell = () => {
     const worker = navigator.serviceWorker.controller
     worker?.postMessage({type: "owner", owner: texts.owner})
     worker?.postMessage({type: "hello"})
+    if (first && navigator.onLine) worker?.postMessage({type: "keep", url: location.href})
   }
   if (navigator.serviceWorker.controller) tell()
   else navigator.serviceWorker.addEventListener("controllerchange", tell, {once: true})
+  // a new release is looked for at every page, not only when the browser gets round to it
+  if (!first && navigator.onLine) registration.update().catch(() => {})
   const button = document.querySelector("[data-save-offline]")
   const state = document.querySelector("[data-save-offline-state]")
   if (button && state) {
