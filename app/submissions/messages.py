@@ -1,11 +1,13 @@
 """The learner-facing texts: ``messages.yaml`` (key → {en, pt-BR}), numbers by Babel."""
 
 import math
+import string
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
+from babel import Locale
 from babel.numbers import format_decimal
 
 from app.config import DEFAULT_LANG, LANGS
@@ -73,10 +75,25 @@ def text(key: str, lang: str) -> str:
     return entry[language(lang)]
 
 
+class _Filler(string.Formatter):
+    """Fills a catalogue text: ``{n}`` is the number localised, ``{n:time|times}`` the word that
+    agrees with it by the language's plural rule (pt-BR: 0 and 1 take the singular)."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if "|" not in format_spec:
+            return number(value, self.lang)
+        one, other = format_spec.split("|", 1)
+        counted = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return one if counted and Locale.parse(_locale(self.lang)).plural_form(abs(value)) == "one" else other
+
+
 def render(key: str, lang: str, values: dict[str, Any] | None = None) -> str:
-    """The text of ``key`` in ``lang`` with ``{placeholders}`` filled in, numbers localised."""
-    template = text(key, lang)
-    return template.format(**{k: number(v, lang) for k, v in (values or {}).items()})
+    """The text of ``key`` in ``lang`` with ``{placeholders}`` filled in, numbers localised and
+    counted words agreeing with their numbers."""
+    return _Filler(lang).vformat(text(key, lang), (), values or {})
 
 
 # ---------------------------------------------------------------- values as stored JSON

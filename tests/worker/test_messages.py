@@ -1,3 +1,4 @@
+import re
 import string
 from pathlib import Path
 
@@ -50,3 +51,32 @@ def test_tiny_and_huge_numbers_read_well_in_both_languages():
     assert number(Sci(0.0), "en") == "0.00"
     assert number(float("nan"), "pt-BR") == "NaN"
     assert number(float("inf"), "en") == "∞"
+
+
+PLURAL_NOUNS = re.compile(
+    r"\b1 (times|steps|micro-batches|parameters|arguments|batches|updates|clips|samples|"
+    r"vezes|passos|micro-lotes|parâmetros|argumentos|lotes|atualizações|chamadas|amostras|clippings)\b(?!/)"
+)  # (not a rate: "1 samples/s" is a unit)
+
+
+def test_a_count_of_one_takes_the_singular_in_every_message():
+    """'ran 1 times' nowhere (issue 29, point 4): every count placeholder filled with 1."""
+    for key, entry in catalogue().items():
+        for lang in ("en", "pt-BR"):
+            names = {name.split(".")[0] for _, name, _, _ in string.Formatter().parse(entry[lang]) if name}
+            said = render(key, lang, dict.fromkeys(names, 1))
+            assert not PLURAL_NOUNS.search(said), f"{key} ({lang}): {said}"
+
+
+def test_counted_words_agree_with_their_numbers():
+    once = {"steps": 1, "micro_batches": 4, "reference_steps": 1, "k": 4}
+    assert render("diagnosis.step-every-micro-batch.explanation", "en", once).startswith(
+        "optimizer.step() ran 1 time for"
+    )
+    twice = once | {"steps": 2}
+    assert render("diagnosis.step-every-micro-batch.explanation", "pt-BR", twice).startswith(
+        "optimizer.step() rodou 2 vezes"
+    )
+    assert render("diagnosis.step-every-micro-batch.explanation", "pt-BR", once | {"steps": 0}).startswith(
+        "optimizer.step() rodou 0 vez"
+    ), "pt-BR: 0 takes the singular, as the page's own plurals do"
