@@ -4,17 +4,16 @@ made by the page). The row made by the first request that arrived carries the ke
 with a key already used by the same learner makes nothing new and answers with that row."""
 
 import re
-
-from fastapi import Request
+from collections.abc import Mapping
 
 HEADER = "Idempotency-Key"
 _KEY = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 
 
-def key_of(request: Request) -> str | None:
-    """The request's key, or None when it has none or it is malformed (then nothing is deduped:
-    the request is an ordinary one)."""
-    key = request.headers.get(HEADER, "")
+def key_of(headers: Mapping[str, str]) -> str | None:
+    """The key among a request's headers, or None when it has none or it is malformed (then
+    nothing is deduped: the request is an ordinary one)."""
+    key = headers.get(HEADER, "")
     return key if _KEY.match(key) else None
 
 

@@ -52,7 +52,7 @@ def answer(
             {**lesson_context(session, learner, course, lesson), "errors": {question.id: error}},
             status_code=422,
         )
-    attempt = record_attempt(session, learner, lesson, question, chosen, key=key_of(request))
+    attempt = record_attempt(session, learner, lesson, question, chosen, key=key_of(request.headers))
     chosen = question.option(attempt.option) or chosen  # sent again: the answer given first
     if is_htmx(request):
         progress = course_progress(session, learner, course).of(lesson)
