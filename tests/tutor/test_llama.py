@@ -11,6 +11,8 @@ from bench.tutor_server import MODEL_ALIAS, llama_server
 from tests.conftest import html
 from tests.tutor.helpers import PAGE, ask
 
+pytestmark = pytest.mark.llama
+
 WRONG = """def train(model, loader, loss_fn, optimizer, accum_steps):
     optimizer.zero_grad()
     for step, (x, y) in enumerate(loader):
