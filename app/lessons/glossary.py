@@ -23,7 +23,9 @@ GLOSSARY_FILE = "glossary.yaml"
 
 # code and placeholders are exempt: fenced blocks, `inline code`, {name}, %(name)s
 _FENCED = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
-_EXEMPT = re.compile(r"`[^`\n]*`|\{[A-Za-z_][A-Za-z0-9_]*\}|%\([A-Za-z_][A-Za-z0-9_]*\)[sd]")
+# code, a placeholder's name ({n}, and {n: of {n:lote|lotes}, whose words are the text's own)
+# and printf-style names
+_EXEMPT = re.compile(r"`[^`\n]*`|\{[A-Za-z_][A-Za-z0-9_]*[}:]|%\([A-Za-z_][A-Za-z0-9_]*\)[sd]")
 
 
 class _Term(BaseModel):

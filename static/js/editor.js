@@ -330,8 +330,12 @@ document.addEventListener("htmx:load", (event) => {
 })
 // A busy tutor answers Submit with 503 and a status line saying so (app/capacity.py): shown in
 // place of the status, while the editor and this browser's draft keep the code to send again.
+// A refused Submit (429: this learner's job is still waiting, or too much code from one network)
+// answers with the same kind of status line, saying why and when to send again. (The event's
+// detail.elt is the target the fragment would replace; the form that sent it is requestConfig's.)
 document.addEventListener("htmx:beforeSwap", (event) => {
-  if (event.detail.xhr.status !== 503 || !event.detail.elt.matches?.("form.code-form")) return
+  const sender = event.detail.requestConfig?.elt
+  if (![429, 503].includes(event.detail.xhr.status) || !sender?.matches?.("form.code-form")) return
   event.detail.shouldSwap = true
   event.detail.isError = false
 })
