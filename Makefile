@@ -39,7 +39,7 @@ SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium initdb:postgresql \
 	/usr/lib/python3/dist-packages/seccomp.*.so:python3-seccomp
 
 .PHONY: install system-deps lock torch-range run test lint typecheck bench gpu-check vendor i18n \
-	tutor-deps tutor-eval tutor-test
+	tutor-deps tutor-eval
 
 install: system-deps $(STAMP)
 
@@ -89,14 +89,9 @@ torch-range: install
 run: install
 	$(VENV)/bin/treino serve --host $(HOST) --port $(PORT)
 
-# The tests marked `llama` (the tutor against a real llama.cpp server) run in `make tutor-test`:
-# they join `make test` once proven on a clean clone (issue 30).
-test: install lint typecheck
+test: install lint typecheck tutor-deps
 	$(VENV)/bin/treino lessons check
-	$(VENV)/bin/pytest -m "not llama"
-
-tutor-test: install tutor-deps
-	$(VENV)/bin/pytest -m llama -s
+	$(VENV)/bin/pytest
 
 # The tutor's test server (see TUTOR_VENV above): llama-cpp-python[server] and what it needs,
 # pinned in $(TUTOR_LOCK), then the model's package without dependencies.

@@ -13,7 +13,7 @@ from tests.browser.test_learner_flow import replace_code
 MISTAKE = "lessons/02-gradient-accumulation/exercises/accumulate/mistakes/loss-not-scaled.py"
 PAGE = "/lessons/gradient-accumulation/exercises/accumulate?lang=pt-BR"
 
-pytestmark = [pytest.mark.browser, pytest.mark.llama]
+pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")

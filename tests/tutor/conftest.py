@@ -110,9 +110,8 @@ def tutor_settings(database_url: str, url: str | None, **extra: Any) -> Settings
         database_url=database_url,
         lessons_dir=LESSONS,
         tutor_url=url,
-        tutor_model="fake",
         _env_file=None,
-        **extra,
+        **{"tutor_model": "fake", **extra},
     )
 
 
