@@ -70,11 +70,13 @@ def once(context: dict[str, Any], name: str, /, **values: Any) -> Markup:
 @pass_context
 def draft_owner(context: dict[str, Any]) -> str:
     """Whose drafts the page keeps in this browser: the account's, else this visitor's only (a
-    digest: the visitor id itself stays in its HttpOnly cookie)."""
+    digest: the visitor id itself stays in its HttpOnly cookie); none on a page answered before
+    the visitor is known (the gate's 'busy' page)."""
     request = context["request"]
     if user := context.get("user"):
         return f"u{user.id}"
-    return "v" + hashlib.sha256(request.state.visitor_id.encode()).hexdigest()[:16]
+    visitor = getattr(request.state, "visitor_id", None)
+    return "v" + hashlib.sha256(visitor.encode()).hexdigest()[:16] if visitor else ""
 
 
 def status_label(status: str) -> str:

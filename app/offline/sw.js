@@ -161,7 +161,7 @@ self.addEventListener("message", (event) => {
     event.waitUntil(saveAll(data.urls, event.source))
   } else if (data.type === "keep" && typeof data.url === "string") {
     event.waitUntil(keep(data.url))
-  } else if (data.type === "owner" && typeof data.owner === "string") {
+  } else if (data.type === "owner" && typeof data.owner === "string" && data.owner) {
     event.waitUntil(owner(data.owner))
   } else if (data.type === "hello") {
     event.waitUntil(hello(event.source))
