@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+import httpx2
 from sqlalchemy.orm import Session
 
 from bench import settle
@@ -93,7 +93,7 @@ def address(n: int) -> str:
     return f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: httpx2.Response) -> float | None:
     value = response.headers.get("retry-after", "")
     return float(value) if value.isdigit() else None
 
@@ -102,23 +102,23 @@ async def _class(stack: Stack, tokens: list[str], code: str, burst: Burst) -> No
     lesson, exercise = EXERCISE.split("/")
     submit = f"/api/lessons/{lesson}/exercises/{exercise}/submissions"
     # shorter than the server's keep-alive (uvicorn: 5 s): a connection it closes is never reused
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2)
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2)
     start = asyncio.Event()
     done = asyncio.Event()
     pending = len(tokens)
-    async with httpx.AsyncClient(
+    async with httpx2.AsyncClient(
         base_url=stack.base, timeout=REQUEST_TIMEOUT, limits=limits, trust_env=False
     ) as client:
 
-        async def ask(method: str, path: str, headers: dict, **kwargs) -> httpx.Response | None:
+        async def ask(method: str, path: str, headers: dict, **kwargs) -> httpx2.Response | None:
             """One request; None when it got no answer in time (counted)."""
             sent = time.perf_counter()
             try:
                 response = await client.request(method, path, headers=headers, **kwargs)
-            except httpx.TimeoutException:
+            except httpx2.TimeoutException:
                 burst.timeouts += 1
                 return None
-            except httpx.TransportError as e:  # the connection was refused or dropped
+            except httpx2.TransportError as e:  # the connection was refused or dropped
                 burst.failures.append(f"{method} {path}: {type(e).__name__} {e}")
                 return None
             took = (time.perf_counter() - sent) * 1000

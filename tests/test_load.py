@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
+import httpx2
 import pytest
 import uvicorn
 from anyio import to_thread
@@ -29,6 +29,7 @@ from tests.conftest import LESSONS, html
 from tests.worker.test_queue import fake_verdict
 from worker.runner import Worker
 
+BASE = "http://t"
 SUBMIT = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 CODE = "def train(model, optimizer, batches, accum_steps):\n    pass\n"
 
@@ -94,7 +95,7 @@ class Held:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-def _ask(client: httpx.AsyncClient, method: str, path: str = "/api/progress"):
+def _ask(client: httpx2.AsyncClient, method: str, path: str = "/api/progress"):
     return asyncio.ensure_future(client.request(method, path))
 
 
@@ -102,7 +103,7 @@ def test_past_capacity_a_request_is_answered_503_with_retry_after_at_once():
     async def scenario() -> None:
         held = Held()
         gate = Gate(held, Sizes(1))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t") as client:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=gate), base_url=BASE) as client:
             inside = _ask(client, "POST")
             waiting = [_ask(client, "POST") for _ in range(capacity.WAITING_PER_PLACE)]
             await asyncio.sleep(0.05)
@@ -125,7 +126,7 @@ def test_reads_go_ahead_of_writes_and_health_and_static_files_pass_the_gate():
     async def scenario() -> None:
         held = Held()
         gate = Gate(held, Sizes(1))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t") as client:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=gate), base_url=BASE) as client:
             first = _ask(client, "POST")
             await asyncio.sleep(0.02)
             later = [_ask(client, "POST"), _ask(client, "POST")]
@@ -148,7 +149,7 @@ def test_a_request_that_would_wait_past_its_patience_is_refused_then(monkeypatch
     async def scenario() -> None:
         held = Held()
         gate = Gate(held, Sizes(1))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t") as client:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=gate), base_url=BASE) as client:
             inside = _ask(client, "POST")
             await asyncio.sleep(0.02)
             started = time.monotonic()
@@ -182,9 +183,9 @@ def test_the_busy_answer_says_so_in_the_learners_language_and_the_editor_keeps_t
 
     app.dependency_overrides[get_course] = held_course  # each lesson page holds its place
 
-    async def scenario() -> list[httpx.Response]:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
+    async def scenario() -> list[httpx2.Response]:
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as client:
             holding = [
                 _ask(client, "GET", "/lessons/gradient-accumulation") for _ in range(settings.web_concurrency)
             ]
@@ -256,7 +257,7 @@ def test_a_class_at_once_is_answered_and_every_submission_graded(
     serving.start()
     answers: list[tuple[int, str | None]] = []
 
-    async def learner(client: httpx.AsyncClient, n: int, start: asyncio.Event) -> int:
+    async def learner(client: httpx2.AsyncClient, n: int, start: asyncio.Event) -> int:
         headers = {"Authorization": f"Bearer {tokens[n]}", "X-Forwarded-For": f"10.0.{n // 256}.{n % 256}"}
         await start.wait()
         while True:
@@ -268,8 +269,8 @@ def test_a_class_at_once_is_answered_and_every_submission_graded(
             await asyncio.sleep(int(response.headers["Retry-After"]))
 
     async def the_class() -> list[int]:
-        limits = httpx.Limits(max_connections=None, keepalive_expiry=2)
-        async with httpx.AsyncClient(
+        limits = httpx2.Limits(max_connections=None, keepalive_expiry=2)
+        async with httpx2.AsyncClient(
             base_url=f"http://127.0.0.1:{port}", timeout=20, limits=limits
         ) as client:
             start = asyncio.Event()

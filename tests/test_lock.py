@@ -36,3 +36,17 @@ def test_every_requirement_is_locked_within_its_range():
 def test_torch_is_locked_without_a_build_label():
     """So pip takes the CPU build where its file is at hand and the CUDA build elsewhere."""
     assert locked()["torch"].local is None
+
+
+def test_one_http_client_in_the_code():
+    """httpx2 is the project's one HTTP client (issue 33): httpx is in the lock only because
+    openapi-python-client needs it; nothing of ours imports it."""
+    import re
+
+    found = [
+        str(path.relative_to(ROOT))
+        for folder in ("app", "worker", "bench", "tests")
+        for path in (ROOT / folder).rglob("*.py")
+        if re.search(r"^\s*(import httpx|from httpx import)\b(?!2)", path.read_text(), re.MULTILINE)
+    ]
+    assert found == []
