@@ -92,4 +92,5 @@ def test_adoption_export_and_deletion_cover_every_table_of_a_learners_rows(app):
         "drafts",
         "quiz_attempts",
         "submissions",
+        "tutor_messages",
     ]

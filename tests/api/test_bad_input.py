@@ -122,6 +122,7 @@ def test_no_route_answers_bad_input_with_a_500(learner, db_app, course):
         "card": "0",
         "question_id": course.lesson("gradient-accumulation").questions[0].id,
         "submission_id": str(submission),
+        "answer_id": "1",  # the tutor's (none here: not configured, so a 404)
     }
     json_body = _json(**dict.fromkeys(FIELDS, SURROGATE))
     form_body = dict.fromkeys(FIELDS, "a\x00b")
