@@ -2,17 +2,14 @@
 
 import json
 
+from tests.conftest import LESSONS
+
 EXERCISE = "gradient-accumulation/accumulate"
 PAGE = "/lessons/gradient-accumulation/exercises/accumulate"
 ASK = PAGE + "/tutor"
-STARTER_LIKE = """def train(model, loader, loss_fn, optimizer, accum_steps):
-    for step, (x, y) in enumerate(loader):
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        if (step + 1) % accum_steps == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-"""
+# a wrong loop of the course's own (the loss not divided by accum_steps)
+MISTAKES = LESSONS / "02-gradient-accumulation/exercises/accumulate/mistakes"
+STARTER_LIKE = (MISTAKES / "loss-not-scaled.py").read_text()
 
 
 def events(text: str) -> list[tuple[str, dict]]:

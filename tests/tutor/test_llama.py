@@ -9,17 +9,7 @@ import pytest
 from app.tutor.models import TutorMessage
 from bench.tutor_server import MODEL_ALIAS, llama_server
 from tests.conftest import html
-from tests.tutor.helpers import PAGE, ask
-
-WRONG = """def train(model, loader, loss_fn, optimizer, accum_steps):
-    optimizer.zero_grad()
-    for step, (x, y) in enumerate(loader):
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        if (step + 1) % accum_steps == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-"""
+from tests.tutor.helpers import PAGE, STARTER_LIKE, ask
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +22,7 @@ def test_a_portuguese_question_is_answered_by_a_real_model_as_a_stream(make_clie
     client = make_client(llama.url, tutor_model=MODEL_ALIAS, tutor_max_tokens=64)
     client.get(PAGE, params={"lang": "pt-BR"})
     started = time.monotonic()
-    response, evs = ask(client, question="Por que o meu loop falha?", code=WRONG)
+    response, evs = ask(client, question="Por que o meu loop falha?", code=STARTER_LIKE)
     took = time.monotonic() - started
     assert response.status_code == 202
     kinds = [k for k, _ in evs]
