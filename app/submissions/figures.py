@@ -195,7 +195,9 @@ def figures(verdict: dict[str, Any]) -> Figures:
         )
     elif peak is not None:
         facts.append((_("Peak activation memory"), size(peak)))
-    charts += _configurations(metrics)
+    lesson5, counted = _gradients(metrics)
+    charts += lesson5 + _configurations(metrics)
+    facts += counted
     if (ms := _num(metrics, "sandbox_ms")) is not None:
         facts.append((_("Running your code"), seconds(ms)))
     if (ms := _num(metrics, "check_ms")) is not None:
@@ -265,3 +267,127 @@ def _configurations(metrics: dict) -> list[Figure]:
             )
         )
     return charts
+
+
+def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
+    """Lesson 5's memory before activations, the learner's loop against the plain one: the
+    gradients alive at once (step-in-backward), or the gradients, the optimizer's state and the
+    numbers trained against full fine-tuning (train-an-adapter). Always drawn: a loop that holds
+    as much as the plain one is the lesson's point too."""
+    peak = _num(metrics, "peak_gradient_bytes")
+    if peak is None:
+        return [], []
+    charts: list[Figure] = []
+    facts: list[tuple[str, str]] = []
+    plain = _num(metrics, "reference_peak_gradient_bytes")
+    alive, all_alive = _num(metrics, "peak_alive_gradients"), _num(metrics, "reference_peak_alive_gradients")
+    gradient_note = _("Bytes of the gradients alive when an optimizer stepped, at the most.")
+    if plain is not None and alive is not None and all_alive is not None:
+        values = {
+            "num": number(alive, 0),
+            "size": size(peak),
+            "all": number(all_alive, 0),
+            "all_size": size(plain),
+        }
+        if alive < all_alive:
+            summary = ngettext(
+                "At its busiest your loop held %(num)s gradient (%(size)s); the plain loop holds all "
+                "%(all)s (%(all_size)s) until its optimizer step.",
+                "At its busiest your loop held %(num)s gradients (%(size)s); the plain loop holds all "
+                "%(all)s (%(all_size)s) until its optimizer step.",
+                int(alive),
+            )
+        else:
+            summary = ngettext(
+                "Your loop held %(num)s gradient at once (%(size)s); the plain loop holds %(all)s "
+                "(%(all_size)s) until its optimizer step.",
+                "Your loop held %(num)s gradients at once (%(size)s); the plain loop holds %(all)s "
+                "(%(all_size)s) until its optimizer step.",
+                int(alive),
+            )
+        plain_loop = _("Plain loop")
+        charts.append(
+            Figure(
+                "gradients-alive",
+                _("Gradients alive at once"),
+                _from_zero(
+                    [
+                        (_("Yours"), alive, number(alive, 0), "yours"),
+                        (plain_loop, all_alive, number(all_alive, 0), "naive"),
+                    ]
+                ),
+                _(
+                    "Gradients still held (not None) at an optimizer step or between two batches, "
+                    "at the most."
+                ),
+                summary % values,
+            )
+        )
+        charts.append(
+            Figure(
+                "gradients",
+                _("Gradient memory at the peak"),
+                _from_zero(
+                    [(_("Yours"), peak, size(peak), "yours"), (plain_loop, plain, size(plain), "naive")]
+                ),
+                gradient_note,
+                _("Your loop's gradients took up to %(yours)s; the plain loop's take %(full)s.")
+                % {"yours": size(peak), "full": size(plain)},
+            )
+        )
+        if (calls := _num(metrics, "optimizer_step_calls")) is not None:
+            facts.append((_("Optimizer step calls"), number(calls, 0)))
+        return charts, facts
+    full = _num(metrics, "full_gradient_bytes")
+    if full is None:
+        return [], []
+    whole = _("Full fine-tuning")
+    charts.append(
+        Figure(
+            "gradients",
+            _("Gradient memory at the peak"),
+            _from_zero([(_("Yours"), peak, size(peak), "yours"), (whole, full, size(full), "naive")]),
+            gradient_note,
+            _("Your loop's gradients took up to %(yours)s; training the whole model takes %(full)s.")
+            % {"yours": size(peak), "full": size(full)},
+        )
+    )
+    state, full_state = _num(metrics, "optimizer_state_bytes"), _num(metrics, "full_optimizer_state_bytes")
+    if state is not None and full_state is not None:
+        charts.append(
+            Figure(
+                "optimizer-state",
+                _("Optimizer state"),
+                _from_zero(
+                    [
+                        (_("Yours"), state, size(state), "yours"),
+                        (whole, full_state, size(full_state), "naive"),
+                    ]
+                ),
+                _("Adam keeps two numbers (exp_avg and exp_avg_sq) for every number it trains."),
+                _("Your optimizer kept %(yours)s of state; for the whole model Adam keeps %(full)s.")
+                % {"yours": size(state), "full": size(full_state)},
+            )
+        )
+    trained, numbers = _num(metrics, "trained_parameters"), _num(metrics, "model_parameters")
+    if trained is not None and numbers is not None:
+        charts.append(
+            Figure(
+                "trained",
+                _("Numbers trained"),
+                _from_zero(
+                    [
+                        (_("Yours"), trained, number(trained, 0), "yours"),
+                        (whole, numbers, number(numbers, 0), "naive"),
+                    ]
+                ),
+                _("Numbers in the tensors handed to the optimizer."),
+                ngettext(
+                    "Your optimizer trained %(yours)s number; the model holds %(full)s.",
+                    "Your optimizer trained %(yours)s numbers; the model holds %(full)s.",
+                    int(trained),
+                )
+                % {"yours": number(trained, 0), "full": number(numbers, 0)},
+            )
+        )
+    return charts, facts

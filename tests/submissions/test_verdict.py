@@ -85,6 +85,42 @@ def test_a_failed_verdict_names_the_mistake_and_draws_the_figures(client, app):
     assert verdict.select_one("details.output pre").get_text() == "step 1\nstep 2\n"
 
 
+HOOKSTEP_SOLUTION = {  # what `treino check model-memory/step-in-backward solution.py --json` printed
+    "version": 1,
+    "exercise": "model-memory/step-in-backward",
+    "status": "passed",
+    "diagnosis": None,
+    "checks": [],
+    "metrics": {
+        "peak_alive_gradients": 1,
+        "reference_peak_alive_gradients": 4,
+        "peak_gradient_bytes": 768,
+        "reference_peak_gradient_bytes": 1304,
+        "optimizer_step_calls": 16,
+        "device": "cpu",
+        "sandbox_ms": 108,
+    },
+    "output": "",
+}
+
+
+def test_lesson_5_draws_its_gradients_against_the_plain_loop(client, app):
+    """Issue 31: the gradient meters, in the same bar tables as the other figures."""
+    verdict = finished(app, client, HOOKSTEP_SOLUTION).select_one(".verdict-card")
+    charts = {f["class"][-1]: f for f in verdict.select("figure.figure")}
+    assert set(charts) == {"figure-gradients-alive", "figure-gradients"}
+    alive, memory = charts["figure-gradients-alive"], charts["figure-gradients"]
+    assert [th.get_text() for th in memory.select("th")] == ["Yours", "Plain loop"]
+    assert [td.get_text() for td in alive.select(".bar-value")] == ["1", "4"]
+    assert [td.get_text() for td in memory.select(".bar-value")] == ["768 B", "1,304 B"]
+    assert alive.select_one(".bar-yours .bar-fill")["width"] == "25.00"
+    assert memory.select_one(".bar-naive .bar-fill")["width"] == "100.00"
+    assert "held 1 gradient (768 B)" in alive.select_one(".figure-summary").get_text()
+    assert ("Optimizer step calls", "16") in [
+        (d.select_one("dt").get_text(), d.select_one("dd").get_text()) for d in verdict.select(".facts div")
+    ]
+
+
 @pytest.mark.parametrize(
     ("verdict", "words"),
     [

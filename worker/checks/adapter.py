@@ -13,12 +13,13 @@ the replay proves they are the ones such a training gives, not that the child to
 """
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from app.submissions.messages import Sci
+from app.submissions.messages import Phrase, Sci
 from worker.checks import (
     SEEDING,
     Check,
@@ -79,9 +80,11 @@ def _replay(params: dict, start: list[torch.Tensor], delta: Delta) -> list[torch
     return after
 
 
-def _initial(params: dict) -> torch.Tensor:
+def _initial(params: dict) -> tuple[torch.Tensor, list[int]]:
+    """The model's parameters before training, flat, and how many numbers each holds."""
     with SEEDING:
-        return tensors.flat(scenarios.build(params).model.parameters())
+        weights = list(scenarios.build(params).model.parameters())
+    return tensors.flat(weights), [p.numel() for p in weights]
 
 
 def _ints(values: object) -> bool:
@@ -116,7 +119,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     _well_formed(data)
     agree(data["final_params"], seen["final_params"], "final parameters")
     n_batches = int(params["n_micro"])
-    initial = _initial(params)
+    initial, sizes = _initial(params)
     read = [*snapshots(seen, "batch"), seen["final_params"]]
     moved = max(tensors.norm(tensors.vector(s).nan_to_num() - initial) for s in read) / tensors.norm(initial)
     unchanged = Check(
@@ -165,9 +168,12 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks.append(_trajectory(params, steps, start, delta, shapes, n_batches, device))
     adapter_numbers = sum(s[0] * s[1] for s in shapes) if found else 0
     model_numbers = int(initial.numel())
+    handed = {i for owned in data["optimizers"] for i in owned if 0 <= i < len(sizes)}
     metrics = {
         "adapter_parameters": adapter_numbers,
         "model_parameters": model_numbers,
+        # what the optimizer was handed: the model's own weights and the learner's new tensors
+        "trained_parameters": sum(sizes[i] for i in handed) + sum(math.prod(s) for s in shapes),
         "peak_gradient_bytes": max([s["grad_bytes"] for s in steps] + [0]),
         "full_gradient_bytes": model_numbers * 8,
         "optimizer_state_bytes": max([s["state_bytes"] for s in steps] + [0]),
@@ -175,7 +181,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     }
     diagnosis = None
     if not all(c.passed for c in checks):
-        diagnosis = _diagnose(moved, graded, in_optimizer, base_state, start_size)
+        diagnosis = _diagnose(moved, graded, in_optimizer, base_state, start_size, bool(shapes))
     return Evaluation(checks, diagnosis, metrics)
 
 
@@ -200,10 +206,13 @@ def _trajectory(params, steps, start, delta, shapes, n_batches, device):
     return Check("adapter-trajectory", True, "check.adapter-trajectory.passed", {"error": Sci(max(errors))})
 
 
-def _diagnose(moved, graded, in_optimizer, base_state, start_size):
-    """The known mistake the trace shows, or None."""
+def _diagnose(moved, graded, in_optimizer, base_state, start_size, adapter):
+    """The known mistake the trace shows, or None. ``adapter``: the optimizer was handed new
+    tensors besides the model's (the starter's full fine-tuning has none)."""
     if moved > 0 and in_optimizer:
-        return Diagnosis("optimizer-over-all-parameters", {"listed": in_optimizer, "state": base_state})
+        what = Phrase("token.adapter.on_top" if adapter else "token.adapter.none")
+        values = {"listed": in_optimizer, "state": base_state, "what": what}
+        return Diagnosis("optimizer-over-all-parameters", values)
     if graded and moved == 0:
         return Diagnosis("base-not-frozen", {"grads": graded})
     if start_size is not None and start_size > 0:

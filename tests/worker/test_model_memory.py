@@ -1,0 +1,110 @@
+"""Lesson 5's memory meters (issue 31): what the verdict shows for step-in-backward and
+train-an-adapter, graded for real in the sandbox — the learner's loop against the plain loop
+(or full fine-tuning), in bytes the CPU and a GPU count the same (float64 tensors)."""
+
+from pathlib import Path
+
+import pytest
+
+from app import i18n
+from app.submissions.figures import figures
+
+pytestmark = pytest.mark.slow
+
+
+def shown(verdict, lang="en"):
+    """The verdict's charts as the page draws them: {id: [(label, value), …]}, and its facts."""
+    i18n.set_lang(lang)
+    try:
+        drawn = figures(verdict)
+    finally:
+        i18n.set_lang("en")
+    charts = {c.id: [(b.label, b.text) for b in c.bars] for c in drawn.charts}
+    return charts, dict(drawn.facts), {c.id: c.summary for c in drawn.charts}
+
+
+@pytest.fixture(scope="module")
+def verdicts(exercise, grade):
+    """Each exercise's solution, its starter (the plain loop / full fine-tuning) and mistakes."""
+    out = {}
+    for slug, names in {
+        "step-in-backward": ["solution", "starter", "grads-not-released"],
+        "train-an-adapter": ["solution", "starter", "base-not-frozen", "optimizer-over-all-parameters"],
+    }.items():
+        folder = Path(exercise(slug).path)
+        for name in names:
+            path = (
+                folder / f"{name}.py"
+                if name in ("solution", "starter")
+                else folder / "mistakes" / f"{name}.py"
+            )
+            out[slug, name] = grade(exercise(slug), path.read_bytes())
+    return out
+
+
+def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_four(verdicts):
+    verdict = verdicts["step-in-backward", "solution"]
+    assert verdict["status"] == "passed"
+    charts, facts, summaries = shown(verdict)
+    assert charts["gradients-alive"] == [("Yours", "1"), ("Plain loop", "4")]
+    assert charts["gradients"] == [("Yours", "768 B"), ("Plain loop", "1,304 B")]
+    assert facts["Optimizer step calls"] == "16"  # 4 parameters × 4 batches, each in its hook
+    assert summaries["gradients-alive"] == (
+        "At its busiest your loop held 1 gradient (768 B); the plain loop holds all 4 (1,304 B) "
+        "until its optimizer step."
+    )
+    charts, _facts, summaries = shown(verdict, "pt-BR")
+    assert charts["gradients"] == [("O seu", "768 B"), ("Loop comum", "1.304 B")]
+    assert "guardou 1 gradiente (768 B)" in summaries["gradients-alive"]
+
+
+@pytest.mark.parametrize("name", ["starter", "grads-not-released"])
+def test_step_in_backward_mistakes_hold_every_gradient_as_the_plain_loop(verdicts, name):
+    verdict = verdicts["step-in-backward", name]
+    assert verdict["status"] == "failed"
+    assert verdict["diagnosis"]["id"] == {"starter": "step-after-backward"}.get(name, name)
+    charts, facts, summaries = shown(verdict)
+    assert charts["gradients-alive"] == [("Yours", "4"), ("Plain loop", "4")]
+    assert charts["gradients"] == [("Yours", "1,304 B"), ("Plain loop", "1,304 B")]
+    assert facts["Optimizer step calls"] == {"starter": "4"}.get(name, "16")
+    assert summaries["gradients-alive"].startswith("Your loop held 4 gradients at once (1,304 B)")
+
+
+def test_train_an_adapter_shows_the_adapters_gradients_state_and_numbers(verdicts):
+    verdict = verdicts["train-an-adapter", "solution"]
+    assert verdict["status"] == "passed"
+    charts, _facts, summaries = shown(verdict)
+    assert charts["gradients"] == [("Yours", "304 B"), ("Full fine-tuning", "1,304 B")]
+    assert charts["optimizer-state"] == [("Yours", "608 B"), ("Full fine-tuning", "2,608 B")]
+    assert charts["trained"] == [("Yours", "38"), ("Full fine-tuning", "163")]
+    assert summaries["trained"] == "Your optimizer trained 38 numbers; the model holds 163."
+    charts, _facts, _summaries = shown(verdict, "pt-BR")
+    assert charts["optimizer-state"] == [("O seu", "608 B"), ("Fine-tuning completo", "2.608 B")]
+
+
+@pytest.mark.parametrize(
+    ("name", "gradients", "state", "trained"),
+    [
+        ("starter", "1,304 B", "2,608 B", "163"),  # full fine-tuning, no adapter
+        ("base-not-frozen", "1,608 B", "608 B", "38"),  # the model's gradients beside the adapter's
+        ("optimizer-over-all-parameters", "1,608 B", "3,216 B", "201"),  # 163 + 38
+    ],
+)
+def test_train_an_adapter_mistakes_show_what_they_spend(verdicts, name, gradients, state, trained):
+    verdict = verdicts["train-an-adapter", name]
+    assert verdict["status"] == "failed"
+    charts, _facts, _summaries = shown(verdict)
+    assert charts["gradients"] == [("Yours", gradients), ("Full fine-tuning", "1,304 B")]
+    assert charts["optimizer-state"] == [("Yours", state), ("Full fine-tuning", "2,608 B")]
+    assert charts["trained"] == [("Yours", trained), ("Full fine-tuning", "163")]
+
+
+def test_the_starter_is_not_told_it_has_an_adapter(verdicts):
+    """The starter trains the whole model and has no adapter: its diagnosis says so, where it
+    used to say "full fine-tuning, with the adapter on top"."""
+    starter = verdicts["train-an-adapter", "starter"]["diagnosis"]
+    assert starter["id"] == "optimizer-over-all-parameters"
+    assert "with no adapter beside it" in starter["explanation"]
+    assert "on top" not in starter["explanation"]
+    chained = verdicts["train-an-adapter", "optimizer-over-all-parameters"]["diagnosis"]
+    assert "with the adapter trained on top of it" in chained["explanation"]
