@@ -87,10 +87,16 @@ def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def live_server(tmp_path_factory) -> Iterator[str]:
+def live_database(tmp_path_factory) -> str:
+    """The database behind live_server (a test reads it as the operator would, e.g. for the
+    password-reset link `treino accounts reset-password` prints)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('browser') / 'treino.db'}"
+
+
+@pytest.fixture(scope="session")
+def live_server(live_database) -> Iterator[str]:
     """The app on a free loopback port, with a real worker grading in a thread."""
-    db = tmp_path_factory.mktemp("browser") / "treino.db"
-    with serving(f"sqlite:///{db}") as url:
+    with serving(live_database) as url:
         yield url
 
 

@@ -1,9 +1,10 @@
 """The learner's loop, second pass (issue 29), in a real browser: code that scrolls sideways with a
 cue instead of wrapping to column 0 (lesson cards, the editor, the solution beside one's own),
 hints read as Markdown, no keyboard shortcut on a phone, a run's output open and its verdict
-brought into view, the verdict pushed (and still shown with the push blocked), a pass in each
-exercise kind saying what it means, and the end of the course; both languages, 390 px and
-desktop, light and dark."""
+brought into view and what it printed scrolling sideways like code, the verdict pushed (and still
+shown with the push blocked), a pass in each exercise kind saying what it means (read in both
+languages), named mistakes told what went wrong, and the end of the course; both languages, 390 px
+and desktop, light and dark."""
 
 import re
 import time
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.browser
 
 AXES = [("en", 1280, "light"), ("pt-BR", 390, "dark")]
 LONG = "        x = model(x)  # " + "a comment that carries the point, " * 4 + "\n"
+LONG_OUTPUT = "    step 3: " + "a long line the program printed, " * 6  # wider than the verdict
 
 
 def phone_or_desktop(new_page, lang, width, scheme):
@@ -82,18 +84,25 @@ def test_a_run_shows_its_output_comes_into_view_and_arrives_without_the_push(new
     page.on("request", lambda r: re.search(r"/submissions/\d+$", r.url) and fetches.append(r.url))
     page.goto(f"{EXERCISE}?lang={lang}")
     page.locator(".cm-editor").wait_for()
-    replace_code(page, SOLUTION + "\nprint('hello from the loop')\n")
+    replace_code(page, SOLUTION + f"\nprint('hello from the loop')\nprint({LONG_OUTPUT!r})\n")
     clicked = time.monotonic()
     page.locator("button[name=mode][value=run]").click()
     ran = page.locator(".verdict-card.verdict-ran")
     ran.wait_for(timeout=GRADE_MS)
     took = time.monotonic() - clicked
     assert page.locator("details.output").get_attribute("open") is not None, "a run's output is shown"
-    assert "hello from the loop" in page.locator("details.output pre").inner_text()
+    output = page.locator("details.output pre")
+    assert "hello from the loop" in output.inner_text()
+    # what the program printed is code too: never wrapped below its indentation, it scrolls
+    assert LONG_OUTPUT in output.inner_text().splitlines(), "one line, its indentation kept"
+    assert output.evaluate("el => getComputedStyle(el).whiteSpace") == "pre", "never wrapped"
+    assert scrolls_sideways(output), "a cue that there is more to the right"
+    assert overflow(page) <= 0, too_wide(page)
     assert comes_into_view(page, ran), "the verdict came into view"
     # once per change of status (queued, running, ran) and once per wait that ended unchanged
     assert len(fetches) <= 3 + took / WAIT_SECONDS, f"polled: {len(fetches)} fetches in {took:.1f} s"
     shot(page, f"run-output-{lang}-{scheme}-{width}", full_page=False)
+    shot(page, f"run-output-block-{lang}-{scheme}-{width}", output)  # (scrolls to it: after the above)
 
     first = ran.get_attribute("aria-labelledby")
     page.route(re.compile(r"/live/submissions/"), lambda route: route.abort())
@@ -120,17 +129,25 @@ KINDS = {  # one exercise per check kind
     "pipeline": "bottleneck/input-pipeline",
     "checkpointing": "gpu-memory/fit-the-budget",
     "measure": "gpu-memory/measure-it",
+    "hookstep": "model-memory/step-in-backward",
+    "adapter": "model-memory/train-an-adapter",
 }
 
 
 def test_a_pass_in_each_exercise_kind_says_what_it_means_and_the_course_ends_on_a_page(new_page):
-    """Slow (six grades): English on a light desktop; then the end of the course at 390 px in
-    Portuguese, dark, and in English on the desktop."""
+    """Slow (eight grades): each passed in English on a light desktop, then the same verdict read
+    in Portuguese on a dark 390 px phone (the words are chosen as the page is drawn, so no second
+    grade); then the end of the course at 390 px in Portuguese, dark, and in English on the
+    desktop."""
     course = load_course(ROOT / "lessons")
+    assert set(KINDS) == {e.check_kind for e in course.exercises}, "one exercise of every kind"
     page = new_page(viewport={"width": 1280, "height": 900}, color_scheme="light", locale="en")
     for kind, exercise_id in KINDS.items():
         exercise = course.exercise(exercise_id)
-        page.goto(f"/lessons/{exercise.lesson}/exercises/{exercise.slug}")
+        url = f"/lessons/{exercise.lesson}/exercises/{exercise.slug}"
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.emulate_media(color_scheme="light")
+        page.goto(f"{url}?lang=en")
         page.locator(".cm-editor").wait_for()
         replace_code(page, (exercise.path / "solution.py").read_text())
         page.locator("button[name=mode][value=submit]").click()
@@ -141,7 +158,21 @@ def test_a_pass_in_each_exercise_kind_says_what_it_means_and_the_course_ends_on_
         compare = passed.locator("details.solution[open] .compare pre")
         assert compare.nth(1).evaluate("el => getComputedStyle(el).whiteSpace") == "pre", "indentation kept"
         shot(page, f"pass-{kind}", passed)
-    page.goto("/course/end")
+        # the same pass, in Portuguese on a dark phone
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.emulate_media(color_scheme="dark")
+        page.goto(f"{url}?lang=pt-BR")
+        passed = page.locator(".verdict-card.verdict-passed")
+        passed.wait_for()
+        assert passed.locator(".verdict-title").inner_text() == "Passou", kind
+        set_lang("pt-BR")
+        assert passed.locator(".verdict-plain").inner_text() == pass_meaning(exercise), kind
+        assert overflow(page) <= 0, too_wide(page)
+        shot(page, f"pass-{kind}-pt-BR-dark-390", passed)
+    set_lang("en")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.emulate_media(color_scheme="light")
+    page.goto("/course/end?lang=en")
     assert page.locator(".end-lesson").count() == len(course.lessons)
     assert page.locator(".end-results .is-passed").count() >= len(KINDS)
     shot(page, "course-end-en-light-1280")
@@ -152,3 +183,38 @@ def test_a_pass_in_each_exercise_kind_says_what_it_means_and_the_course_ends_on_
     assert page.locator(".end-results", has_text="concluído na tentativa 1").count() >= 1
     assert overflow(page) <= 0, too_wide(page)
     shot(page, "course-end-pt-BR-dark-390")
+
+
+MISTAKES = {  # issue 29, point 5: mistakes that said only a failing number, now with a diagnosis
+    "gradient-accumulation/scaler-clipping": (
+        "clip-missing",
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+    ),
+    "gpu-memory/fit-the-budget": ("grads-accumulated", "optimizer.zero_grad(set_to_none=True)"),
+}
+WHAT_WENT_WRONG = {"en": "What went wrong", "pt-BR": "O que deu errado"}
+
+
+@pytest.mark.parametrize(("lang", "width", "scheme"), AXES)
+def test_a_named_mistake_is_told_what_went_wrong(new_page, lang, width, scheme):
+    """Two grades per axis (the words are the point, so both languages): no clipping at all in
+    scaler-clipping, gradients never released in fit-the-budget."""
+    from app.submissions import messages
+
+    course = load_course(ROOT / "lessons")
+    page = phone_or_desktop(new_page, lang, width, scheme)
+    for exercise_id, (mistake, fix) in MISTAKES.items():
+        exercise = course.exercise(exercise_id)
+        page.goto(f"/lessons/{exercise.lesson}/exercises/{exercise.slug}?lang={lang}")
+        page.locator(".cm-editor").wait_for()
+        replace_code(page, (exercise.path / "mistakes" / f"{mistake}.py").read_text())
+        page.locator("button[name=mode][value=submit]").click()
+        failed = page.locator(".verdict-card.verdict-failed")
+        failed.wait_for(timeout=GRADE_MS)
+        diagnosis = failed.locator(".diagnosis")
+        kicker = diagnosis.locator(".diagnosis-kicker").text_content().strip()  # (shown in capitals)
+        assert kicker == WHAT_WENT_WRONG[lang], mistake
+        assert diagnosis.locator("h4").inner_text() == messages.text(f"diagnosis.{mistake}.title", lang)
+        assert fix in diagnosis.locator("p code").all_inner_texts(), "the fix, shown as code"
+        assert overflow(page) <= 0, too_wide(page)
+        shot(page, f"mistake-{mistake}-{lang}-{scheme}-{width}", failed)
