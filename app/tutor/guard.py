@@ -49,10 +49,14 @@ def overlap(answer: str, secrets: list[str]) -> float:
 
 class Guard:
     """Feed it the answer as it arrives; send what it returns. ``withheld`` turns true once the
-    answer reproduced too much of the solution: send nothing more."""
+    answer reproduced too much of the solution: send nothing more. With `groups` (the secret
+    lines of several solutions, as on a lesson card: each of the lesson's exercises not yet
+    passed), every secret line is held back, and the answer is withheld once it reproduced more
+    than `threshold` of any one solution."""
 
-    def __init__(self, secrets: list[str], threshold: float) -> None:
+    def __init__(self, secrets: list[str], threshold: float, groups: list[list[str]] | None = None) -> None:
         self.secrets = secrets
+        self.groups = [set(g) for g in (groups if groups is not None else [secrets]) if g]
         self.threshold = threshold
         self.hits: set[str] = set()
         self.withheld = False
@@ -93,7 +97,7 @@ class Guard:
         if not found:
             return line[self._sent :]
         self.hits |= found
-        if len(self.hits) / len(self.secrets) > self.threshold:
+        if any(len(self.hits & group) / len(group) > self.threshold for group in self.groups):
             self.withheld = True
             return ""
         return HELD

@@ -8,8 +8,9 @@ from app.db import Base, utcnow
 
 
 class TutorMessage(Owned, Base):
-    """One turn of a learner's conversation with the AI tutor about one exercise: the learner's
-    question (`role` "learner") or the tutor's answer (`role` "tutor").
+    """One turn of a learner's conversation with the AI tutor about one exercise (`exercise`, its
+    id) or one lesson card (`card`, "<lesson slug>/<the English heading's anchor>"; `exercise` is
+    then empty): the learner's question (`role` "learner") or the tutor's answer (`role` "tutor").
 
     An answer is made `pending` with the exact messages to send (`prompt`, JSON) when the question
     is asked; the page then streams it (/live/tutor/<id>), and it ends `answered`, `withheld` (it
@@ -20,7 +21,8 @@ class TutorMessage(Owned, Base):
     __tablename__ = "tutor_messages"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    exercise: Mapped[str] = mapped_column(String(120), index=True)
+    exercise: Mapped[str | None] = mapped_column(String(120), index=True, nullable=True)
+    card: Mapped[str | None] = mapped_column(String(200), index=True, nullable=True)
     role: Mapped[str] = mapped_column(String(10))  # learner | tutor
     status: Mapped[str] = mapped_column(String(12), default="answered")
     content: Mapped[str] = mapped_column(Text, default="")

@@ -1,7 +1,9 @@
 """The tutor's routes: a question (POST, a page's own: cookie and CSRF token) stores the
 question and a pending answer and says where to read it; the answer then streams as server-sent
 events from /live/tutor/<id> (no gate place, thread or connection held while the model writes:
-it is proven by a key, like a submission's wait). The panel itself is a template global."""
+it is proven by a key, like a submission's wait). Questions are about an exercise (its page's
+panel, a template global) or a lesson card (a folded "Ask the tutor" under each card of the
+lesson page, whose panel is fetched when first opened: the cards are the same for everyone)."""
 
 import hashlib
 import hmac
@@ -12,7 +14,7 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from jinja2 import pass_context
 from markupsafe import Markup
 from pydantic import BaseModel, Field
@@ -21,12 +23,12 @@ from sqlalchemy import update
 from app import i18n
 from app.accounts.auth import LearnerDep
 from app.accounts.ownership import Learner
-from app.config import Settings
+from app.config import LANGS, Settings
 from app.db import SessionDep
 from app.http import client_ip
 from app.i18n import gettext as _
-from app.lessons.content import Exercise
-from app.lessons.dependencies import ExerciseDep
+from app.lessons.content import Card, Exercise, Lesson
+from app.lessons.dependencies import ExerciseDep, LessonDep
 from app.security import TEXT_PATTERN
 from app.submissions import present
 from app.submissions import service as submissions
@@ -44,6 +46,10 @@ class QuestionIn(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_QUESTION, pattern=TEXT_PATTERN)
     code: str = Field(default="", pattern=TEXT_PATTERN)
     hints: int = Field(default=0, ge=0, le=50, description="How many hints the page has open")
+
+
+class CardQuestionIn(BaseModel):
+    question: str = Field(min_length=1, max_length=MAX_QUESTION, pattern=TEXT_PATTERN)
 
 
 def stream_key(settings: Settings, answer_id: int) -> str:
@@ -97,7 +103,7 @@ def ask_tutor(
     try:
         service.check_budget(session, settings, learner, where)
     except service.OverBudget as e:
-        return JSONResponse({"message": str(e)}, status_code=429, headers={"Retry-After": str(e.retry_after)})
+        return _over_budget(e)
     lang = request.state.lang
     unlocked = _unlocked(session, learner, exercise)
     history = [
@@ -119,14 +125,80 @@ def ask_tutor(
     answer = service.ask(
         session, learner, exercise.id, situation.question, lang=lang, client=where, prompt=prompt
     )
-    answer.prompt = json.dumps(
-        {"messages": prompt, "code": body.code, "hints": body.hints, "guard": not unlocked},
-        ensure_ascii=False,
-    )
+    stored = {"messages": prompt, "code": body.code, "hints": body.hints, "guard": not unlocked}
+    return _queued(request, settings, answer, stored)
+
+
+def _queued(
+    request: Request, settings: Settings, answer: TutorMessage, stored: dict[str, Any]
+) -> JSONResponse:
+    """The answer's row holds what its stream needs; 202 with where to read it."""
+    answer.prompt = json.dumps(stored, ensure_ascii=False)
     path = request.app.url_path_for("tutor_stream", answer_id=answer.id)
     return JSONResponse(
         {"id": answer.id, "stream": f"{path}?key={stream_key(settings, answer.id)}"}, status_code=202
     )
+
+
+def _over_budget(e: service.OverBudget) -> JSONResponse:
+    return JSONResponse({"message": str(e)}, status_code=429, headers={"Retry-After": str(e.retry_after)})
+
+
+def card_key(lesson: Lesson, index: int) -> str:
+    """A card's conversation key: the lesson and the card's English anchor (the same card in
+    either language; the anchors of the other language follow its own headings)."""
+    return f"{lesson.slug}/{lesson.text(LANGS[0]).cards[index].anchor}"
+
+
+def _card(request: Request, lesson: Lesson, index: int) -> Card:
+    cards = lesson.text(request.state.lang).cards
+    if not 0 <= index < len(cards):
+        raise HTTPException(404)
+    return cards[index]
+
+
+@router.post("/lessons/{slug}/cards/{card}/tutor", include_in_schema=False)
+def ask_tutor_on_card(
+    request: Request,
+    body: CardQuestionIn,
+    lesson: LessonDep,
+    card: int,
+    learner: LearnerDep,
+    session: SessionDep,
+):
+    """A question about one card of a lesson: 202 with the URL its answer streams from, 429 past
+    a budget (the same budgets as an exercise's), 404 without a tutor or such a card."""
+    settings: Settings = request.app.state.settings
+    if not settings.tutor_url:
+        raise HTTPException(404)
+    shown = _card(request, lesson, card)
+    key = card_key(lesson, card)
+    where = client_ip(request)
+    try:
+        service.check_budget(session, settings, learner, where)
+    except service.OverBudget as e:
+        return _over_budget(e)
+    lang = request.state.lang
+    history = [
+        (m.role, m.content)
+        for m in service.conversation(session, learner, card=key)
+        if m.content and m.status in ("answered", "withheld")
+    ]
+    situation = grounding.CardSituation(
+        lang=lang,
+        lesson_title=lesson.text(lang).title,
+        heading_html=shown.heading_html,
+        body_html=shown.body_html,
+        question=body.question.strip(),
+        history=history,
+    )
+    prompt = grounding.card_messages(situation, grounding.glossary(settings.lessons_dir))
+    answer = service.ask(
+        session, learner, None, situation.question, lang=lang, client=where, prompt=prompt, card=key
+    )
+    # the card's answer is guarded too: it must not write the lesson's exercises for the learner
+    locked = [ex.id for ex in lesson.exercises if not _unlocked(session, learner, ex)]
+    return _queued(request, settings, answer, {"messages": prompt, "guard_exercises": locked})
 
 
 def _event(name: str, **data: Any) -> bytes:
@@ -195,9 +267,14 @@ async def _answer(request: Request, settings: Settings, row: TutorMessage) -> As
     i18n.set_lang(row.lang)
     stored = json.loads(row.prompt or "{}")
     prompt: list[dict[str, str]] = stored.get("messages", [])
-    exercise = request.app.state.course.exercise(row.exercise)
+    course = request.app.state.course
+    exercise = course.exercise(row.exercise) if row.exercise else None
     secrets = _secrets(exercise, stored.get("code", "")) if exercise and stored.get("guard") else []
-    watch = guard.Guard(secrets, settings.tutor_overlap_threshold)
+    groups = None
+    if row.card:  # asked on a card: the solutions of the lesson's exercises not yet passed
+        groups = [_secrets(ex, "") for i in stored.get("guard_exercises", []) if (ex := course.exercise(i))]
+        secrets = list(dict.fromkeys(line for group in groups for line in group))
+    watch = guard.Guard(secrets, settings.tutor_overlap_threshold, groups)
     usage = client.Usage()
     start = time.monotonic()
     first: int | None = None
@@ -260,12 +337,40 @@ def tutor_panel(context: dict[str, Any], exercise: Exercise) -> Markup:
         template.render(
             request=request,
             lang=context["lang"],
-            csrf_token=context.get("csrf_token", ""),
-            exercise=exercise,
+            kind="exercise",
+            panel_id="tutor",
             turns=turns,
             ask_url=request.app.url_path_for("ask_tutor", slug=exercise.lesson, exercise_slug=exercise.slug),
         )
     )
 
 
+@pass_context
+def tutor_enabled(context: dict[str, Any]) -> bool:
+    """Whether pages offer the tutor (TREINO_TUTOR_URL set): the same for every visitor."""
+    return bool(context["request"].app.state.settings.tutor_url)
+
+
+@router.get("/lessons/{slug}/cards/{card}/tutor", response_class=HTMLResponse, include_in_schema=False)
+def card_tutor_panel(
+    request: Request, lesson: LessonDep, card: int, learner: LearnerDep, session: SessionDep
+) -> HTMLResponse:
+    """The panel of one card, with this learner's conversation about it: fetched by the page
+    when the card's "Ask the tutor" is first opened."""
+    if not request.app.state.settings.tutor_url:
+        raise HTTPException(404)
+    shown = _card(request, lesson, card)
+    turns = service.conversation(session, learner, card=card_key(lesson, card))
+    html = templates.env.get_template("_tutor.html").render(
+        request=request,
+        lang=request.state.lang,
+        kind="card",
+        panel_id=f"tutor-{shown.anchor}",
+        turns=turns,
+        ask_url=request.app.url_path_for("ask_tutor_on_card", slug=lesson.slug, card=str(card)),
+    )
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+
 templates.env.globals["tutor_panel"] = tutor_panel
+templates.env.globals["tutor_enabled"] = tutor_enabled

@@ -1,12 +1,18 @@
-"""The tutor's rows: conversations per learner and exercise, the budgets they are counted
-against, and the figures /metrics gives."""
+"""The tutor's rows: conversations per learner and exercise or lesson card, the budgets they
+are counted against, and the figures /metrics gives.
 
+A budget is checked and spent in one transaction that holds a lock on it (`check_budget`), so
+questions asked at once cannot all read "one left" and all be stored: on PostgreSQL an advisory
+lock per budget (the learner's, the client IP's), taken in one order; on SQLite the database's
+write lock, taken before the budget is read (SQLite has a single writer)."""
+
+import hashlib
 import json
 import math
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from app.accounts.ownership import Learner, owned_by
@@ -27,11 +33,15 @@ class OverBudget(Exception):
         self.retry_after = retry_after
 
 
-def conversation(session: Session, learner: Learner, exercise_id: str) -> list[TutorMessage]:
-    """The learner's conversation about one exercise, oldest first (the last SHOWN turns)."""
+def conversation(
+    session: Session, learner: Learner, exercise_id: str | None = None, *, card: str | None = None
+) -> list[TutorMessage]:
+    """The learner's conversation about one exercise or one card (`card`, see models.py), oldest
+    first (the last SHOWN turns)."""
+    about = TutorMessage.card == card if card is not None else TutorMessage.exercise == exercise_id
     rows = session.scalars(
         select(TutorMessage)
-        .where(owned_by(TutorMessage, learner), TutorMessage.exercise == exercise_id)
+        .where(owned_by(TutorMessage, learner), about)
         .order_by(TutorMessage.id.desc())
         .limit(SHOWN)
     )
@@ -61,9 +71,30 @@ def _spent(session: Session, *where) -> Spent:
     return Spent(questions or 0, int(tokens or 0), age)
 
 
+def lock_key(name: str) -> int:
+    """A budget's name as a PostgreSQL advisory lock key (a signed 64-bit number)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def lock_budgets(session: Session, learner: Learner, client: str) -> None:
+    """Hold this learner's and this client IP's budgets until the session's transaction ends.
+    PostgreSQL: an advisory transaction lock on each, in one order (two learners behind one
+    address never wait for each other in a circle). SQLite: a write that changes nothing takes
+    the database's write lock now, before the budget is read (a deferred transaction would take
+    it only at the question's insert, after every asker had read the same count)."""
+    if session.get_bind().dialect.name == "postgresql":
+        who = f"user:{learner.user.id}" if learner.user else f"visitor:{learner.visitor_id}"
+        for key in sorted({lock_key(f"tutor:{who}"), lock_key(f"tutor-ip:{client}")}):
+            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    else:
+        session.execute(text("UPDATE tutor_messages SET id = id WHERE 0 = 1"))
+
+
 def check_budget(session: Session, settings: Settings, learner: Learner, client: str) -> None:
     """OverBudget when this learner, or everyone behind this client IP, asked too many questions
-    or used too many tokens in the last hour."""
+    or used too many tokens in the last hour. Locks both budgets first (lock_budgets): the caller
+    stores the question (`ask`) in the same transaction, and the lock goes with its commit."""
+    lock_budgets(session, learner, client)
     mine = _spent(session, owned_by(TutorMessage, learner))
     ours = _spent(session, TutorMessage.client == client)
     for spent, messages, tokens in (
@@ -89,23 +120,25 @@ def check_budget(session: Session, settings: Settings, learner: Learner, client:
 def ask(
     session: Session,
     learner: Learner,
-    exercise_id: str,
+    exercise_id: str | None,
     question: str,
     *,
     lang: str,
     client: str,
     prompt: list[dict[str, str]],
+    card: str | None = None,
 ) -> TutorMessage:
-    """Store the question and a pending answer holding the messages to send; the answer's row."""
-    owner = learner.owner
+    """Store the question and a pending answer holding the messages to send; the answer's row.
+    About an exercise (`exercise_id`) or, with `exercise_id` None, a lesson card (`card`)."""
+    owner = {**learner.owner, "exercise": exercise_id, "card": card}
     session.add(
         TutorMessage(
-            **owner, exercise=exercise_id, role="learner", status="answered", content=question, lang=lang,
+            **owner, role="learner", status="answered", content=question, lang=lang,
             client=client, created_at=utcnow(),
         )
     )  # fmt: skip
     answer = TutorMessage(
-        **owner, exercise=exercise_id, role="tutor", status="pending", content="", lang=lang,
+        **owner, role="tutor", status="pending", content="", lang=lang,
         client=client, prompt=json.dumps(prompt, ensure_ascii=False), created_at=utcnow(),
     )  # fmt: skip
     session.add(answer)

@@ -1,7 +1,9 @@
-// The AI tutor's panel: ask with the editor's code and the hints open, then read the answer as
-// server-sent events (fetch + ReadableStream, so Stop can abort it). Nothing here touches the
-// editor or the verdict: a tutor that is down leaves the rest of the page as it was.
-const panel = document.querySelector("[data-tutor]")
+// The AI tutor's panels: ask (on an exercise, with the editor's code and the hints open; on a
+// lesson card, the question alone), then read the answer as server-sent events (fetch +
+// ReadableStream, so Stop can abort it). Listeners sit on the document, so a card's panel that
+// htmx fetches later works too. Nothing here touches the editor or the verdict: a tutor that is
+// down leaves the rest of the page as it was.
+const controllers = new WeakMap()  // panel -> the AbortController of its answer in progress
 
 function csrf() {
   try { return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRF-Token"] || "" }
@@ -45,75 +47,81 @@ async function readEvents(response, onEvent) {
   }
 }
 
-if (panel) {
+document.addEventListener("click", (event) => {
+  const cancel = event.target.closest("[data-tutor-cancel]")
+  if (cancel) controllers.get(cancel.closest("[data-tutor]"))?.abort()
+})
+
+document.addEventListener("submit", async (event) => {
+  const form = event.target.closest("[data-tutor-form]")
+  if (!form) return
+  event.preventDefault()
+  const panel = form.closest("[data-tutor]")
   const phrases = JSON.parse(panel.dataset.phrases)
-  const form = panel.querySelector("[data-tutor-form]")
   const log = panel.querySelector("[data-tutor-log]")
   const state = panel.querySelector("[data-tutor-state]")
   const ask = panel.querySelector("[data-tutor-ask]")
   const cancel = panel.querySelector("[data-tutor-cancel]")
   const question = form.querySelector("textarea")
-  let controller = null
-
   const busy = (on) => { ask.disabled = on; cancel.hidden = !on }
 
-  cancel.addEventListener("click", () => { if (controller) controller.abort() })
-
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault()
-    const text = question.value.trim()
-    if (!text || controller) return
+  const text = question.value.trim()
+  if (!text || controllers.has(panel)) return
+  let body = {question: text}
+  if (panel.dataset.tutor === "exercise") {
     const code = document.querySelector("textarea[data-code-editor]")?.value ?? ""
     const hints = document.querySelectorAll("#hints .hint-item").length
-    turn(log, "learner", phrases.you, text)
-    const answer = turn(log, "tutor", phrases.tutor, "")
-    answer.parentElement.classList.add("tutor-running")
-    state.textContent = phrases.asking
-    controller = new AbortController()
-    busy(true)
-    let ended = false
-    try {
-      const asked = await fetch(form.closest("[data-ask-url]").dataset.askUrl, {
-        method: "POST",
-        headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf()},
-        body: JSON.stringify({question: text, code, hints}),
-        signal: controller.signal,
-      })
-      const reply = await asked.json().catch(() => ({}))
-      if (!asked.ok || !reply.stream) {
-        answer.textContent = reply.message || phrases.unavailable
-        answer.parentElement.classList.add("tutor-failed")
-        state.textContent = answer.textContent
-        ended = true
-        return
-      }
-      question.value = ""
-      const stream = await fetch(reply.stream, {signal: controller.signal, headers: {Accept: "text/event-stream"}})
-      if (!stream.ok) throw new Error(`stream ${stream.status}`)
-      await readEvents(stream, (kind, data) => {
-        if (kind === "token") answer.textContent += data.text
-        else if (kind === "withheld") {
-          answer.textContent = data.text
-          answer.parentElement.classList.add("tutor-withheld")
-        } else if (kind === "failed") {
-          answer.textContent = data.text
-          answer.parentElement.classList.add("tutor-failed")
-          state.textContent = data.text
-        }
-        if (kind === "done" || kind === "withheld") state.textContent = phrases.done
-        if (kind === "done" || kind === "withheld" || kind === "failed") ended = true
-      })
-    } catch (error) {
-      if (error.name === "AbortError") { state.textContent = phrases.cancelled; ended = true }
-    } finally {
-      if (!ended) {
-        if (!answer.textContent) answer.textContent = phrases.unavailable
-        answer.parentElement.classList.add("tutor-failed")
-        state.textContent = phrases.unavailable
-      }
-      answer.parentElement.classList.remove("tutor-running")
-      controller = null
-      busy(false)
+    body = {question: text, code, hints}
+  }
+  turn(log, "learner", phrases.you, text)
+  const answer = turn(log, "tutor", phrases.tutor, "")
+  answer.parentElement.classList.add("tutor-running")
+  state.textContent = phrases.asking
+  const controller = new AbortController()
+  controllers.set(panel, controller)
+  busy(true)
+  let ended = false
+  try {
+    const asked = await fetch(panel.dataset.askUrl, {
+      method: "POST",
+      headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf()},
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    })
+    const reply = await asked.json().catch(() => ({}))
+    if (!asked.ok || !reply.stream) {
+      answer.textContent = reply.message || phrases.unavailable
+      answer.parentElement.classList.add("tutor-failed")
+      state.textContent = answer.textContent
+      ended = true
+      return
     }
-  })
-}
+    question.value = ""
+    const stream = await fetch(reply.stream, {signal: controller.signal, headers: {Accept: "text/event-stream"}})
+    if (!stream.ok) throw new Error(`stream ${stream.status}`)
+    await readEvents(stream, (kind, data) => {
+      if (kind === "token") answer.textContent += data.text
+      else if (kind === "withheld") {
+        answer.textContent = data.text
+        answer.parentElement.classList.add("tutor-withheld")
+      } else if (kind === "failed") {
+        answer.textContent = data.text
+        answer.parentElement.classList.add("tutor-failed")
+        state.textContent = data.text
+      }
+      if (kind === "done" || kind === "withheld") state.textContent = phrases.done
+      if (kind === "done" || kind === "withheld" || kind === "failed") ended = true
+    })
+  } catch (error) {
+    if (error.name === "AbortError") { state.textContent = phrases.cancelled; ended = true }
+  } finally {
+    if (!ended) {
+      if (!answer.textContent) answer.textContent = phrases.unavailable
+      answer.parentElement.classList.add("tutor-failed")
+      state.textContent = phrases.unavailable
+    }
+    answer.parentElement.classList.remove("tutor-running")
+    controllers.delete(panel)
+    busy(false)
+  }
+})
