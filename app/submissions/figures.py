@@ -7,6 +7,7 @@ against 3 steps is a plain fact), and scaled so that the difference is visible: 
 differ in the third decimal are not drawn as bars from zero.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,8 @@ class Bar:
     text: str  # the value as the learner's language writes it
     share: float | None  # bar length, 0–100 (None: no bar, the value alone)
     kind: str = "yours"  # yours | reference | naive (CSS classes)
+    detail: str = ""  # a second line under the value (the spread of a median)
+    spread: tuple[float, float] | None = None  # the spread drawn over the bar, 0–100 like share
 
 
 @dataclass(frozen=True)
@@ -222,29 +225,17 @@ def _configurations(metrics: dict) -> list[Figure]:
     peaks = [(label, _num(metrics, f"{key}_peak_bytes")) for key, label in names]
     if not any(value is not None for _label, value in times):
         return []
-    charts = []
-    timed = [(label, value) for label, value in times if value is not None]
-    fastest = min(timed, key=lambda row: row[1])
-    charts.append(
-        Figure(
-            "configurations-time",
-            _("Time per step, by configuration"),
-            _from_zero(
-                [
-                    (label, value, f"{number(value)} ms", "yours" if label == fastest[0] else "reference")
-                    for label, value in timed
-                ]
-            ),
-            _("Wall-clock time per optimizer step, synchronised on the GPU; shorter is faster.")
-            if metrics.get("device") == "cuda"
-            else _(
-                "Wall-clock time per optimizer step on this worker's CPU (it has no GPU), which other "
-                "jobs share: small differences can be noise. Shorter is faster."
-            ),
-            _("The fastest was %(label)s, at %(ms)s ms per step.")
-            % {"label": fastest[0], "ms": number(fastest[1])},
+    spreads = {
+        label: (
+            _num(metrics, f"{key}_ms_low"),
+            _num(metrics, f"{key}_ms_high"),
+            _num(metrics, f"{key}_timed_steps"),
         )
-    )
+        for key, label in names
+    }
+    charts = [
+        _times([(label, value, *spreads[label]) for label, value in times if value is not None], metrics)
+    ]
     measured = [(label, value) for label, value in peaks if value is not None]
     if measured:
         smallest = min(measured, key=lambda row: row[1])
@@ -267,6 +258,96 @@ def _configurations(metrics: dict) -> list[Figure]:
             )
         )
     return charts
+
+
+def clear_winner(timings: Sequence[tuple[float, float, float]]) -> int | None:
+    """Which of these (median, low, high) timings was clearly the fastest: the one with the
+    lowest median, if the top of its spread is below the bottom of every other's; None when the
+    spreads overlap (the difference is within the noise) or there is nothing to beat."""
+    if len(timings) < 2:
+        return None
+    best = min(range(len(timings)), key=lambda i: timings[i][0])
+    top = timings[best][2]
+    return best if all(top < low for i, (_m, low, _h) in enumerate(timings) if i != best) else None
+
+
+def _times(rows: list[tuple[str, float, float | None, float | None, float | None]], metrics: dict) -> Figure:
+    """Time per step of each configuration: the median step, the middle half of the steps
+    beside it (text) and over it (a line), and a fastest named only when it clearly was."""
+    gpu = metrics.get("measured_on")
+    if not isinstance(gpu, str) or not gpu or gpu == "cpu":
+        gpu = None
+    spread = all(low is not None and high is not None and n for _l, _m, low, high, n in rows)
+    if not spread:  # a verdict from before the step times: one timed run per configuration
+        fastest = min(rows, key=lambda row: row[1])
+        return Figure(
+            "configurations-time",
+            _("Time per step, by configuration"),
+            _from_zero([(label, ms, f"{number(ms)} ms", "reference") for label, ms, *_rest in rows]),
+            _(
+                "Wall-clock time per optimizer step on %(gpu)s, synchronised before and after, in one "
+                "timed run. Shorter is faster."
+            )
+            % {"gpu": gpu}
+            if gpu
+            else _(
+                "Wall-clock time per optimizer step on this worker's CPU (it has no GPU), which other "
+                "jobs share: small differences can be noise. Shorter is faster."
+            ),
+            _(
+                "%(label)s took the least time, %(ms)s ms per step, in one timed run each: too few to "
+                "tell a real difference from noise."
+            )
+            % {"label": fastest[0], "ms": number(fastest[1])},
+        )
+    timings = [(ms, float(low or 0), float(high or 0)) for _label, ms, low, high, _n in rows]
+    winner = clear_winner(timings)
+    top = max(max(ms, high) for ms, _low, high in timings) or 1
+    bars = [
+        Bar(
+            label,
+            f"{number(ms)} ms",
+            max(100 * ms / top, 1.5 if ms > 0 else 0),
+            "yours" if i == winner else "reference",
+            f"{number(low)}–{number(high)}",
+            (100 * low / top, max(100 * high / top, 100 * low / top + 0.8)),
+        )
+        for i, ((label, *_rest), (ms, low, high)) in enumerate(zip(rows, timings, strict=True))
+    ]
+    steps = number(min(n or 0 for *_rest, n in rows), 0)
+    if gpu:
+        note = _(
+            "Median time per optimizer step on %(gpu)s, synchronised at every step, over %(n)s timed steps "
+            "per configuration; under each median, the middle half of those steps, also drawn as a thin "
+            "line. Shorter is faster."
+        ) % {"gpu": gpu, "n": steps}
+    else:
+        note = _(
+            "Median time per optimizer step on this worker's CPU (it has no GPU, and other jobs share it), "
+            "over %(n)s timed steps per configuration; under each median, the middle half of those steps, "
+            "also drawn as a thin line. Shorter is faster."
+        ) % {"n": steps}
+    if winner is not None:
+        summary = _(
+            "The fastest was %(label)s, at %(ms)s ms per step: the middle half of its steps stayed below "
+            "every other configuration's."
+        ) % {"label": rows[winner][0], "ms": number(timings[winner][0])}
+    else:
+        best = min(range(len(rows)), key=lambda i: timings[i][0])
+        others = [i for i in range(len(rows)) if i != best]
+        if others:
+            rival = min(others, key=lambda i: timings[i][1])
+            summary = _(
+                "No configuration was clearly fastest: %(label)s had the lowest median, %(ms)s ms per "
+                "step, but the middle half of its steps overlaps that of %(other)s, so the difference is "
+                "within this worker's noise."
+            ) % {"label": rows[best][0], "ms": number(timings[best][0]), "other": rows[rival][0]}
+        else:
+            summary = _("%(label)s took %(ms)s ms per step.") % {
+                "label": rows[best][0],
+                "ms": number(timings[best][0]),
+            }
+    return Figure("configurations-time", _("Time per step, by configuration"), bars, note, summary)
 
 
 def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:

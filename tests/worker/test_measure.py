@@ -130,3 +130,60 @@ def test_the_low_precision_is_bfloat16_on_every_device(monkeypatch):
 
     for device in ("cpu", "cuda", "cuda:1"):
         assert harness.low_precision(device) is torch.bfloat16
+
+
+def test_step_times_give_a_median_and_the_middle_half():
+    config = {"steps": 4, "seconds": 0.1, "step_ms": [9.0, 1.0, 2.0, 3.0, 4.0, 100.0, 2.5, 3.5]}
+    median, low, high, timed = measure.step_times(config)
+    assert (median, timed) == (3.25, 8), "one 100 ms step (a busy moment) does not move the median far"
+    assert (low, high) == (2.375, 5.25)
+    assert measure.step_times({"steps": 4, "seconds": 0.02}) == (5.0, 5.0, 5.0, 0), "a trace from before"
+
+
+def test_a_trace_with_step_times_shows_the_spread(params):
+    data = load("solution")
+    data["rounds"] = 3
+    for config in data["configs"].values():
+        ms = config["seconds"] * 1000 / config["steps"]
+        config["step_ms"] = [ms * f for f in (0.9, 1.0, 1.0, 1.1) * 3]
+    evaluation = measure.evaluate(params, data, "cuda")
+    assert evaluation.passed
+    text = lines(evaluation)
+    assert "median of every step of 3 timed runs" in text["measure_device"]
+    assert "synchronize()` at every step" in text["measure_device"]
+    assert " ms per step · median of 12 steps, middle half " in text["measure_fp32"]
+    assert "mediana de 12 passos, metade central" in lines(evaluation, "pt-BR")["measure_fp32"]
+    metrics = evaluation.metrics
+    for name in CONFIGS:
+        assert metrics[f"{name}_ms_low"] <= metrics[f"{name}_ms_per_step"] <= metrics[f"{name}_ms_high"]
+        assert metrics[f"{name}_timed_steps"] == 12
+
+
+@pytest.mark.parametrize("times", [[1.0, -2.0], [1.0, "fast"], {"a": 1}, [1.0] * 257])
+def test_step_times_that_are_not_times_are_interference(params, times):
+    data = load("solution")
+    data["configs"]["low"]["step_ms"] = times
+    with pytest.raises(measure.Interfered, match="low"):
+        measure.evaluate(params, data, "cuda")
+
+
+@pytest.mark.slow
+def test_the_solution_graded_on_this_cpu_has_spreads_and_still_passes(exercise, grade):
+    """End to end, in the sandbox: the exercise's own solution passes, every configuration is
+    timed over 3 runs of 4 steps, and the chart's caption says the CPU."""
+    from app.submissions.figures import figures
+
+    found = exercise("measure-it")
+    verdict = grade(found, (Path(found.path) / "solution.py").read_bytes())
+    assert_answer(verdict, "solution")
+    metrics = verdict["metrics"]
+    for name in CONFIGS:
+        assert metrics[f"{name}_timed_steps"] == 12
+        assert 0 < metrics[f"{name}_ms_low"] <= metrics[f"{name}_ms_per_step"] <= metrics[f"{name}_ms_high"]
+    assert verdict["checks"][0]["message"].startswith(
+        "This worker has no GPU: every number below is the CPU's."
+    )
+    chart = next(c for c in figures(verdict).charts if c.id == "configurations-time")
+    assert "this worker's CPU (it has no GPU" in chart.note and "synchronised" not in chart.note
+    assert all(bar.detail and bar.spread for bar in chart.bars)
+    assert metrics["harness_run_ms"] < 20_000, metrics  # ~1–2 s on an idle CPU; this one may be shared

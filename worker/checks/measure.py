@@ -8,6 +8,9 @@ accumulation configuration matches the large batch (the "accumulation" kind's re
 and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 """
 
+import math
+import statistics
+
 from app.submissions.messages import Phrase, Sci
 from worker.checks import (
     Check,
@@ -23,6 +26,21 @@ from worker.checks import (
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
+MAX_STEP_TIMES = 256  # the harness's cap, per configuration
+
+
+def step_times(config: dict) -> tuple[float, float, float, int]:
+    """A configuration's time per optimizer step in ms: the median of its timed steps and the
+    middle half of them (first and third quartiles), and how many steps were timed. A trace
+    without step times (recorded before they were) gives its one run's mean, with no spread."""
+    times = sorted(config.get("step_ms") or [])
+    if not times:
+        mean = config["seconds"] * 1000 / max(config["steps"], 1)
+        return mean, mean, mean, 0
+    if len(times) == 1:
+        return times[0], times[0], times[0], 1
+    low, median, high = statistics.quantiles(times, n=4, method="inclusive")
+    return median, low, high, len(times)
 
 
 def prepare(params: dict, device: str) -> None:
@@ -45,18 +63,17 @@ def _row(name, config, data):
             "check.measure_run.steps",
             {**values, "steps": config["steps"], "expected": data["expected_steps"]},
         )
-    seconds = max(config["seconds"], 1e-9)
-    return Check(
-        f"measure_{name}",
-        True,
-        "check.measure_run.passed",
-        {
-            **values,
-            "ms": Sci(seconds * 1000 / config["steps"]),
-            "rate": round(config["samples"] / seconds),
-            "peak": int(config["peak"] or 0),
-        },
-    )
+    ms, low, high, timed = step_times(config)
+    per_step = config["samples"] / config["steps"]
+    values |= {
+        "ms": Sci(ms),
+        "rate": round(per_step * 1000 / max(ms, 1e-9)),
+        "peak": int(config["peak"] or 0),
+    }
+    if not timed:  # a trace from before the step times: its one run's mean
+        return Check(f"measure_{name}", True, "check.measure_run.passed", values)
+    values |= {"low": Sci(low), "high": Sci(high), "timed": timed}
+    return Check(f"measure_{name}", True, "check.measure_run.timed", values)
 
 
 def _precision(data):
@@ -141,6 +158,9 @@ def _observations(data):
     child's report must say the same, or the run was interfered with."""
     seen = observed(data)
     configs = data["configs"]
+    rounds = data.get("rounds", 1)
+    if not (type(rounds) is int and 1 <= rounds <= 16):
+        raise Interfered("the number of timed runs is not a small count")
     for number, name in enumerate(CONFIGS):
         if name in configs:
             count = sum(1 for e in seen["events"] if e[0] == "step" and e[1] == number)
@@ -148,6 +168,13 @@ def _observations(data):
             seconds = configs[name]["seconds"]  # reported: it passes nothing, but shows
             if not (isinstance(seconds, int | float) and seconds > 0):
                 raise Interfered(f"the time of {name} is not a positive number of seconds")
+            times = configs[name].get("step_ms", [])
+            if not (
+                isinstance(times, list)
+                and len(times) <= MAX_STEP_TIMES
+                and all(isinstance(t, int | float) and math.isfinite(t) and t >= 0 for t in times)
+            ):
+                raise Interfered(f"the step times of {name} are not a list of times")
     if data["meter"] == "live":
         peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
         reported = [configs[n]["peak"] for n in CONFIGS if n in configs and configs[n]["peak"] is not None]
@@ -162,11 +189,12 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     _observations(data)
     configs = data["configs"]
     cuda = data["meter"] == "cuda"
+    repeated = any(config.get("step_ms") for config in configs.values())
     where = Check(
         "measure_device",
         True,
-        "check.measure_device.cuda" if cuda else "check.measure_device.cpu",
-        {"name": data["device_name"], "low": data["low_precision"]},
+        f"check.measure_device.{'cuda' if cuda else 'cpu'}{'_rounds' if repeated else ''}",
+        {"name": data["device_name"], "low": data["low_precision"], "rounds": data.get("rounds", 1)},
     )
     rows = [_row(name, configs.get(name), data) for name in CONFIGS]
     checks = [where, *rows]
@@ -179,8 +207,13 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     }
     for name, config in configs.items():
         if config.get("steps"):
-            metrics[f"{name}_ms_per_step"] = round(config["seconds"] * 1000 / config["steps"], 3)
-            metrics[f"{name}_samples_per_s"] = round(config["samples"] / max(config["seconds"], 1e-9))
+            ms, low, high, timed = step_times(config)
+            metrics[f"{name}_ms_per_step"] = round(ms, 3)  # the median step
+            if timed:  # the middle half of the timed steps, and how many there were
+                metrics[f"{name}_ms_low"], metrics[f"{name}_ms_high"] = round(low, 3), round(high, 3)
+                metrics[f"{name}_timed_steps"] = timed
+            per_step = config["samples"] / config["steps"]
+            metrics[f"{name}_samples_per_s"] = round(per_step * 1000 / max(ms, 1e-9))
             metrics[f"{name}_peak_bytes"] = config["peak"]
     diagnosis = None
     if not all(c.passed for c in checks):
