@@ -1,6 +1,7 @@
 """A learner in Chromium asks the AI tutor, in Portuguese, why their failing accumulate loop
 fails, and sees the answer stream in beside the verdict; with the tutor's server stopped the
-panel says it is unavailable and the rest of the page goes on working."""
+panel says it is unavailable and the rest of the page goes on working. On a phone, a reader asks
+about a lesson card in the card's own folded panel."""
 
 import re
 
@@ -26,6 +27,46 @@ def tutor_site(tmp_path_factory):
         env.setenv("TREINO_TUTOR_MAX_TOKENS", "96")
         with serving(f"sqlite:///{tmp / 'treino.db'}") as url:
             yield url, llama
+
+
+def test_on_a_phone_a_reader_asks_about_a_card_and_finds_the_answer_again(browser, tutor_site):
+    """At 390 px: a card's folded "Ask the tutor" opens its panel in place, the answer streams in,
+    nothing overflows the screen; back on the lesson, that card's conversation is there again and
+    another card's is empty. (Runs before the next test, which stops the model's server.)"""
+    url, _llama = tutor_site
+    context = browser.new_context(base_url=url, viewport={"width": 390, "height": 800})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto("/lessons/gradient-accumulation")
+    card = page.locator("li#pytorch-already-adds-gradients")
+    fold = card.locator("details.tutor-card")
+    assert not fold.locator(".tutor").count(), "nothing fetched before it is opened"
+    fold.locator("summary").click()
+    panel = card.locator("#tutor-pytorch-already-adds-gradients")
+    panel.wait_for()
+    panel.get_by_label("Your question").fill("Why do gradients add up?")
+    panel.get_by_role("button", name="Ask").click()
+    state = panel.locator("[data-tutor-state]")
+    state.filter(has_text=re.compile("The tutor answered|unavailable")).wait_for(timeout=120_000)
+    assert state.inner_text() == "The tutor answered."
+    assert panel.locator(".tutor-tutor .tutor-text").last.inner_text().strip()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390, "nothing wider than the phone"
+    box = panel.bounding_box()
+    assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390
+
+    page.reload()
+    card.locator("details.tutor-card summary").click()
+    panel.locator(".tutor-text").first.wait_for()
+    texts = panel.locator(".tutor-text").all_inner_texts()
+    assert len(texts) == 2 and texts[0] == "Why do gradients add up?"
+    other = page.locator("li#choose-accum-steps")
+    other.locator("details.tutor-card summary").click()
+    other.locator("section.tutor").wait_for()
+    assert other.locator(".tutor-text").count() == 0, "each card has its own conversation"
+    assert not errors, errors
+    context.close()
 
 
 def test_a_learner_asks_in_portuguese_and_sees_the_answer_stream_in(browser, tutor_site):
