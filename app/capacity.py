@@ -25,8 +25,9 @@ from app.security import SAFE_METHODS
 from app.web import choose_lang
 
 # Requests past the ones inside that may wait for a place, per place inside: a class pressing
-# Submit together waits its turn rather than being turned away.
-WAITING_PER_PLACE = 8
+# Submit together waits its turn rather than being turned away (at the default 8 inside, a
+# class of 100 fits; PATIENCE, not this, refuses those the process could not serve in time).
+WAITING_PER_PLACE = 16
 PATIENCE = 2.0  # seconds a request may wait for a place; one that would wait longer is refused
 RETRY_AFTER_MAX = 30  # seconds: the most a 503 asks a client to wait before sending again
 PACE_WEIGHT = 0.2  # of each new interval between places freed, in the running estimate

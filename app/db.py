@@ -1,6 +1,9 @@
 """Database engine, sessions and migrations. One dependency owns commit and rollback."""
 
+import re
 import select
+import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,8 +56,11 @@ def make_engine(url: str, **options: Any) -> Engine:
         return engine
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    writer = threading.Lock()
     engine = create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_SECONDS}, **options
+        url,
+        connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_SECONDS, "factory": _OneWriter},
+        **options,
     )
 
     @event.listens_for(engine, "connect")
@@ -68,8 +74,75 @@ def make_engine(url: str, **options: Any) -> Engine:
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
+        dbapi_conn.writer = writer
 
+    event.listen(engine, "before_cursor_execute", _wait_to_write)
+    event.listen(engine, "after_cursor_execute", _done_writing)
+    event.listen(engine, "handle_error", lambda context: _done_writing(context.connection))
     return engine
+
+
+_WRITES = re.compile(r"\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+
+
+class _OneWriter(sqlite3.Connection):
+    """A SQLite connection whose transactions write one at a time in this process, in turn on a
+    lock, instead of each asking SQLite and, refused, sleeping in its busy handler (1, 2, 5 … up
+    to 100 ms at a time) while the lock is freed and taken again without it: past a few writers
+    at once, most of a burst's time went to those sleeps (issue 26). The lock is taken before a
+    transaction's first write (pysqlite begins it there) and given back when it ends. Other
+    processes (the worker) still meet SQLite's own lock and its busy handler."""
+
+    writer: threading.Lock
+    writing = False
+
+    def begin_writing(self) -> None:
+        if not self.writing:
+            if not self.writer.acquire(timeout=SQLITE_BUSY_SECONDS):
+                raise sqlite3.OperationalError("database is locked")
+            self.writing = True
+
+    def end_writing(self) -> None:
+        if self.writing and not self.in_transaction:
+            self.writing = False
+            self.writer.release()
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            self.end_writing()
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self.end_writing()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.writing:
+                self.writing = False
+                self.writer.release()
+
+
+def _dbapi(conn: Any) -> Any:
+    return conn.connection.dbapi_connection if conn is not None and not conn.closed else None
+
+
+def _wait_to_write(conn, _cursor, statement: str, *_args) -> None:
+    dbapi = _dbapi(conn)
+    if isinstance(dbapi, _OneWriter) and _WRITES.match(statement):
+        dbapi.begin_writing()
+
+
+def _done_writing(conn, *_args) -> None:
+    """A write outside a transaction (autocommit) is over when its statement is."""
+    dbapi = _dbapi(conn)
+    if isinstance(dbapi, _OneWriter):
+        dbapi.end_writing()
 
 
 def _replace_if_closed(dbapi_conn, _record, _proxy) -> None:
@@ -100,11 +173,21 @@ def upgrade(url: str) -> None:
     command.upgrade(alembic_config(url), "head")
 
 
-async def _end(finish: Callable[[], None]) -> None:
-    """Commit or roll back in a thread, but never by waiting for one of the threads that run
-    the routes: those may all be waiting for the connection this session holds (past forty
-    requests at once that froze the web until the pool gave up, 30 s later; issue 26). Threads
-    for this are as many as sessions ending, which the gate (app/capacity.py) bounds."""
+async def _end(session: Session, finish: Callable[[], None]) -> None:
+    """Commit or roll back. On SQLite with nothing left to flush, here on the event loop: with
+    the write-ahead log and no fsync it takes a fraction of a millisecond and never waits for
+    the write lock (the transaction holds it already, or wrote nothing), while the hand-off to a
+    thread and back held this process's write lock (_OneWriter) for as long as the event loop
+    and the other threads kept that thread from running, every other writer waiting (a class's
+    submissions went at 30 a second; issue 26). Otherwise in a thread, but never by waiting for
+    one of the threads that run the routes: those may all be waiting for the connection this
+    session holds (past forty requests at once that froze the web until the pool gave up, 30 s
+    later). Threads for this are as many as sessions ending, which the gate (app/capacity.py)
+    bounds."""
+    pending = session.new or session.dirty or session.deleted
+    if session.get_bind().dialect.name == "sqlite" and not pending:
+        finish()
+        return
     await to_thread.run_sync(finish, limiter=CapacityLimiter(1))
 
 
@@ -122,10 +205,10 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     try:
         yield session
         if session.in_transaction():
-            await _end(session.commit)
+            await _end(session, session.commit)
     except BaseException:
         if session.in_transaction():
-            await _end(session.rollback)
+            await _end(session, session.rollback)
         raise
     finally:
         session.close()  # nothing left to say to the database: the connection is back in the pool

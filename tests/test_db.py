@@ -65,3 +65,50 @@ def test_the_web_keeps_as_many_connections_as_it_is_told(sqlite_url):
     finally:
         for engine in engines:
             engine.dispose()
+
+
+def test_sqlite_writers_take_turns_on_a_lock_and_readers_never_wait(tmp_path):
+    """In one process a SQLite transaction that writes holds the write lock until it ends, and
+    the next writer goes on the moment it does (not after a busy-handler sleep); reads, and
+    a transaction that has only read, never wait for it; a rollback, a failed statement and a
+    write outside a transaction give the lock back."""
+    import threading
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'turns.db'}")
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE t (n INTEGER PRIMARY KEY)"))
+        writing = engine.connect()
+        writing.begin()
+        writing.execute(text("INSERT INTO t VALUES (1)"))
+        got_in = threading.Event()
+
+        def second_writer() -> None:
+            with engine.begin() as conn:
+                conn.execute(text("SELECT count(*) FROM t")).scalar()  # a read does not wait
+                conn.execute(text("INSERT INTO t VALUES (2)"))
+                got_in.set()
+
+        other = threading.Thread(target=second_writer)
+        other.start()
+        assert not got_in.wait(0.3), "a second writer wrote while the first held the lock"
+        with engine.connect() as reader:  # and a reader meanwhile sees the last commit, at once
+            assert reader.execute(text("SELECT count(*) FROM t")).scalar() == 0
+        writing.commit()
+        assert got_in.wait(5)
+        other.join(5)
+        writing.close()
+
+        with engine.connect() as conn, conn.begin() as transaction:  # a rollback gives it back
+            conn.execute(text("INSERT INTO t VALUES (3)"))
+            transaction.rollback()
+        # a failed write, rolled back on the way out
+        with engine.connect() as conn, pytest.raises(Exception, match="UNIQUE"), conn.begin():
+            conn.execute(text("INSERT INTO t VALUES (1)"))
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("INSERT INTO t VALUES (4)"))
+        with engine.begin() as conn:  # the lock is free: this does not wait 30 s and fail
+            conn.execute(text("INSERT INTO t VALUES (5)"))
+            assert sorted(conn.execute(text("SELECT n FROM t")).scalars()) == [1, 2, 4, 5]
+    finally:
+        engine.dispose()

@@ -266,7 +266,7 @@ def _status_context(
     exercise = request.app.state.course.exercise(submission.exercise)
     final = Status(submission.status).final
     context |= {
-        "queue_position": service.queue_position(session, submission),
+        "queue_position": _queue_order(request.app).position(session, submission),
         "elapsed": service.elapsed_seconds(submission),
         "attempts": attempts,
         "verdict": verdict,
@@ -352,7 +352,9 @@ def submit_api(
     tags=["submissions"],
     responses=documented(404, s404="No such submission, or not this learner's"),
 )
-def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: SessionDep) -> SubmissionOut:
+def submission_api(
+    request: Request, submission_id: SubmissionId, learner: LearnerDep, session: SessionDep
+) -> SubmissionOut:
     """One of the learner's own submissions; anyone else's is 404."""
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
@@ -364,8 +366,16 @@ def submission_api(submission_id: SubmissionId, learner: LearnerDep, session: Se
         mode=Mode(submission.mode),
         status=Status(submission.status),
         verdict=Verdict.model_validate(verdict) if verdict else None,
-        queue_position=service.queue_position(session, submission),
+        queue_position=_queue_order(request.app).position(session, submission),
     )
+
+
+def _queue_order(app: FastAPI) -> service.QueueOrder:
+    """The app's shared view of the queue's places, made on first use."""
+    found: service.QueueOrder | None = getattr(app.state, "queue_order", None)
+    if found is None:
+        found = app.state.queue_order = service.QueueOrder()
+    return found
 
 
 def _watch(app: FastAPI) -> watch.Watch:

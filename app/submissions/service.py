@@ -1,8 +1,11 @@
+import math
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
@@ -13,6 +16,7 @@ from app.lessons.content import Exercise
 from app.submissions.models import Mode, Status, Submission
 
 NOTIFY_CHANNEL = "treino_jobs"  # worker/queue.py listens on it
+MAX_PLACES = 10_000  # a queue longer than this shows no place for the jobs beyond it
 
 
 class AlreadyActive(Exception):
@@ -199,23 +203,50 @@ def serving_rank() -> Any:
     return func.coalesce(served, Submission.created_at)
 
 
+def queue_places(session: Session) -> dict[int, int]:
+    """Every queued job's place, 1 for the next a worker will claim (in serving_rank's order,
+    as the queue claims them), from one query. A place can grow while a job waits, as clients
+    served longer ago arrive."""
+    ids = session.scalars(
+        select(Submission.id)
+        .where(Submission.status == Status.QUEUED)
+        .order_by(serving_rank(), Submission.id)
+        .limit(MAX_PLACES)
+    )
+    return {job: n for n, job in enumerate(ids, start=1)}
+
+
 def queue_position(session: Session, submission: Submission) -> int | None:
-    """1 for the next job a worker will claim (in serving_rank's order, as the queue claims
-    them); None unless queued. A position can grow while a job waits, as clients served longer
-    ago arrive."""
+    """The submission's place in the queue now (queue_places); None unless queued or beyond
+    MAX_PLACES."""
     if submission.status != Status.QUEUED:
         return None
-    rank = serving_rank()
-    mine = session.scalar(select(rank).where(Submission.id == submission.id))
-    if mine is None:
-        return None
-    ahead = session.scalar(
-        select(func.count())
-        .select_from(Submission)
-        .where(
-            Submission.status == Status.QUEUED,
-            Submission.id != submission.id,
-            or_(rank < mine, and_(rank == mine, Submission.id < submission.id)),
-        )
-    )
-    return (ahead or 0) + 1
+    return queue_places(session).get(submission.id)
+
+
+class QueueOrder:
+    """The queue's places, shared by every poll one web process answers for up to MAX_AGE
+    seconds: a class waiting on its verdicts, polling each second, asks the database for the
+    queue's order a few times a second in all, not once per poll, each counting the whole queue
+    again (issue 26: that was most of the web's work during a burst)."""
+
+    MAX_AGE = 0.5  # seconds
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._places: dict[int, int] = {}
+        self._newest = 0  # the newest job queued when the places were read
+        self._at = -math.inf
+
+    def position(self, session: Session, submission: Submission) -> int | None:
+        """queue_position, from places at most MAX_AGE old; a job newer than they are (queued
+        since they were read) has them read again."""
+        if submission.status != Status.QUEUED:
+            return None
+        with self._lock:
+            now = time.monotonic()
+            if now - self._at > self.MAX_AGE or submission.id > self._newest:
+                self._places, self._at = queue_places(session), now
+                # beyond MAX_PLACES, or claimed meanwhile: not read again until they are old
+                self._newest = max(submission.id, *self._places)
+            return self._places.get(submission.id)

@@ -18,7 +18,7 @@ from app.config import ROOT, Settings
 from app.db import make_engine
 from app.lessons.content import load_course
 from app.submissions.models import Mode, Status, Submission
-from app.submissions.service import AlreadyActive, enqueue, queue_position
+from app.submissions.service import AlreadyActive, QueueOrder, enqueue, queue_position
 from app.submissions.verdict import Record, record
 from tests.conftest import LESSONS
 from worker import queue
@@ -139,6 +139,31 @@ def test_queue_position_counts_the_jobs_ahead(sessions):
     queue.claim(sessions, "w", LEASE, 3)
     with sessions() as session:
         assert [queue_position(session, session.get(Submission, i)) for i in ids] == [None, 1, 2]
+
+
+def test_polls_share_the_queue_order_and_still_see_a_new_job_at_once(sessions, monkeypatch):
+    """A class polling its places: one read of the queue's order serves every poll for a
+    moment, yet a job queued since is placed at once, and the places move on once they age."""
+    order = QueueOrder()
+    ids = _enqueue(sessions, 3)
+    reads = []
+    with sessions() as session:
+        event.listen(session.get_bind(), "before_cursor_execute", lambda *a: reads.append(a[2]))
+        assert [order.position(session, session.get(Submission, i)) for i in ids] == [1, 2, 3]
+        assert [order.position(session, session.get(Submission, i)) for i in ids] == [1, 2, 3]
+        assert sum("ORDER BY" in statement for statement in reads) == 1
+    [late] = _enqueue(sessions, 1)
+    with sessions() as session:
+        assert order.position(session, session.get(Submission, late)) == 4
+    queue.claim(sessions, "w", LEASE, 3)
+    monkeypatch.setattr(QueueOrder, "MAX_AGE", 0.0)
+    with sessions() as session:
+        assert [order.position(session, session.get(Submission, i)) for i in [*ids, late]] == [
+            None,
+            1,
+            2,
+            3,
+        ]
 
 
 def test_an_expired_lease_is_claimed_again_and_the_old_worker_cannot_finish(sessions):
