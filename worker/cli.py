@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import ctypes
 import json
+import os
 import re
 import signal
 import subprocess
@@ -16,6 +17,8 @@ from app import logs
 from app.config import LANGS, Settings, get_settings
 from app.lessons.content import ContentError, Course, load_course
 from worker.harness import quiet
+
+WORKER_NICENESS = 10  # `treino worker` and its sandboxes yield the CPU to the web (docs/deploy.md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,6 +113,10 @@ def _worker(settings: Settings, _args: argparse.Namespace) -> int:
     from app.db import upgrade
     from worker import runner, sandbox
 
+    # grading is batch work: where the web shares the machine, a class's burst of it never
+    # takes the CPU from the web's answers (the sandboxes inherit it)
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, max(current, WORKER_NICENESS))
     sandbox.setup(settings.sandbox, settings.device)  # one missing: stop before any job
     upgrade(settings.database_url)
     return runner.main(settings)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.config import ROOT
+from worker.cli import WORKER_NICENESS
 
 pytestmark = pytest.mark.slow  # a real worker with a warm pool
 
@@ -75,6 +76,10 @@ def test_a_signal_to_serve_leaves_nothing_running(tmp_path, signum):
             time.sleep(0.2)
         assert sum(_harness(p) for p in tree) >= 2, "no warm sandbox appeared"
         tree = _descendants(serve.pid)
+        # grading yields the CPU to the web: the worker and its sandboxes run niced, the web not
+        web = os.getpriority(os.PRIO_PROCESS, serve.pid)
+        graders = [os.getpriority(os.PRIO_PROCESS, p) for p in tree if _harness(p)]
+        assert graders and min(graders) >= max(web, WORKER_NICENESS), (web, graders)
         serve.send_signal(signum)
         # SIGKILL leaves serve no say: its worker is told by the kernel (PR_SET_PDEATHSIG)
         assert serve.wait(timeout=60) == (-signal.SIGKILL if signum == signal.SIGKILL else 0)
