@@ -30,7 +30,7 @@ from app.web import choose_lang
 WAITING_PER_PLACE = 16
 PATIENCE = 2.0  # seconds a request may wait for a place; one that would wait longer is refused
 RETRY_AFTER_MAX = 30  # seconds: the most a 503 asks a client to wait before sending again
-PACE_WEIGHT = 0.2  # of each new interval between places freed, in the running estimate
+PACE_ROUNDS = 2  # the pace is measured over the last PACE_ROUNDS × C places freed
 # Answered whatever the load, and without an account lookup (app/accounts/auth.py): the
 # liveness probe (a busy process is alive), static files, and a page's wait for its submission's
 # status (seconds long, on the event loop: inside, a class's waits would fill every place).
@@ -84,7 +84,13 @@ class Gate:
         self.reads: deque[_Waiter] = deque()
         self.writes: deque[_Waiter] = deque()
         self.pace = 0.0  # seconds between places freed while requests wait (0: not known yet)
-        self.freed_at: float | None = None  # when the last place was freed, while requests wait
+        # when the last places were freed while requests wait, two rounds of those inside: the
+        # pace is known from then on. Requests let in together leave close together, so an
+        # interval alone says little, and a process's first requests are its slowest (each
+        # statement compiled once): that, or counting from a request's arrival to the first
+        # place freed (how long one request takes inside, C times the pace), sent half a class
+        # away (issue 26). Until then waiting is bounded by PATIENCE alone.
+        self.freed: deque[float] = deque(maxlen=PACE_ROUNDS * sizes.concurrency + 1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith(UNGATED):
@@ -120,8 +126,6 @@ class Gate:
         waiter = _Waiter(loop.create_future(), loop.time() + PATIENCE)
         queue = self.reads if read else self.writes
         queue.append(waiter)
-        if self.freed_at is None:
-            self.freed_at = loop.time()
         try:
             return await asyncio.wait_for(asyncio.shield(waiter.place), PATIENCE)
         except TimeoutError:
@@ -142,13 +146,12 @@ class Gate:
         queue = self.reads or self.writes
         if not queue:
             self.free += 1
-            self.freed_at = None
+            self.freed.clear()
             return
         now = asyncio.get_running_loop().time()
-        if self.freed_at is not None:
-            interval = now - self.freed_at
-            self.pace += PACE_WEIGHT * (interval - self.pace) if self.pace else interval
-        self.freed_at = now
+        self.freed.append(now)
+        if len(self.freed) == self.freed.maxlen:  # one interval is not a pace, nor is one round
+            self.pace = (now - self.freed[0]) / (len(self.freed) - 1)
         queue.popleft().place.set_result(True)
         while self.writes and now + self.waiting * self.pace > self.writes[-1].deadline:
             self.writes.pop().place.set_result(False)

@@ -20,6 +20,8 @@ from sqlalchemy.engine import make_url
 
 from app.config import ROOT
 
+SECRET = "bench-only-secret-key"
+
 POSTGRES_URL = os.environ.get(
     "TREINO_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -109,6 +111,7 @@ class Stack:
                 "TREINO_POOL_SIZE": str(self.pool_size),
                 "TREINO_LOG_FORMAT": "text",
                 "TREINO_SANDBOX_START": self.start,
+                "TREINO_SECRET_KEY": SECRET,  # the bench signs a page's wait URLs with it
                 # what is measured is grading, not the fair-use limit of one address
                 "TREINO_SUBMISSIONS_PER_IP": "100000",
                 # the bench is the local proxy: learners' own addresses come as X-Forwarded-For
