@@ -47,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from worker import sandbox
+from worker.harness import linux
 from worker.pool import Pool, Starter
 from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox, Setup
 
@@ -114,6 +115,7 @@ class ForkedJob:
         self.cgroup: Cgroup | None = None
         self.pid, self.pidfd = 0, -1
         self._root = Path(tempfile.mkdtemp(prefix="treino-job-")) if template.isolation == "process" else None
+        linux.not_dumpable()  # no job of our uid may open these through /proc (sandbox.Sandbox)
         self.output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
         self.trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
         self.done, done = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in

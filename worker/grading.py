@@ -259,11 +259,12 @@ class Grader:
             check = Check("run", False, "error.timeout", {"seconds": limits.wall_seconds})
             return _record(exercise, "timeout", [check], metrics=metrics, output=output)
         if result.status == "crashed":
-            check = (
-                Check("run", False, "error.interfered", {})
-                if result.reason == sandbox.INVALID_TRACE
-                else Check("run", False, "error.crashed", {"reason": result.reason})
-            )
+            if result.reason == sandbox.INVALID_TRACE:
+                check = Check("run", False, "error.interfered", {})
+            elif result.reason == sandbox.INCOMPLETE_TRACE:  # the harness never said it was done
+                check = Check("run", False, "error.harness", {"message": "its trace was left unfinished"})
+            else:
+                check = Check("run", False, "error.crashed", {"reason": result.reason})
             return _record(exercise, "error", [check], metrics=metrics, output=output)
         try:
             _prepare(exercise, device)  # the reference (cached) is ours to build, not the run's cost

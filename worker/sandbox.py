@@ -30,7 +30,10 @@ sums the memory of the job's tree itself while it waits (and on a GPU, always ad
 memory NVML reports, which no cgroup counts).
 
 The worker never opens a path the sandbox could have touched: the request goes in over a
-socket, the trace and the output come back in memory files it created itself.
+socket, the trace and the output come back in memory files it created itself, and it is not
+dumpable, nor is any process of ours that holds them (a warm sandbox, a template and its forks,
+the supervisor): a job of the same uid cannot open them through ``/proc/<pid>/fd``. The trace
+is read only once the supervisor said ``D`` after writing it.
 """
 
 import contextlib
@@ -44,6 +47,7 @@ import random
 import re
 import resource
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -715,6 +719,8 @@ def _read_memfd(fd: int, limit: int) -> bytes | None:
 
 
 INVALID_TRACE = "invalid-trace"  # Result.reason: the trace broke its schema (the job interfered)
+INCOMPLETE_TRACE = "incomplete-trace"  # Result.reason: a trace with no "D" after it (the harness's)
+LIMIT_CAUSES = ("cpu", "memory", "file-size")  # a job's limits: what ended it, trace or none
 
 
 def _decode_capped(data: bytes, limit: int) -> str:
@@ -773,23 +779,25 @@ def send_request(sock: socket.socket, data: bytes) -> None:
 def wait_for_end(
     pid: int, done: int, timeout: float, memory_bytes: int, cancel: "Cancel | None", watch: bool, gpu: bool
 ) -> str:
-    """Until the harness says it is done (on the ``done`` pipe) or process ``pid`` ends, woken by
-    the kernel (a pidfd and the pipe: Popen.wait polls, up to 50 ms late): ``"done"``; or
-    ``"timeout"`` once ``timeout`` passed, ``"cancelled"`` when ``cancel`` is set, ``"memory"``
-    when ``watch``-ing (no cgroup bounds the tree) or on a ``gpu`` (whose memory no cgroup
-    counts) and the tree outgrew ``memory_bytes``. The pipe at its end (no "D", every writer
-    gone) means the job exited on its own: then the process's own end is awaited, so that its
-    exit status tells why."""
+    """Until the harness says it is done (``D`` on the ``done`` pipe) or process ``pid`` ends,
+    woken by the kernel (a pidfd and the pipe: Popen.wait polls, up to 50 ms late): ``"done"``
+    once the ``D`` came (before or with the end), ``"exited"`` when the process ended without
+    it; or ``"timeout"`` once ``timeout`` passed, ``"cancelled"`` when ``cancel`` is set,
+    ``"memory"`` when ``watch``-ing (no cgroup bounds the tree) or on a ``gpu`` (whose memory no
+    cgroup counts) and the tree outgrew ``memory_bytes``. The pipe at its end (no "D", every
+    writer gone) means the job is ending on its own: then the process's own end is awaited, so
+    that its exit status tells why."""
     deadline = time.monotonic() + timeout
     watching = watch or gpu
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:  # already reaped
-        return "done"
+        return "done" if _said_done(done) else "exited"
     try:
         with selectors.DefaultSelector() as sel:
             sel.register(pidfd, selectors.EVENT_READ, "exited")
             sel.register(done, selectors.EVENT_READ, "done")
+            listening = True
             if cancel is not None:
                 sel.register(cancel, selectors.EVENT_READ, "cancelled")
             while (left := deadline - time.monotonic()) > 0:
@@ -798,16 +806,23 @@ def wait_for_end(
                     if key.data == "cancelled":
                         return "cancelled"
                 if any(key.data == "exited" for key, _ in events):
-                    return "done"
-                if events:
-                    if os.read(done, 1):
+                    return "done" if listening and _said_done(done) else "exited"
+                if any(key.data == "done" for key, _ in events):
+                    if os.read(done, 1) == b"D":
                         return "done"
-                    sel.unregister(done)
+                    sel.unregister(done)  # its end (or not a harness's word): none will come
+                    listening = False
                 if watching and tree_memory(pid, watch, gpu) > memory_bytes:
                     return "memory"
             return "timeout"
     finally:
         os.close(pidfd)
+
+
+def _said_done(done: int) -> bool:
+    """Whether the harness's ``D`` is waiting in the ``done`` pipe (never blocks)."""
+    ready, _, _ = select.select([done], [], [], 0)
+    return bool(ready) and os.read(done, 1) == b"D"
 
 
 def outcome(
@@ -822,15 +837,21 @@ def outcome(
     label: str,
 ) -> Result:
     """The job's result from how it ended and what it left in its memory files (the output from
-    byte ``skip``); the trace is parsed as the untrusted input it is."""
+    byte ``skip``). The trace is read only once its harness said it was complete (``end`` is
+    "done": the supervisor writes ``D`` after the last byte of it) and is parsed as the
+    untrusted input it is; a trace left without that word was never finished: a failure of
+    the harness, not the learner's (``INCOMPLETE_TRACE``), unless a limit of the job's ended it."""
     output = _decode_capped(os.pread(output_fd, limits.output_kb * 1024 + 1, skip), limits.output_kb * 1024)
     if end == "timeout":
         return Result("timeout", None, wall_ms, output, returncode)
     if end in ("memory", "cancelled"):
         return Result("crashed", None, wall_ms, output, returncode, end)
     raw = _read_memfd(trace_fd, TRACE_LIMIT)
-    if not raw:
+    if end != "done" or not raw:
         cause = "memory" if cgroup and cgroup.oom_killed() else _cause(returncode)
+        if end != "done" and raw != b"" and cause not in LIMIT_CAUSES:
+            log.warning("sandbox %s: a trace without the harness's D (%s): not read", label, cause)
+            cause = INCOMPLETE_TRACE
         return Result("crashed", None, wall_ms, output, returncode, cause)
     try:
         trace = trace_schema.parse(raw, TRACE_LIMIT)
@@ -887,6 +908,9 @@ class Sandbox:
         self.cgroup = Cgroup.create(f"treino-{self.id}")
         if self.cgroup is not None:
             self.cgroup.limit(4 * 1024**3, PIDS)  # for the warm-up; the job's come at hand-off
+        # this process holds every sandbox's trace and "done" pipe: a job of its uid (the
+        # process-only sandbox of a worker that is not root) must not reach them through /proc
+        linux.not_dumpable()
         self._output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
         self._trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
         # a template's control socket carries one message (and a job's descriptors) per job

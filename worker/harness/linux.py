@@ -19,6 +19,7 @@ SYSCALLS = {
         "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438,
         "kcmp": 312, "setpriority": 141, "ioprio_set": 251, "prlimit64": 302,
         "sched_setparam": 142, "sched_setscheduler": 144, "sched_setattr": 314, "keyctl": 250,
+        "fcntl": 72, "ioctl": 16,
     },
     "aarch64": {
         "clone": 220, "fork": -1, "vfork": -1, "clone3": 435,
@@ -27,9 +28,16 @@ SYSCALLS = {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438,
         "kcmp": 272, "setpriority": 140, "ioprio_set": 30, "prlimit64": 261,
         "sched_setparam": 118, "sched_setscheduler": 119, "sched_setattr": 274, "keyctl": 219,
+        "fcntl": 25, "ioctl": 29,
     },
 }  # fmt: skip
 KEYCTL_JOIN_SESSION_KEYRING = 1
+PR_SET_DUMPABLE = 4
+# what makes a descriptor signal a process (its owner): the same on x86_64 and aarch64 (the
+# generic values; alpha, mips, parisc, powerpc and sparc have others)
+F_SETFL, F_SETOWN, F_SETSIG, F_SETOWN_EX = 4, 8, 10, 15  # fcntl commands
+O_ASYNC = 0o20000  # F_SETFL: a signal to the owner on I/O
+FIOSETOWN, SIOCSPGRP, FIOASYNC = 0x8901, 0x8902, 0x5452  # ioctl requests: the same, by ioctl
 
 
 class Unsupported(OSError):
@@ -42,6 +50,16 @@ def numbers() -> dict[str, int]:
     if found is None:
         raise Unsupported(errno.ENOSYS, f"no system call numbers for {MACHINE}")
     return found
+
+
+def not_dumpable() -> None:
+    """Make this process not dumpable: no process without CAP_SYS_PTRACE (a job of the same
+    uid) can then open its ``/proc/<pid>/fd/*``, ``mem`` or ``environ``, nor trace it. Forks
+    inherit it; an exec ends it. Raises if the kernel refuses (it never should)."""
+    zero = ctypes.c_ulong(0)
+    if _libc.prctl(PR_SET_DUMPABLE, zero, zero, zero, zero):
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(err)}")
 
 
 def join_session_keyring() -> bool:

@@ -7,8 +7,9 @@ every kind's harness, takes one tiny optimizer step, creates the CUDA context on
 sends the request (``{"job", "code", "limits"}``) and closes its end; the child applies the
 job's limits, writes the job into WORK_DIR, runs it (``runtime.main``, which writes its trace
 into TRACE_FD, a memory file the learner's child never holds), and writes ``D`` on DONE_FD:
-the worker then kills the whole sandbox and reads the trace. SANDBOX_ID only marks the
-processes, so that leftovers can be found.
+the worker then kills the whole sandbox and reads the trace (never one without the ``D``).
+The process is not dumpable from the start: no job of its uid can open those two through /proc.
+SANDBOX_ID only marks the processes, so that leftovers can be found.
 """
 
 import importlib
@@ -21,6 +22,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # harness modules import each other by name; -I leaves the script dir out
 
+import linux  # noqa: E402
 import quiet  # noqa: E402
 import runtime  # noqa: E402
 
@@ -115,6 +117,10 @@ def run_job(work_dir, request, trace_fd, done_fd):
 def main(argv):
     work_dir, control_fd, trace_fd, done_fd = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     device = argv[4]
+    # warm, this process holds its trace and done pipe while another job runs beside it: in the
+    # process-only sandbox, a job of the same uid that could open them through /proc would have
+    # the next job read a trace of its making
+    linux.not_dumpable()
     warm_up(device)
     os.write(control_fd, b"R")
     request = receive(control_fd)

@@ -42,7 +42,6 @@ import torch
 from instrument import flat
 
 PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 HEADER = struct.Struct("!I")
 MAX_SYNC = 64 * 1024  # one sync message
@@ -66,11 +65,11 @@ def _prctl(option, value):
 
 
 def harden():
-    """Make this process's memory and descriptors unreachable from its children (not dumpable),
-    deaf to every signal it can ignore (``IGNORED``: the child's SIGINT once made
-    KeyboardInterrupt escape the supervision), and have its descendants' orphans come back to
-    it, so that all of them can be ended."""
-    _prctl(PR_SET_DUMPABLE, 0)
+    """Make this process's memory and descriptors unreachable from its children (not dumpable:
+    the trace's memory file and "done" pipe are among them), deaf to every signal it can ignore
+    (``IGNORED``: the child's SIGINT once made KeyboardInterrupt escape the supervision), and
+    have its descendants' orphans come back to it, so that all of them can be ended."""
+    linux.not_dumpable()
     for number in IGNORED:
         signal.signal(number, signal.SIG_IGN)
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -318,18 +317,31 @@ class Items:
 # never, from the child: reaching into another process (the supervisor) or signalling by pidfd
 NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "pidfd_send_signal")
 ALONE = ("clone", "fork", "vfork")  # and clone3 (ENOSYS, so that the C library uses clone)
-# refused unless every (argument, "==" or "!=", value) holds: no SIGSTOP to anyone (the one
-# signal that stops the supervisor that it cannot ignore), and no renicing, rescheduling or
-# limits for any process but the caller itself (0; for setpriority and ioprio_set, by process)
-RULES = {
-    **{name: ((1, "!=", signal.SIGSTOP),) for name in ("kill", "tkill", "rt_sigqueueinfo")},
-    **{name: ((2, "!=", signal.SIGSTOP),) for name in ("tgkill", "rt_tgsigqueueinfo")},
-    "setpriority": ((0, "==", 0), (1, "==", 0)),  # PRIO_PROCESS, itself
-    "ioprio_set": ((0, "==", 1), (1, "==", 0)),  # IOPRIO_WHO_PROCESS, itself
+# refused where any clause holds, a clause being tests (argument, "==", "!=" or "&" (any of
+# the value's bits set), value) that all hold, on the arguments' low words (ints to the kernel)
+REFUSED = {
+    # SIGSTOP to anyone: the one signal that stops the supervisor that it cannot ignore
+    **{name: (((1, "==", signal.SIGSTOP),),) for name in ("kill", "tkill", "rt_sigqueueinfo")},
+    **{name: (((2, "==", signal.SIGSTOP),),) for name in ("tgkill", "rt_tgsigqueueinfo")},
+    # renicing, rescheduling or limits of any process but the caller itself (0; for
+    # setpriority and ioprio_set, by process)
+    "setpriority": (((0, "!=", 0),), ((1, "!=", 0),)),  # PRIO_PROCESS, itself
+    "ioprio_set": (((0, "!=", 1),), ((1, "!=", 0),)),  # IOPRIO_WHO_PROCESS, itself
     **{
-        name: ((0, "==", 0),)
+        name: (((0, "!=", 0),),)
         for name in ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setattr")
     },
+    # a descriptor that signals a process on I/O: its owner (any process: the signal goes out
+    # with the child's uid, past the rules above), the signal (SIGSTOP too) and O_ASYNC; the
+    # descriptor calls Python and torch make (F_GETFL, F_SETFL without O_ASYNC, F_GETFD,
+    # F_SETFD, F_DUPFD_CLOEXEC, locks, FIONREAD) stay allowed
+    "fcntl": (
+        ((1, "==", linux.F_SETOWN),),
+        ((1, "==", linux.F_SETOWN_EX),),
+        ((1, "==", linux.F_SETSIG),),
+        ((1, "==", linux.F_SETFL), (2, "&", linux.O_ASYNC)),
+    ),
+    "ioctl": tuple(((1, "==", request),) for request in (linux.FIOSETOWN, linux.SIOCSPGRP, linux.FIOASYNC)),
 }
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 _EPERM, _ENOSYS = 1, 38
@@ -350,35 +362,52 @@ IGNORED = tuple(
 
 def program(arch, numbers, alone):
     """The child's filter, as ``(code, jt, jf, k)`` BPF instructions (see ``guard``)."""
-    ld, jeq, ja, ret = 0x20, 0x15, 0x05, 0x06
+    ld, jeq, jge, jset, ja, ret = 0x20, 0x15, 0x35, 0x45, 0x05, 0x06
+    # a jump's targets are offsets (int) or labels (str), resolved at the end
     code: list[tuple[int, int | str, int | str, int | str]] = [
         (ld, 0, 0, 4),  # seccomp_data.arch
         (jeq, 1, 0, arch),
         (ja, 0, 0, "deny"),  # another ABI (i386 through int 0x80)
         (ld, 0, 0, 0),  # seccomp_data.nr
-        (0x35, "deny", 0, 0x40000000),  # jge: x32 numbers
+        (jge, "deny", 0, 0x40000000),  # x32 numbers
     ]
+    labels: dict[str, int] = {}
     for name in (ALONE if alone else ()) + NEVER:
         if numbers[name] >= 0:
             code.append((jeq, "deny", 0, numbers[name]))
     if alone:
         code.append((jeq, "nosys", 0, numbers["clone3"]))
-    for name, conditions in RULES.items():
-        code.append((jeq, 0, 2 * len(conditions) + 1, numbers[name]))
-        for arg, op, value in conditions:
-            code.append((ld, 0, 0, 16 + 8 * arg))  # the argument's low word: an int to the kernel
-            code.append((jeq, 0, "deny", value) if op == "==" else (jeq, "deny", 0, value))
+
+    def test(op: str, value: int, miss: str) -> tuple[int, int | str, int | str, int | str]:
+        """Fall through where it holds, jump to the next clause (``miss``) where it does not."""
+        if op == "&":
+            return (jset, 0, miss, value)
+        return (jeq, 0, miss, value) if op == "==" else (jeq, miss, 0, value)
+
+    for name, clauses in REFUSED.items():
+        code.append((jeq, 0, f"{name}:end", numbers[name]))  # the accumulator keeps nr past it
+        for n, clause in enumerate(clauses):
+            miss = f"{name}:{n + 1}"  # the next clause
+            for arg, op, value in clause:
+                code.append((ld, 0, 0, 16 + 8 * arg))  # seccomp_data.args[arg], its low word
+                code.append(test(op, value, miss))
+            code.append((ja, 0, 0, "deny"))
+            labels[miss] = len(code)
         code.append((ja, 0, 0, "allow"))
+        labels[f"{name}:end"] = len(code)
+    labels |= {"allow": len(code), "deny": len(code) + 1, "nosys": len(code) + 2}
     code += [(ret, 0, 0, _RET_ALLOW), (ret, 0, 0, _RET_ERRNO | _EPERM), (ret, 0, 0, _RET_ERRNO | _ENOSYS)]
-    where = {"allow": len(code) - 3, "deny": len(code) - 2, "nosys": len(code) - 1}
 
     def jump(target: int | str, i: int) -> int:
-        return where[target] - i - 1 if isinstance(target, str) else target
+        return labels[target] - i - 1 if isinstance(target, str) else target
 
-    return [
+    resolved = [
         (op, jump(jt, i), jump(jf, i), jump(k, i) if op == ja else k)
         for i, (op, jt, jf, k) in enumerate(code)
     ]
+    if not all(0 <= jt <= 255 and 0 <= jf <= 255 for _, jt, jf, _ in resolved):
+        raise ValueError("a conditional jump of the child's filter is too long")  # one byte
+    return resolved
 
 
 def drop_capabilities():
@@ -396,13 +425,13 @@ def drop_capabilities():
 
 
 def guard(alone):
-    """The child's own filter: it can stop, renice, reschedule, trace or read no other process
-    (``NEVER``, ``RULES``: EPERM), and every call through another ABI fails (i386, x32: no
-    training loop makes one). With ``alone``, no new thread or process either: ``clone``,
-    ``fork`` and ``vfork`` fail with EPERM (Python: "can't start new thread", ``OSError`` from
-    ``os.fork``), ``clone3`` with ENOSYS; the in-process meters see one thread (saved-tensor
-    hooks and dispatch modes are per thread) of one process. False where this machine's
-    architecture has no entry here or the filter could not be set."""
+    """The child's own filter: it can stop, renice, reschedule, trace or read no other process,
+    nor have a descriptor signal one (``NEVER``, ``REFUSED``: EPERM), and every call through
+    another ABI fails (i386, x32: no training loop makes one). With ``alone``, no new thread or
+    process either: ``clone``, ``fork`` and ``vfork`` fail with EPERM (Python: "can't start new
+    thread", ``OSError`` from ``os.fork``), ``clone3`` with ENOSYS; the in-process meters see
+    one thread (saved-tensor hooks and dispatch modes are per thread) of one process. False
+    where this machine's architecture has no entry here or the filter could not be set."""
     if linux.MACHINE not in linux.AUDIT_ARCH:
         return False
     instructions = program(linux.AUDIT_ARCH[linux.MACHINE], linux.numbers(), alone)

@@ -326,6 +326,11 @@ def main(argv):
         return probe(json.loads(argv[1]))
     control = socket.socket(fileno=int(argv[0]))
     filter_fd, config, device = int(argv[1]), json.loads(argv[2]), argv[3]
+    if not config["isolate"]:
+        # every job shares this /proc: the template, and each job's A and B, which hold its
+        # trace and done pipe before its supervisor does, are not dumpable (under bwrap, A writes
+        # its uid map first, and the job's PID namespace hides them all from it)
+        linux.not_dumpable()
     program = b""
     if filter_fd >= 0:
         with os.fdopen(filter_fd, "rb") as f:
