@@ -274,7 +274,9 @@ def clear_winner(timings: Sequence[tuple[float, float, float]]) -> int | None:
 def _times(rows: list[tuple[str, float, float | None, float | None, float | None]], metrics: dict) -> Figure:
     """Time per step of each configuration: the median step, the middle half of the steps
     beside it (text) and over it (a line), and a fastest named only when it clearly was."""
-    gpu = metrics.get("measured_on")
+    gpu = metrics.get("measured_on")  # the harness names the card it timed on, or "cpu"
+    if "measured_on" not in metrics and metrics.get("device") == "cuda":  # a verdict from before
+        gpu = _("this worker's GPU")
     if not isinstance(gpu, str) or not gpu or gpu == "cpu":
         gpu = None
     spread = all(low is not None and high is not None and n for _l, _m, low, high, n in rows)
