@@ -157,6 +157,10 @@ def test_a_pass_in_each_exercise_kind_says_what_it_means_and_the_course_ends_on_
         assert passed.locator(".verdict-plain").inner_text() == pass_meaning(exercise), kind
         compare = passed.locator("details.solution[open] .compare pre")
         assert compare.nth(1).evaluate("el => getComputedStyle(el).whiteSpace") == "pre", "indentation kept"
+        if kind == "measure":  # point 7: each median with its spread, and what was timed on
+            times = passed.locator("figure.figure-configurations-time")
+            assert times.locator(".bar-detail").count() == 5 and times.locator(".bar-spread").count() == 5
+            assert "this worker's CPU (it has no GPU" in times.locator(".figure-note").inner_text()
         shot(page, f"pass-{kind}", passed)
         # the same pass, in Portuguese on a dark phone
         page.set_viewport_size({"width": 390, "height": 844})
