@@ -819,6 +819,18 @@ def wait_for_end(
         os.close(pidfd)
 
 
+def _forget_before_hand_off(trace: int, done: int) -> None:
+    """Empty a warm sandbox's trace file and its done pipe as its job is handed over. Between
+    its exec and run.py's first step (not_dumpable) the sandbox could be reached through
+    /proc/<pid>/fd by another job of the same uid (the process sandbox under a non-root
+    worker), which planted a passing trace and a "D" there for the next learner (seen once in
+    a CI run); from "ready" on it cannot be, so what is in them now was put there by no one
+    this job trusts."""
+    os.ftruncate(trace, 0)
+    while select.select([done], [], [], 0)[0] and os.read(done, 4096):
+        pass
+
+
 def _said_done(done: int) -> bool:
     """Whether the harness's ``D`` is waiting in the ``done`` pipe (never blocks)."""
     ready, _, _ = select.select([done], [], [], 0)
@@ -1063,6 +1075,7 @@ class Sandbox:
                 return Result("crashed", None, 0, "", self.proc.returncode, "sandbox-start")
             self._used = True
             self._sock.recv(1)
+            _forget_before_hand_off(self._trace, self._done)
             skip = os.fstat(self._output).st_size  # the warm-up's output is ours, not the learner's
             if self.cgroup is not None:
                 self.cgroup.limit(limits.memory_mb * 1024 * 1024, PIDS)
