@@ -110,6 +110,10 @@ document.addEventListener("htmx:configRequest", (event) => {
   }
 })
 
+// What this tab queued and still shows as kept: another tab may send it (all tabs flush when
+// the network returns), and then this one asks for its answer again (below).
+const queuedHere = new Map()
+
 document.addEventListener("htmx:sendError", (event) => {
   const elt = event.detail.elt
   const pending = elt?._treinoPending
@@ -120,6 +124,7 @@ document.addEventListener("htmx:sendError", (event) => {
   const items = readOutbox().filter((item) => item.key !== pending.key)
   items.push({...pending, at: Date.now(), tries: 0})
   writeOutbox(items)
+  queuedHere.set(pending.key, pending)
   const place = pending.kind === "answer"
     ? document.querySelector(pending.target)
     : document.getElementById("submission-status")
@@ -157,15 +162,52 @@ function apply(item, html) {
 
 let flushing = null
 
+async function currentSession() {
+  try {
+    const response = await fetch(texts.sessionUrl, {credentials: "same-origin", cache: "no-store"})
+    return response.ok ? await response.json() : null
+  } catch { return null }  // still offline
+}
+
+function post(item, session) {
+  return fetch(item.url, {
+    method: "POST", credentials: "same-origin",
+    headers: {
+      "Content-Type": "application/x-www-form-urlencoded", "HX-Request": "true",
+      "X-CSRF-Token": session.csrf_token, "Idempotency-Key": item.key,
+    },
+    body: item.body,
+  })
+}
+
+// Another tab sent what this one queued: this tab asks again with the same key, which makes
+// nothing new on the server and answers with what the first send made.
+async function showSentElsewhere() {
+  const waiting = new Set(readOutbox().map((item) => item.key))
+  const gone = [...queuedHere.values()].filter((item) => !waiting.has(item.key))
+  if (!gone.length) return
+  const session = await currentSession()
+  if (!session) return
+  showOffline(false)
+  for (const item of gone) {
+    queuedHere.delete(item.key)
+    if (!mine(item, session.owner)) continue
+    try {
+      const response = await post(item, session)
+      if (response.ok) apply(item, await response.text())
+    } catch { return }
+  }
+}
+
+window.addEventListener("storage", (event) => {
+  if (event.key === OUTBOX && queuedHere.size) showSentElsewhere()
+})
+
 async function flushNow() {
   const items = readOutbox()
   if (!items.length) return
-  let session
-  try {
-    const response = await fetch(texts.sessionUrl, {credentials: "same-origin", cache: "no-store"})
-    if (!response.ok) return
-    session = await response.json()
-  } catch { return }  // still offline
+  const session = await currentSession()
+  if (!session) return
   showOffline(false)
   const sent = []
   let elsewhere = null
@@ -173,14 +215,7 @@ async function flushNow() {
     if (!mine(item, session.owner)) continue
     let response
     try {
-      response = await fetch(item.url, {
-        method: "POST", credentials: "same-origin",
-        headers: {
-          "Content-Type": "application/x-www-form-urlencoded", "HX-Request": "true",
-          "X-CSRF-Token": session.csrf_token, "Idempotency-Key": item.key,
-        },
-        body: item.body,
-      })
+      response = await post(item, session)
     } catch { break }  // the network went again: the rest wait
     const done = response.ok || response.status === 422 || response.status === 404
     if (!done) {
@@ -188,6 +223,7 @@ async function flushNow() {
       if (item.tries < MAX_TRIES) continue
     }
     sent.push(item.key)
+    queuedHere.delete(item.key)
     if (response.ok) {
       const left = apply(item, await response.text())
       if (left) elsewhere = {kind: left, page: item.page}
