@@ -29,6 +29,7 @@ from app.config import get_settings
 from app.lessons.content import Limits, load_course
 from app.submissions.verdict import render
 from tests.sandbox.conftest import DB_SECRET, SECRET
+from tests.sandbox.test_forging import CONCATENATED
 from worker import sandbox
 from worker.grading import Grader
 
@@ -258,22 +259,17 @@ def test_no_trace_and_no_done_is_still_how_the_job_ended():
 
 # ---------------------------------------------------------------- the trace's descriptors
 
-# the activations of every micro-batch alive at once: it fails the memory check on its own
-WRONG = """
+# test_forging's wrong loop (the activations of every micro-batch alive at once: it fails the
+# memory check on its own), run as the learner's train
+WRONG = (
+    CONCATENATED
+    + """
 import os, time
-import torch
-
-def concatenated(model, loader, loss_fn, optimizer, accum_steps):
-    batches = list(loader)
-    for start in range(0, len(batches), accum_steps):
-        chunk = batches[start:start + accum_steps]
-        model.zero_grad()
-        loss_fn(model(torch.cat([b[0] for b in chunk])), torch.cat([b[1] for b in chunk])).backward()
-        optimizer.step()
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
 """
+)
 
 # the wrong loop, then a passing trace captured from a clean run written into every trace
 # memory file and "D" into every pipe of every process of the worker's (its ancestors up to
