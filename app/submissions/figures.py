@@ -7,7 +7,7 @@ against 3 steps is a plain fact), and scaled so that the difference is visible: 
 differ in the third decimal are not drawn as bars from zero.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -352,6 +352,20 @@ def _times(rows: list[tuple[str, float, float | None, float | None, float | None
     return Figure("configurations-time", _("Time per step, by configuration"), bars, note, summary)
 
 
+def _count(n: float) -> str:
+    return number(n, 0)
+
+
+def _against(
+    name: tuple[str, str], values: tuple[float, float, str, Callable[[float], str]], note: str, summary: str
+) -> Figure:
+    """A chart of the learner's loop against one other: `name` is (slug, title), `values` is
+    (yours, theirs, their label, how a value is written); both bars drawn from zero."""
+    yours, theirs, label, shown = values
+    bars = _from_zero([(_("Yours"), yours, shown(yours), "yours"), (label, theirs, shown(theirs), "naive")])
+    return Figure(name[0], name[1], bars, note, summary)
+
+
 def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
     """Lesson 5's memory before activations, the learner's loop against the plain one: the
     gradients alive at once (step-in-backward), or the gradients, the optimizer's state and the
@@ -390,15 +404,9 @@ def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
             )
         plain_loop = _("Plain loop")
         charts.append(
-            Figure(
-                "gradients-alive",
-                _("Gradients alive at once"),
-                _from_zero(
-                    [
-                        (_("Yours"), alive, number(alive, 0), "yours"),
-                        (plain_loop, all_alive, number(all_alive, 0), "naive"),
-                    ]
-                ),
+            _against(
+                ("gradients-alive", _("Gradients alive at once")),
+                (alive, all_alive, plain_loop, _count),
                 _(
                     "Gradients still held (not None) at an optimizer step or between two batches, "
                     "at the most."
@@ -407,12 +415,9 @@ def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
             )
         )
         charts.append(
-            Figure(
-                "gradients",
-                _("Gradient memory at the peak"),
-                _from_zero(
-                    [(_("Yours"), peak, size(peak), "yours"), (plain_loop, plain, size(plain), "naive")]
-                ),
+            _against(
+                ("gradients", _("Gradient memory at the peak")),
+                (peak, plain, plain_loop, size),
                 gradient_note,
                 _("Your loop's gradients took up to %(yours)s; the plain loop's take %(full)s.")
                 % {"yours": size(peak), "full": size(plain)},
@@ -426,10 +431,9 @@ def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
         return [], []
     whole = _("Full fine-tuning")
     charts.append(
-        Figure(
-            "gradients",
-            _("Gradient memory at the peak"),
-            _from_zero([(_("Yours"), peak, size(peak), "yours"), (whole, full, size(full), "naive")]),
+        _against(
+            ("gradients", _("Gradient memory at the peak")),
+            (peak, full, whole, size),
             gradient_note,
             _("Your loop's gradients took up to %(yours)s; training the whole model takes %(full)s.")
             % {"yours": size(peak), "full": size(full)},
@@ -438,15 +442,9 @@ def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
     state, full_state = _num(metrics, "optimizer_state_bytes"), _num(metrics, "full_optimizer_state_bytes")
     if state is not None and full_state is not None:
         charts.append(
-            Figure(
-                "optimizer-state",
-                _("Optimizer state"),
-                _from_zero(
-                    [
-                        (_("Yours"), state, size(state), "yours"),
-                        (whole, full_state, size(full_state), "naive"),
-                    ]
-                ),
+            _against(
+                ("optimizer-state", _("Optimizer state")),
+                (state, full_state, whole, size),
                 _("Adam keeps two numbers (exp_avg and exp_avg_sq) for every number it trains."),
                 _("Your optimizer kept %(yours)s of state; for the whole model Adam keeps %(full)s.")
                 % {"yours": size(state), "full": size(full_state)},
@@ -455,15 +453,9 @@ def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
     trained, numbers = _num(metrics, "trained_parameters"), _num(metrics, "model_parameters")
     if trained is not None and numbers is not None:
         charts.append(
-            Figure(
-                "trained",
-                _("Numbers trained"),
-                _from_zero(
-                    [
-                        (_("Yours"), trained, number(trained, 0), "yours"),
-                        (whole, numbers, number(numbers, 0), "naive"),
-                    ]
-                ),
+            _against(
+                ("trained", _("Numbers trained")),
+                (trained, numbers, whole, _count),
                 _("Numbers in the tensors handed to the optimizer."),
                 ngettext(
                     "Your optimizer trained %(yours)s number; the model holds %(full)s.",
