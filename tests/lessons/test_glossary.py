@@ -9,7 +9,7 @@ import pytest
 
 from app.i18n import po_path
 from app.lessons import glossary
-from app.submissions.messages import CATALOGUE
+from contracts.messages import CATALOGUE
 from tests.conftest import LESSONS
 
 WORDS = glossary.load(LESSONS / glossary.GLOSSARY_FILE)
@@ -109,7 +109,7 @@ def test_code_placeholders_and_the_english_gloss_are_not_variants(course):
 
 def test_lessons_check_fails_on_a_variant_with_one_line_naming_the_file(course, tmp_path):
     quiz = course / "03-bottleneck" / "quiz.yaml"
-    _plant(quiz, 'pt-BR: "Por que deixar', 'pt-BR: "No laço, por que deixar')
+    _plant(quiz, 'pt-BR: "Você mede', 'pt-BR: "No laço, você mede')
     env = {
         "PATH": "/usr/bin:/bin",
         "TREINO_LESSONS_DIR": str(course),

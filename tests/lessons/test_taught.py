@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config import LANGS
-from app.lessons.content import ContentError, load_course
 from app.lessons.proofs import prove
+from contracts.course import ContentError, load_course
+from contracts.languages import LANGS
 from tests.conftest import LESSONS
 
 
@@ -100,7 +100,8 @@ def test_an_exercise_cannot_rest_on_a_later_lesson(copy):
 
 def test_an_undeclared_topic_is_refused(copy):
     path = copy / "03-bottleneck" / "quiz.yaml"
-    _break(path, '    taught_in: ["warm-up-first"]\n', "")
+    declared = '    taught_in: ["input-bound-the-same-batch-test", "the-wait-in-next-is-only-an-upper-bound"]'
+    _break(path, declared + "\n", "")
     message = _error(copy)
     assert message.startswith(f"{path}: questions.1.taught_in: Field required")
 
