@@ -14,6 +14,7 @@ print('\n'.join(d for d in deps if not d.startswith('torch')))" > /tmp/web-requi
  && pip install -c requirements.lock -r /tmp/web-requirements.txt "psycopg[binary]" setuptools
 COPY app app
 COPY worker worker
+COPY contracts contracts
 COPY templates templates
 COPY static static
 COPY lessons lessons

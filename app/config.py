@@ -9,8 +9,6 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
-LANGS = ("en", "pt-BR")
-DEFAULT_LANG = "en"
 DEV_SECRET = "dev-only-not-secret"
 DEV_URL = "http://127.0.0.1:8000"  # `make run`'s
 

@@ -15,7 +15,7 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from babel.numbers import format_decimal
 
-from app.config import DEFAULT_LANG, LANGS
+from contracts.languages import DEFAULT_LANG, LANGS
 
 LOCALES_DIR = Path(__file__).parent / "locales"
 _lang: ContextVar[str] = ContextVar("lang", default=DEFAULT_LANG)

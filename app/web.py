@@ -17,9 +17,10 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from app import i18n
-from app.config import LANGS, ROOT
+from app.config import ROOT
 from app.http import here
 from app.i18n import gettext as _
+from contracts.languages import LANGS
 
 LANG_COOKIE = "treino_lang"
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from app.config import ROOT
 
 if TYPE_CHECKING:  # imported where used: `make gpu-check` answers at once without CUDA
-    from app.lessons.content import Exercise
+    from contracts.course import Exercise
     from worker.grading import Grader
 
 LIMIT_SECONDS = 8 * 60  # the whole run, on one GPU
@@ -179,7 +179,7 @@ def probe_facts(verdict: dict):
 
 def run_probe(grader, exercise, source: str, **limits) -> dict:
     """``source`` graded as a submission to ``exercise``: the real sandbox, as a job sees it."""
-    from app.submissions.verdict import render
+    from contracts.verdict import render
 
     if limits:
         exercise = dataclasses.replace(exercise, limits=dataclasses.replace(exercise.limits, **limits))
@@ -375,7 +375,7 @@ class GpuCheck:
 
     def __init__(self, torch, start_up: dict[str, float]) -> None:
         from app.config import get_settings
-        from app.lessons.content import load_course
+        from contracts.course import load_course
         from worker import sandbox
 
         self.torch = torch
@@ -538,7 +538,7 @@ class GpuCheck:
 
     def on_both(self, exercise, code: bytes) -> dict[str, dict]:
         """``code`` graded on the GPU and on the CPU (the same sandbox kind, no GPU bound)."""
-        from app.submissions.verdict import render
+        from contracts.verdict import render
 
         return {
             "cuda": render(self.grader.grade(exercise, code), "en"),

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     from app.config import get_settings
-    from app.lessons.content import load_course
+    from contracts.course import load_course
 
     exercise = load_course(get_settings().lessons_dir).exercise(EXERCISE)
     assert exercise is not None, f"the course has lost {EXERCISE}"

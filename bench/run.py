@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     # heavy imports after --help
     from app.config import get_settings
-    from app.lessons.content import load_course
     from bench import machine, report, verdicts
+    from contracts.course import load_course
     from worker import sandbox
 
     settings = get_settings()

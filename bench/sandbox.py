@@ -23,7 +23,7 @@ with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import get_settings  # noqa: E402
-from app.lessons.content import Exercise, load_course  # noqa: E402
+from contracts.course import Exercise, load_course  # noqa: E402
 from worker import pool, sandbox  # noqa: E402
 from worker.grading import Grader  # noqa: E402
 

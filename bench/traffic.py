@@ -8,9 +8,9 @@ import httpx2
 from sqlalchemy import select
 
 from app.submissions.models import Submission
-from app.submissions.verdict import STATUSES
 from bench import settle
 from bench.stack import Stack
+from contracts.verdict import STATUSES
 
 POLL_SECONDS = 0.05
 FINAL = frozenset(STATUSES)  # a verdict is in

@@ -5,7 +5,8 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
 from app import i18n
-from app.config import LANGS, ROOT
+from app.config import ROOT
+from contracts.languages import LANGS
 from tests.conftest import html
 
 KEYWORDS = {"_": None, "gettext": None, "ngettext": (1, 2)}

@@ -2,6 +2,9 @@
 place, and imports point one way."""
 
 import ast
+import json
+import subprocess
+import sys
 from graphlib import TopologicalSorter
 from pathlib import Path
 
@@ -67,7 +70,7 @@ def _module(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
-@pytest.mark.parametrize("package", ["app", "worker"])
+@pytest.mark.parametrize("package", ["contracts", "app", "worker"])
 def test_the_modules_of_a_package_import_one_another_without_a_cycle(package):
     """Imports at the top of each module (those inside a function run later, and may point
     anywhere): graphlib's CycleError names the cycle."""
@@ -102,3 +105,105 @@ def test_a_domains_services_know_nothing_of_http_and_leave_the_commit_to_the_req
         if http | commits:
             found[str(path.relative_to(ROOT))] = sorted(http | commits)
     assert found == {}
+
+
+# ---------------------------------------------------------------- contracts: what worker and web share
+
+CONTRACTS = ROOT / "contracts"
+# torch is the grader's, the rest the web's (HTTP, the database); app and worker are the two sides
+NOT_FOR_CONTRACTS = frozenset(
+    {"torch", "fastapi", "starlette", "sqlalchemy", "httpx", "httpx2", "uvicorn", "app", "worker"}
+)
+
+
+def test_contracts_import_neither_side_nor_torch_nor_http():
+    """contracts/ is what both sides import (issue 27, point 6): it imports neither of them, nor
+    what only one of them needs, also inside functions."""
+    found = {
+        str(path.relative_to(ROOT)): sorted(
+            name for name in _imported(tree) if name.split(".")[0] in NOT_FOR_CONTRACTS
+        )
+        for path, tree in _trees(CONTRACTS).items()
+    }
+    assert {path: names for path, names in found.items() if names} == {}
+
+
+def test_importing_every_contract_loads_neither_torch_nor_http():
+    """What the modules import, followed all the way down, in a fresh interpreter."""
+    modules = sorted(_module(path) for path in CONTRACTS.rglob("*.py"))
+    program = f"import sys, json\nfor m in {modules!r}: __import__(m)\nprint(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", program], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert sorted({name.split(".")[0] for name in loaded} & NOT_FOR_CONTRACTS) == []
+
+
+# The worker's modules that may use the app (its settings, its database, its course): the command
+# line, the queue and the runner. Every other module of worker/ is the grading core (harness,
+# checks, sandbox, fork server, pool, grading, seccomp, …): of the web's side, it imports contracts.
+MAY_USE_THE_APP = frozenset({"worker/cli.py", "worker/queue.py", "worker/runner.py"})
+# The grading core's imports of the app not yet switched to contracts, as (file, module): their
+# files were being rewritten when contracts/ was made. Each line goes when its import is switched
+# (this test fails until it does, so the set cannot outlive its reason), and with the set empty,
+# the old homes below go too. worker/grading.py's Settings is no contract: its Grader.running
+# takes the sandbox, the device, the pool size and the start another way.
+ALLOWED_UNTIL_SWITCHED = frozenset(
+    {
+        ("worker/grading.py", "app.config"),
+        ("worker/grading.py", "app.lessons.content"),
+        ("worker/grading.py", "app.submissions.messages"),
+        ("worker/grading.py", "app.submissions.verdict"),
+        ("worker/pool.py", "app.lessons.content"),
+        ("worker/sandbox/__init__.py", "app.lessons.content"),
+        ("worker/sandbox/job.py", "app.lessons.content"),
+        ("worker/sandbox/launcher.py", "app.lessons.content"),
+        ("worker/checks/__init__.py", "app.submissions.messages"),
+        ("worker/checks/accumulation.py", "app.submissions.messages"),
+        ("worker/checks/adapter.py", "app.submissions.messages"),
+        ("worker/checks/amp.py", "app.submissions.messages"),
+        ("worker/checks/checkpointing.py", "app.submissions.messages"),
+        ("worker/checks/hookstep.py", "app.submissions.messages"),
+        ("worker/checks/measure.py", "app.submissions.messages"),
+    }
+)
+# where what moved to contracts/ lived; each keeps only what ALLOWED_UNTIL_SWITCHED's files import
+OLD_HOMES = frozenset({"app.lessons.content", "app.submissions.messages", "app.submissions.verdict"})
+
+
+def _modules_imported(tree: ast.AST) -> set[str]:
+    """The modules `tree` imports from, anywhere in it (`from app import x` as app.x)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= (
+                {f"{node.module}.{a.name}" for a in node.names} if node.module == "app" else {node.module}
+            )
+    return found
+
+
+def test_the_grading_core_imports_nothing_of_the_app_but_contracts():
+    found = {
+        (str(path.relative_to(ROOT)), name)
+        for path, tree in _trees(ROOT / "worker").items()
+        if str(path.relative_to(ROOT)) not in MAY_USE_THE_APP
+        for name in _modules_imported(tree)
+        if name.split(".")[0] == "app"
+    }
+    assert found - ALLOWED_UNTIL_SWITCHED == set(), "the grading core imports these from contracts/"
+    assert ALLOWED_UNTIL_SWITCHED - found == set(), "switched: take these out of ALLOWED_UNTIL_SWITCHED"
+
+
+def test_what_moved_to_contracts_is_imported_from_there():
+    """The old homes serve only the grading core's files not yet switched: the web, the command
+    line, the bench and the tests import contracts/."""
+    importers = {
+        str(path.relative_to(ROOT))
+        for folder in ("app", "worker", "bench", "tests", "migrations")
+        for path, tree in _trees(ROOT / folder).items()
+        if _modules_imported(tree) & OLD_HOMES
+    }
+    assert importers == {path for path, module in ALLOWED_UNTIL_SWITCHED if module in OLD_HOMES}

@@ -443,7 +443,7 @@ def test_treino_check_shows_terminal_escapes_in_the_learners_output_instead_of_o
     import contextlib
     import json
 
-    from app.submissions.verdict import record
+    from contracts.verdict import record
     from worker import cli, grading
 
     hostile = "\x1b]0;pwned\x07\x1b]52;c;ZWNobyBoaQ==\x07\x1b[2J\rpassed\u202e\x9b31m\nline two\tend"

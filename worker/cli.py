@@ -14,8 +14,9 @@ import threading
 import time
 
 from app import logs
-from app.config import LANGS, Settings, get_settings
-from app.lessons.content import ContentError, Course, load_course
+from app.config import Settings, get_settings
+from contracts.course import ContentError, Course, load_course
+from contracts.languages import LANGS
 from worker.harness import quiet
 
 WORKER_NICENESS = 10  # `treino worker` and its sandboxes yield the CPU to the web (docs/deploy.md)
@@ -123,7 +124,7 @@ def _worker(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _check(settings: Settings, args: argparse.Namespace) -> int:
-    from app.submissions.verdict import render
+    from contracts.verdict import render
     from worker.grading import Grader, format_verdict
 
     exercise = load_course(settings.lessons_dir).exercise(args.exercise)
@@ -242,7 +243,7 @@ def _glossary_problems(settings: Settings) -> int:
     """Every Portuguese text a learner reads uses the glossary's words (lessons/glossary.yaml)."""
     from app.i18n import po_path
     from app.lessons import glossary
-    from app.submissions.messages import CATALOGUE
+    from contracts.messages import CATALOGUE
 
     words = glossary.load(settings.lessons_dir / glossary.GLOSSARY_FILE)
     problems = words.problems(settings.lessons_dir, CATALOGUE, po_path("pt-BR"))

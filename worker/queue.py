@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db import utcnow
 from app.submissions.models import Status, Submission
 from app.submissions.service import NOTIFY_CHANNEL, serving_rank
-from app.submissions.verdict import Record, trouble
+from contracts.verdict import Record, trouble
 
 __all__ = ["NOTIFY_CHANNEL", "Job", "claim", "finish", "renew", "give_up_abandoned"]
 

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from app import logs
 from app.config import Settings
 from app.db import make_engine, utcnow
-from app.lessons.content import Course, load_course
 from app.ops.models import WorkerBeat
-from app.submissions.verdict import Record, trouble
+from contracts.course import Course, load_course
+from contracts.verdict import Record, trouble
 from worker import queue
 from worker.sandbox import Cancel
 

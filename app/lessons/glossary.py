@@ -16,7 +16,7 @@ from typing import Any
 from babel.messages.pofile import read_po
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.lessons.content import ContentError, NonEmpty, _parse_yaml, _read, _validate
+from contracts.course import ContentError, NonEmpty, _parse_yaml, _read, _validate
 
 LANG = "pt-BR"
 GLOSSARY_FILE = "glossary.yaml"

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.lessons.content import Claim
+from contracts.course import Claim
 
 MARK = "PROOF "  # a result line from the child: MARK + JSON
 TIMEOUT_SECONDS = 300  # the whole set; it takes a few seconds

@@ -17,11 +17,11 @@ from pygments.lexers import PythonLexer
 from app.db import aware, utcnow
 from app.i18n import current_lang, locale_name
 from app.i18n import gettext as _
-from app.lessons.content import Course, Exercise, Lesson, render_markdown
-from app.submissions import messages
 from app.submissions.models import Mode, Status, Submission
-from app.submissions.verdict import render
 from app.web import status_label
+from contracts import messages
+from contracts.course import Course, Exercise, Lesson, render_markdown
+from contracts.verdict import render
 
 
 def outcome_label(submission: Submission) -> str:

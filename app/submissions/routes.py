@@ -23,8 +23,8 @@ from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.schemas import SubmissionCreated, SubmissionId, SubmissionIn, SubmissionOut
-from app.submissions.verdict import Verdict
 from app.web import render, templates
+from contracts.verdict import Verdict
 
 router = APIRouter()
 present.install(templates.env)

@@ -5,7 +5,7 @@ from pydantic import BaseModel, Field
 
 from app.security import MAX_ID, TEXT_PATTERN
 from app.submissions.models import Mode, Status
-from app.submissions.verdict import Verdict
+from contracts.verdict import Verdict
 
 SubmissionId = Annotated[int, Path(ge=1, le=MAX_ID, description="The id from `POST …/submissions`")]
 

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, aliased
 from app.accounts.ownership import Learner, owned_by
 from app.db import aware, utcnow
 from app.drafts import service as drafts
-from app.lessons.content import Exercise
 from app.submissions.models import Mode, Status, Submission
+from contracts.course import Exercise
 
 NOTIFY_CHANNEL = "treino_jobs"  # worker/queue.py listens on it
 MAX_PLACES = 10_000  # a queue longer than this shows no place for the jobs beyond it

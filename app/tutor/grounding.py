@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from app.lessons.content import Exercise
+from contracts.course import Exercise
 
 MAX_CODE = 12_000  # characters of the learner's code sent (the editor allows more)
 MAX_OUTPUT = 2_000  # characters of their program's output

@@ -23,11 +23,10 @@ from sqlalchemy import update
 from app import i18n
 from app.accounts.auth import LearnerDep
 from app.accounts.ownership import Learner
-from app.config import LANGS, Settings
+from app.config import Settings
 from app.db import SessionDep
 from app.http import client_ip
 from app.i18n import gettext as _
-from app.lessons.content import Card, Exercise, Lesson
 from app.lessons.dependencies import ExerciseDep, LessonDep
 from app.security import TEXT_PATTERN
 from app.submissions import present
@@ -36,6 +35,8 @@ from app.submissions.models import Mode, Status
 from app.tutor import client, grounding, guard, service
 from app.tutor.models import TutorMessage
 from app.web import templates
+from contracts.course import Card, Exercise, Lesson
+from contracts.languages import LANGS
 
 router = APIRouter()
 

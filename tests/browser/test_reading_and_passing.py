@@ -13,9 +13,9 @@ import pytest
 
 from app.config import ROOT
 from app.i18n import set_lang
-from app.lessons.content import load_course
 from app.submissions.present import pass_meaning
 from app.submissions.routes import WAIT_SECONDS
+from contracts.course import load_course
 from tests.browser.conftest import shot
 from tests.browser.test_learner_flow import EXERCISE, GRADE_MS, SOLUTION, replace_code
 from tests.browser.test_loop import overflow, too_wide
@@ -203,7 +203,7 @@ WHAT_WENT_WRONG = {"en": "What went wrong", "pt-BR": "O que deu errado"}
 def test_a_named_mistake_is_told_what_went_wrong(new_page, lang, width, scheme):
     """Two grades per axis (the words are the point, so both languages): no clipping at all in
     scaler-clipping, gradients never released in fit-the-budget."""
-    from app.submissions import messages
+    from contracts import messages
 
     course = load_course(ROOT / "lessons")
     page = phone_or_desktop(new_page, lang, width, scheme)

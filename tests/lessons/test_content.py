@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.config import LANGS
-from app.lessons.content import ContentError, load_course
+from contracts.course import ContentError, load_course
+from contracts.languages import LANGS
 from tests.conftest import LESSONS
 
 EXPECTED = ["mixed-precision", "gradient-accumulation", "bottleneck", "gpu-memory", "model-memory"]

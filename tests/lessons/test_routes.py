@@ -5,8 +5,9 @@ import shutil
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import LANGS, Settings
+from app.config import Settings
 from app.main import create_app
+from contracts.languages import LANGS
 from tests.conftest import LESSONS, html
 
 

@@ -8,11 +8,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.config import LANGS
 from app.offline import release
 from app.offline.idempotency import code_hash
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
+from contracts.languages import LANGS
 from tests.conftest import arm_csrf, html, sign_up
 
 HTMX = {"HX-Request": "true"}

@@ -4,7 +4,7 @@ and "continue where you left off", the JSON twin, and that nobody sees anyone el
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import LANGS
+from contracts.languages import LANGS
 from tests.conftest import PASSWORD, arm_csrf, html, sign_up
 
 HTMX = {"HX-Request": "true"}

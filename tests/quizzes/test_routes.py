@@ -6,9 +6,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.config import LANGS
-from app.lessons.content import load_course
 from app.quizzes.models import QuizAttempt
+from contracts.course import load_course
+from contracts.languages import LANGS
 from tests.conftest import LESSONS, html
 
 HTMX = {"HX-Request": "true"}

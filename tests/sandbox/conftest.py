@@ -21,8 +21,8 @@ with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import ROOT, get_settings  # noqa: E402
-from app.lessons.content import load_course  # noqa: E402
-from app.submissions.verdict import render  # noqa: E402
+from contracts.course import load_course  # noqa: E402
+from contracts.verdict import render  # noqa: E402
 from worker import forkserver, pool, sandbox  # noqa: E402
 from worker.grading import Grader  # noqa: E402
 

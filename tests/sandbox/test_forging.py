@@ -12,7 +12,7 @@ import json
 import pytest
 
 from app.config import get_settings
-from app.lessons.content import load_course
+from contracts.course import load_course
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.config import get_settings
-from app.lessons.content import load_course
+from contracts.course import load_course
 from tests.sandbox.conftest import fork_strays, template_pids
 from worker import forkserver, sandbox
 from worker.harness import quiet

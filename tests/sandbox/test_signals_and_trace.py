@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 from app.config import get_settings
-from app.lessons.content import Limits, load_course
-from app.submissions.verdict import render
+from contracts.course import load_course
+from contracts.limits import Limits
+from contracts.verdict import render
 from tests.sandbox.conftest import DB_SECRET, SECRET
 from tests.sandbox.test_forging import CONCATENATED
 from worker import sandbox
@@ -361,8 +362,8 @@ from worker.harness import quiet
 with quiet.ignored():
     import torch
 from app.config import get_settings
-from app.lessons.content import load_course
-from app.submissions.verdict import render
+from contracts.course import load_course
+from contracts.verdict import render
 from worker import forkserver, grading, pool, sandbox
 
 start, clean, tamper, wrong, mark, verdicts = sys.argv[1:7]

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import LANGS
+from contracts.languages import LANGS
 from tests.conftest import arm_csrf, html
 from tests.worker.test_queue import fake_verdict
 from worker.runner import Worker

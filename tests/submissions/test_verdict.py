@@ -9,7 +9,7 @@ from sqlalchemy import update
 from app.db import utcnow
 from app.submissions.figures import figures
 from app.submissions.models import Submission
-from app.submissions.verdict import record
+from contracts.verdict import record
 from tests.conftest import html
 from worker.runner import Worker
 
@@ -200,8 +200,8 @@ def test_figures_are_empty_when_nothing_was_measured():
 
 def _not_scaled_record() -> dict:
     """What the worker stores for loss-not-scaled: message keys and values, no texts."""
-    from app.submissions.messages import Phrase, Sci
-    from app.submissions.verdict import check_record, record, seal
+    from contracts.messages import Phrase, Sci
+    from contracts.verdict import check_record, record, seal
 
     checks = [
         check_record("steps", True, "check.steps.passed", {"steps": 3}),
@@ -232,7 +232,7 @@ def _not_scaled_record() -> dict:
 def test_a_record_holds_keys_and_values_and_survives_json():
     import json
 
-    from app.submissions.verdict import render
+    from contracts.verdict import render
 
     stored = json.loads(json.dumps(_not_scaled_record(), allow_nan=False))  # as the row keeps it
     assert stored["version"] == 2 and stored["diagnosis"]["id"] == "loss-not-scaled"
@@ -253,7 +253,7 @@ def test_a_record_is_sealed_as_strict_bounded_json():
     and a huge output or quoted message is cut to fit."""
     import json
 
-    from app.submissions.verdict import MAX_BYTES, check_record, record, render, seal
+    from contracts.verdict import MAX_BYTES, check_record, record, render, seal
 
     rec = record(
         "x/y",
@@ -288,7 +288,7 @@ def test_switching_language_re_renders_an_old_verdict(client, app):
 def test_a_record_whose_keys_the_catalogue_lost_still_reads(client, app):
     """A row graded under an older catalogue (a check renamed, a placeholder dropped since):
     the page shows the stored key instead of failing."""
-    from app.submissions.verdict import check_record, record
+    from contracts.verdict import check_record, record
 
     stale = record(
         "gradient-accumulation/accumulate",

@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 
 from app.submissions.figures import figures
 from app.submissions.models import Submission
-from app.submissions.verdict import check_record, record, trouble
+from contracts.verdict import check_record, record, trouble
 from tests.conftest import arm_csrf, html
 from tests.submissions.test_verdict import NOT_SCALED, finished
 

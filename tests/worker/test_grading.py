@@ -160,7 +160,7 @@ def test_judging_past_its_budget_is_the_learners_error_and_the_next_is_judged_at
     run is judged as quickly as ever."""
     import time
 
-    from app.submissions.verdict import render
+    from contracts.verdict import render
     from worker import grading
     from worker.checks import Check, Evaluation
 
@@ -189,7 +189,7 @@ def test_judging_past_its_budget_is_the_learners_error_and_the_next_is_judged_at
 def test_an_exception_of_the_checks_is_ours_not_the_learners(exercise, monkeypatch, caplog):
     """It was answered as the learner's interference; it is the grader's trouble, logged with
     its traceback, and the learner is told so in both languages."""
-    from app.submissions.verdict import render
+    from contracts.verdict import render
 
     def evaluate(params, data, device):
         raise KeyError("a bug of ours")
@@ -210,7 +210,7 @@ def test_a_feature_the_grader_refuses_is_named_in_the_learners_language_not_as_t
     the verdict says which feature and why in the learner's language, not 'Your code raised
     Unavailable: …' in English. A learner's own class of that name with another limit is their
     exception like any other."""
-    from app.submissions.verdict import render
+    from contracts.verdict import render
     from worker import grading
 
     def verdict(limit: str, lang: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.submissions.messages import render
+from contracts.messages import render
 from tests.worker.test_golden import assert_answer
 from worker.checks import measure
 

@@ -2,8 +2,9 @@ import re
 import string
 from pathlib import Path
 
-from app.submissions.messages import LANGUAGES, Sci, catalogue, number, render
-from app.submissions.verdict import STATUSES
+from contracts.languages import LANGS
+from contracts.messages import Sci, catalogue, number, render
+from contracts.verdict import STATUSES
 from tests.worker.conftest import GOLDEN
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
@@ -15,7 +16,7 @@ def placeholders(template: str) -> set[str]:
 
 def test_every_text_exists_in_both_languages():
     for key, texts in catalogue().items():
-        assert set(texts) == set(LANGUAGES), key
+        assert set(texts) == set(LANGS), key
         assert all(isinstance(t, str) and t.strip() for t in texts.values()), key
 
 

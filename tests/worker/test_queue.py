@@ -16,10 +16,10 @@ from sqlalchemy.orm import sessionmaker
 from app.accounts.ownership import Learner
 from app.config import ROOT, Settings
 from app.db import make_engine
-from app.lessons.content import load_course
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.service import AlreadyActive, QueueOrder, enqueue, queue_position
-from app.submissions.verdict import Record, record
+from contracts.course import load_course
+from contracts.verdict import Record, record
 from tests.conftest import LESSONS
 from worker import queue
 from worker.runner import Worker
@@ -261,7 +261,7 @@ WORKER_SCRIPT = """
 import sys, time
 from app.config import Settings
 from tests.conftest import LESSONS
-from app.submissions.verdict import record
+from contracts.verdict import record
 from worker import runner
 
 def slow(exercise, code, run_only=False, cancel=None):
