@@ -13,6 +13,7 @@ a 503 without Retry-After, or a request with no answer within REQUEST_TIMEOUT is
 
 import argparse
 import asyncio
+import functools
 import math
 import sys
 import time
@@ -99,13 +100,19 @@ def _retry_after(response: httpx2.Response) -> float | None:
     return float(value) if value.isdigit() else None
 
 
-def _wait_path(submission: int, seen: str) -> str:
-    """What the page's status.js waits on (app/submissions/routes.py, submission_changes)."""
+@functools.cache
+def _settings():
     from app.config import Settings
+
+    return Settings(secret_key=SECRET, _env_file=None)
+
+
+def _wait_path(submission: int, seen: str) -> str:
+    """What the page's status.js waits on (app/submissions/routes.py, submission_changes), signed
+    with the stack's key (its settings built once, not at every wait)."""
     from app.submissions import watch
 
-    key = watch.key(Settings(secret_key=SECRET, _env_file=None), submission)
-    return f"/live/submissions/{submission}?seen={seen}&key={key}"
+    return f"/live/submissions/{submission}?seen={seen}&key={watch.key(_settings(), submission)}"
 
 
 async def _class(stack: Stack, tokens: list[str], code: str, burst: Burst) -> None:
