@@ -30,7 +30,7 @@ def test_the_course_has_the_five_lessons_in_order(real_course):
 def test_every_lesson_is_short_cards_with_a_recap_and_two_questions(real_course, lang):
     for lesson in real_course.lessons:
         text = lesson.text(lang)
-        assert 5 <= text.minutes <= 15, (lesson.slug, text.minutes)
+        assert 5 <= text.minutes <= 10, (lesson.slug, text.minutes)  # LESSONS.md: 5–10 minutes
         assert len(text.cards) >= 6, lesson.slug
         assert len(text.recap_html) >= 3, lesson.slug
         assert len(lesson.questions) >= 2, lesson.slug
@@ -62,6 +62,7 @@ def test_a_lesson_s_minutes_are_the_time_it_takes_to_read(real_course, lang):
     for lesson in real_course.lessons:
         estimate = _reading_minutes(lesson.path, lang)
         assert abs(lesson.text(lang).minutes - estimate) <= 1.5, (lesson.slug, round(estimate, 1))
+        assert estimate <= 10, (lesson.slug, round(estimate, 2))  # read aloud, not only declared
 
 
 def _lesson_source(lang: str) -> str:
