@@ -46,6 +46,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]  # no stubs in the lock (types-psutil)
+
 from worker import sandbox
 from worker.harness import linux
 from worker.pool import Pool, Starter
@@ -96,9 +98,8 @@ def _descends(pid: int, ancestor: int, depth: int = 8) -> bool:
     """Whether ``ancestor`` is ``pid``'s parent, grandparent, … (at most ``depth`` up)."""
     for _ in range(depth):
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            pid = psutil.Process(pid).ppid()
+        except psutil.Error:
             return False
         if pid == ancestor:
             return True
@@ -186,18 +187,9 @@ class ForkedJob:
         )
         wall_ms = round((time.monotonic() - started) * 1000)
         self.kill()
-        result = sandbox.outcome(
-            end,
-            wall_ms,
-            self.output,
-            0,
-            self.trace,
-            limits,
-            self._returncode(0 if end == "done" else STATUS_SECONDS),
-            self.cgroup,
-            self.id,
-        )
-        return dataclasses.replace(result, start_ms=round((started - asked) * 1000))
+        returncode = self._returncode(0 if end == "done" else STATUS_SECONDS)
+        ending = sandbox.Ending(end, wall_ms, returncode, self.output, self.trace, 0, self.cgroup, self.id)
+        return dataclasses.replace(sandbox.result(ending, limits), start_ms=round((started - asked) * 1000))
 
     def _returncode(self, timeout: float) -> int | None:
         """How the job ended, as its init saw it (None if the init was killed first)."""

@@ -119,7 +119,7 @@ class Pool(Starter):
         """Run one job in a sandbox of this pool (a cold one if none is warm)."""
         try:
             result = self.take().run(kind, job, code, limits, cancel)
-            if result.reason == "sandbox-start":  # it died warming up (ours, not the learner's)
+            if result.reason == sandbox.SANDBOX_START:  # it died warming up (ours, not the learner's)
                 result = self._start().run(kind, job, code, limits, cancel)  # once more, cold
             return result
         finally:

@@ -26,6 +26,8 @@ import functools
 import os
 from typing import Any
 
+from worker.harness import linux
+
 # Refused outright (EPERM). Grouped by what they would give a job.
 DENIED = (
     # kernel keyrings: a key planted by one job could be read by the next
@@ -119,17 +121,6 @@ CUDA_NEEDS = (
     "memfd_create",
 )
 
-# clone flags that make namespaces: a plain thread or fork has none of them
-CLONE_NAMESPACES = {
-    "CLONE_NEWNS": 0x00020000,
-    "CLONE_NEWCGROUP": 0x02000000,
-    "CLONE_NEWUTS": 0x04000000,
-    "CLONE_NEWIPC": 0x08000000,
-    "CLONE_NEWUSER": 0x10000000,
-    "CLONE_NEWPID": 0x20000000,
-    "CLONE_NEWNET": 0x40000000,
-    "CLONE_NEWTIME": 0x00000080,
-}
 AF_VSOCK = 40  # host-guest sockets: isolate refuses them
 TIOCSTI = 0x5412  # push characters into a terminal's input
 TIOCLINUX = 0x541C
@@ -170,7 +161,7 @@ def build(seccomp: Any, allow: tuple[str, ...] = ()) -> bytes:
             f.add_rule(eperm, name)
         except (RuntimeError, ValueError, OSError):  # not a syscall of this architecture
             continue
-    for flag in CLONE_NAMESPACES.values():
+    for flag in linux.CLONE_NAMESPACES.values():  # a plain thread or fork has none of them
         f.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     # clone3 passes its flags in memory seccomp cannot read: ENOSYS makes glibc fall back to clone
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")

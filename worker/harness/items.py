@@ -1,0 +1,122 @@
+"""A dataset the supervisor serves to its child (``supervise``), each item after a wait the
+learner's code cannot shorten. Standard library only."""
+
+import contextlib
+import heapq
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+
+
+class Items:
+    """A dataset the supervisor serves: the child and every process it starts connect to
+    ``address`` (an abstract Unix socket in the job's own network namespace) and ask for items
+    by index (``!I``); each answer (a status byte, then ``make(seed, index)``) goes out
+    ``seconds`` after the question came in, however many are asked at once. Each run (``open``)
+    draws a new seed here, after the fork: items asked for before a run opened are another run's,
+    and its data cannot be made without asking, in time the learner's code cannot shorten."""
+
+    MAX_CONNECTIONS = 128
+    MAX_PENDING = 8192
+
+    def __init__(self, count, seconds, make, size):
+        self.count, self.seconds, self._make, self._size = int(count), float(seconds), make, size
+        self.address = b"\0treino-items-" + os.urandom(16).hex().encode()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.address)
+        self._listener.listen(self.MAX_CONNECTIONS)
+        self._listener.setblocking(False)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._lock = threading.Lock()
+        self.seeds, self.served = [], []
+        self._thread = None
+
+    def open(self, _index=None):
+        """A new run: a new seed, drawn now."""
+        with self._lock:
+            self.seeds.append(int.from_bytes(os.urandom(6), "big"))
+            self.served.append(0)
+
+    def start(self):
+        self._thread = threading.Thread(target=self._serve, name="items", daemon=True)
+        self._thread.start()
+
+    def close(self):
+        if self._thread is not None:
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"x")
+            self._thread.join(5)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
+
+    def result(self):
+        with self._lock:
+            return {"seeds": [str(s) for s in self.seeds], "served": list(self.served)}
+
+    def _answer(self, raw):
+        (index,) = struct.unpack("!I", raw)
+        with self._lock:
+            if not self.seeds or index >= self.count:
+                return b"\1" + bytes(self._size)
+            self.served[-1] += 1
+            seed = self.seeds[-1]
+        return b"\0" + self._make(seed, index)
+
+    def _serve(self):
+        chosen = selectors.DefaultSelector()
+        chosen.register(self._listener, selectors.EVENT_READ, "listener")
+        chosen.register(self._wake_r, selectors.EVENT_READ, "wake")
+        buffers: dict[socket.socket, bytes] = {}
+        due: list[tuple[float, int, socket.socket, bytes]] = []  # (when, order, to whom, answer)
+        order = 0
+        while True:
+            timeout = max(0.0, due[0][0] - time.monotonic()) if due else None
+            for key, _ in chosen.select(timeout):
+                if key.data == "wake":
+                    for conn in buffers:
+                        conn.close()
+                    chosen.close()
+                    return
+                if key.data == "listener":
+                    with contextlib.suppress(OSError):
+                        while True:
+                            conn, _ = self._listener.accept()
+                            if len(buffers) >= self.MAX_CONNECTIONS:
+                                conn.close()
+                                continue
+                            conn.setblocking(False)
+                            buffers[conn] = b""
+                            chosen.register(conn, selectors.EVENT_READ, conn)
+                    continue
+                conn = key.data  # a client's socket (registered as its own data)
+                try:
+                    chunk = conn.recv(4096)
+                except OSError:
+                    chunk = b""
+                if not chunk or len(due) >= self.MAX_PENDING:
+                    chosen.unregister(conn)
+                    conn.close()
+                    del buffers[conn]
+                    continue
+                buffer = buffers[conn] + chunk
+                asked = time.monotonic()
+                while len(buffer) >= 4:
+                    order += 1
+                    heapq.heappush(due, (asked + self.seconds, order, conn, self._answer(buffer[:4])))
+                    buffer = buffer[4:]
+                buffers[conn] = buffer
+            now = time.monotonic()
+            while due and due[0][0] <= now:
+                _, _, conn, answer = heapq.heappop(due)
+                if conn in buffers:
+                    try:
+                        sent = conn.send(answer)
+                    except OSError:
+                        sent = 0
+                    if sent < len(answer):  # a client that does not read its answers: dropped
+                        chosen.unregister(conn)
+                        conn.close()
+                        del buffers[conn]

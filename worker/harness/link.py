@@ -1,0 +1,69 @@
+"""The child's end of its link to the supervisor (``supervise``), and the wire both speak: a
+length-prefixed message of strict JSON each way, bounded by the supervisor. Standard library only."""
+
+import json
+import os
+import struct
+
+from observer import Interference
+
+HEADER = struct.Struct("!I")
+MAX_SYNC = 64 * 1024  # one sync message
+
+
+def send(sock, payload: bytes):
+    sock.sendall(HEADER.pack(len(payload)) + payload)
+
+
+def recv_exact(sock, n):
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _refuse_constant(name):
+    raise ValueError(f"non-finite number {name}")
+
+
+def decode(raw):
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise Interference(f"a message that is not strict JSON ({type(exc).__name__})") from None
+    if not isinstance(value, dict):
+        raise Interference("a message that is not an object")
+    return value
+
+
+class Link:
+    """The child's end: syncs (it waits for the supervisor's answer) and the final report."""
+
+    def __init__(self, sock=None, observer=None):
+        self._sock, self._observer = sock, observer  # a socket (forked) or the observer (inline)
+
+    def sync(self, label, index=-1, snapshot=False, meter=None):
+        message = {"t": "sync", "label": label, "index": int(index), "snapshot": bool(snapshot)}
+        if meter is not None:
+            message["meter"] = [int(v) for v in meter]
+        if self._sock is None:
+            if self._observer.shared is not None:
+                self._observer.shared.mirror()
+            self._observer.sync(message)
+            return
+        send(self._sock, json.dumps(message).encode())
+        if label != "meter" and recv_exact(self._sock, 1) != b"k":
+            os._exit(70)  # the supervisor is gone: nothing left to report to
+
+    def meter(self, number, packed, freed, note=0):
+        """Meter ``number``'s running counts (bytes in, bytes out), sent as they change, with
+        its ``note`` (``Observer._meter``) when it has one."""
+        self.sync("meter", meter=(number, packed, freed, note) if note else (number, packed, freed))
+
+    def report(self, payload: bytes):
+        if self._sock is not None:
+            send(self._sock, payload)

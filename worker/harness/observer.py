@@ -1,0 +1,148 @@
+"""What the supervisor observes of its child (``supervise``): the parameters, moved into shared
+memory before the fork and read there without the child's help, and every sync the child makes,
+with the meters' counts it sends as they grow. Standard library and torch only."""
+
+import mmap
+import os
+import time
+
+import torch
+from instrument import flat
+
+MAX_SNAPSHOTS = 256
+MAX_EVENTS = 4096
+MAX_METERS = 64
+ALIGN = 64
+
+
+class Interference(Exception):
+    """The child broke the protocol; the message says how (it goes into the trace)."""
+
+
+class Shared:
+    """Tensors moved into one anonymous shared mapping made before the fork: the child computes
+    in it, the supervisor reads it without the child's help."""
+
+    def __init__(self, tensors):
+        tensors = [t for t in tensors]
+        offsets, size = [], 0
+        for t in tensors:
+            size = -(-size // ALIGN) * ALIGN
+            offsets.append(size)
+            size += t.numel() * t.element_size()
+        self._map = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        self.views = []
+        for t, offset in zip(tensors, offsets, strict=True):
+            view = torch.frombuffer(self._map, dtype=t.dtype, count=t.numel(), offset=offset)
+            view = view.view(t.shape)
+            with torch.no_grad():
+                view.copy_(t.detach().cpu())
+            if t.device.type == "cpu":
+                t.data = view  # the parameter now lives in the shared mapping
+            self.views.append(view)
+        self.tensors = tensors
+
+    def mirror(self):
+        """Copy tensors that could not live in the mapping (on a GPU) into it: inline mode only."""
+        with torch.no_grad():
+            for t, view in zip(self.tensors, self.views, strict=True):
+                if t.data_ptr() != view.data_ptr():
+                    view.copy_(t.detach().to("cpu", view.dtype).reshape(view.shape))
+
+    def snapshot(self):
+        """The values, as a flat list of floats (None where not finite)."""
+        return flat(self.views) if self.views else []
+
+
+class Observer:
+    """What the supervisor saw: syncs by label, parameter snapshots, the meters' stream."""
+
+    def __init__(self, shared):
+        self.shared = shared
+        self.started = time.monotonic()
+        self.counts = {}
+        self.events = []  # [label, index, ms, snapshot index or -1]
+        self.events_dropped = 0
+        self.snapshots = []
+        self.meters = {}  # meter number → its counts and the peak seen
+        self.problems = []
+        self.slow = None  # (labels, seconds): one label made slow per run, drawn after the fork
+        self.slowed = []  # the label made slow in run 0, 1, …: its syncs are answered late
+        self.hooks = {}  # label → called with the index, before the parameters are read
+
+    def draw_slow(self):
+        """Draw which label is slow in each run (sync index): a permutation of the labels, made
+        here once the child exists, so that nothing in its memory tells."""
+        if self.slow is None:
+            return
+        labels, seconds = self.slow
+        order = list(labels)
+        for i in range(len(order) - 1, 0, -1):  # Fisher-Yates on the kernel's randomness
+            j = int.from_bytes(os.urandom(4), "big") % (i + 1)
+            order[i], order[j] = order[j], order[i]
+        self.slowed = order
+
+    def problem(self, why):
+        if len(self.problems) < 8:
+            self.problems.append(str(why)[:200])
+
+    def sync(self, message):
+        label, index = message.get("label"), message.get("index", -1)
+        if not isinstance(label, str) or len(label) > 40 or not isinstance(index, int):
+            raise Interference("a sync message of the wrong shape")
+        meter = message.get("meter")
+        if meter is not None:
+            self._meter(meter)
+        if label == "meter":
+            return
+        self.counts[label] = self.counts.get(label, 0) + 1
+        if self.slow is not None and 0 <= index < len(self.slowed) and self.slowed[index] == label:
+            time.sleep(self.slow[1])  # a slow phase: the supervisor's own time
+        if label in self.hooks:
+            self.hooks[label](index)
+        shot = -1
+        if message.get("snapshot") and self.shared is not None and len(self.snapshots) < MAX_SNAPSHOTS:
+            shot = len(self.snapshots)
+            self.snapshots.append(self.shared.snapshot())
+        if len(self.events) < MAX_EVENTS:
+            self.events.append([label, index, round((time.monotonic() - self.started) * 1000, 3), shot])
+        else:
+            self.events_dropped += 1
+
+    def _meter(self, meter):
+        """``[number, packed, freed]``: the bytes meter ``number`` ever counted in and out;
+        both only grow, so live bytes are their difference and the peak is kept here. A fourth
+        value is a note: 1, the meter saw work it could not count (interference); 2, a forward
+        recomputed by torch's checkpoint, which saved in its place (counted as ``recomputed``)."""
+        if (
+            not isinstance(meter, list)
+            or len(meter) not in (3, 4)
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in meter)
+        ):
+            raise Interference("a meter message of the wrong shape")
+        number, packed, freed = meter[:3]
+        if not 0 <= number < MAX_METERS:
+            raise Interference("too many meters")
+        state = self.meters.setdefault(number, {"peak": 0, "packed": 0, "freed": 0, "messages": 0})
+        note = meter[3] if len(meter) == 4 else 0
+        if note == 1:
+            self.problem("tensors were saved for backward where the memory meter could not see them")
+        elif note == 2:
+            state["recomputed"] = state.get("recomputed", 0) + 1
+        if packed < state["packed"] or freed < state["freed"] or not 0 <= freed <= packed:
+            self.problem("the memory meter's counts went backwards")
+        state["packed"], state["freed"] = packed, freed
+        state["peak"] = max(state["peak"], packed - freed)
+        state["messages"] += 1
+
+    def result(self, final):
+        return {
+            "counts": self.counts,
+            "events": self.events,
+            "events_dropped": self.events_dropped,
+            "snapshots": self.snapshots,
+            "final_params": final,
+            "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
+            "interfered": "; ".join(self.problems) or None,
+            "slowed": self.slowed,
+        }

@@ -1,0 +1,53 @@
+"""What of the host a sandbox is given: its environment, the read-only paths Python and torch
+need, the harness; and the two small records every part of the launcher shares."""
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+HARNESS = Path(__file__).resolve().parents[1] / "harness"
+TMPFS_BYTES = 64 * 1024 * 1024  # each of /job, /tmp, /dev/shm
+
+
+class SandboxUnavailable(RuntimeError):
+    """The configured sandbox or device cannot be used here; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What this process runs learner code with."""
+
+    isolation: Literal["bwrap", "process"]
+    device: Literal["cpu", "cuda"]
+    gpu: int | None = None  # the /dev/nvidiaN bound into bwrap sandboxes on CUDA
+
+
+def environment(home: str) -> dict[str, str]:
+    """The whole environment of the sandbox, and of bwrap itself: nothing of the worker's."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": f"{home}/tmp",
+        "USER": "sandbox",  # getpass.getuser() without a passwd file
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def readonly_paths() -> list[str]:
+    """What Python and torch need: the interpreter's prefix, the venv, the system libraries."""
+    paths = []
+    for prefix in (sys.base_prefix, sys.prefix):
+        if prefix in ("/", "/usr"):  # a system Python: its stdlib is under /usr/lib
+            paths.append(os.path.realpath(sys.executable))
+        elif prefix not in paths:
+            paths.append(prefix)
+    paths += [
+        p for p in ("/usr/lib", "/usr/lib64", "/usr/lib32") if os.path.isdir(p) and not os.path.islink(p)
+    ]
+    paths.append("/etc/ld.so.cache")
+    return paths

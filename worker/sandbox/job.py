@@ -1,0 +1,189 @@
+"""One job, whichever launcher ran it (a single-use ``Sandbox`` or a fork of a template): the
+request it is handed, and its result read back from the memory files the worker created and
+holds. Everything that comes out of a job is untrusted input: the trace is read only once its
+harness said it was complete, and parsed against its schema."""
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import stat
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from app.lessons.content import Limits
+from worker.harness import trace_schema
+
+if TYPE_CHECKING:
+    from worker.sandbox.cgroup import Cgroup
+
+log = logging.getLogger("treino.sandbox")
+
+TRACE_LIMIT = trace_schema.MAX_BYTES
+INVALID_TRACE = "invalid-trace"  # Result.reason: the trace broke its schema (the job interfered)
+INCOMPLETE_TRACE = "incomplete-trace"  # Result.reason: a trace with no "D" after it (the harness's)
+SANDBOX_START = "sandbox-start"  # Result.reason: the sandbox failed before its job began (ours)
+LIMIT_CAUSES = ("cpu", "memory", "file-size")  # a job's limits: what ended it, trace or none
+DONE_PIPE_LIMIT = 64 * 1024  # what a warm sandbox's done pipe may hold at hand-off; past it, a writer
+
+
+@dataclass(frozen=True)
+class Result:
+    status: Literal["ok", "timeout", "crashed"]
+    trace: dict | None  # the harness's trace; None unless status is "ok"
+    wall_ms: int  # from hand-off to the job's end (its harness said done, or it ended): no warm-up
+    output: str  # what reached the process's own stdout/stderr (capped)
+    returncode: int | None
+    reason: str = ""  # for "crashed": a short machine-readable cause
+    start_ms: int = 0  # a forked job's: from asking its template for it to its sandbox being ready
+
+
+def request(
+    kind: str, job: dict, code: bytes, limits: Limits, device: str, cgroup: bool, **extra: object
+) -> bytes:
+    """The request a job's harness receives (``run.receive``): the job, the code, its limits."""
+    address_space = None if cgroup or device == "cuda" else limits.memory_mb
+    job = {**job, "kind": kind, "output_limit": limits.output_kb * 1024, "trace_limit": TRACE_LIMIT}
+    return json.dumps(
+        {
+            "job": job,
+            "code": code.decode("utf-8"),
+            **extra,
+            "limits": {
+                "cpu_seconds": limits.cpu_seconds,
+                "address_space_mb": address_space,
+                # torch's allocator refuses past it at once; the watch here
+                # (NVML) is the backstop for a job that lifts it
+                "gpu_memory_mb": limits.memory_mb if device == "cuda" else None,
+            },
+        }
+    ).encode("utf-8")
+
+
+def send_request(sock: socket.socket, data: bytes) -> None:
+    """Send it all and close: the job gets no channel back to the worker after it."""
+    try:
+        sock.settimeout(10)
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # it died while warm; reported by the caller as a crash
+    sock.close()
+
+
+def forget_before_hand_off(trace: int, done: int, limit: int = DONE_PIPE_LIMIT) -> bool:
+    """Empty a warm sandbox's trace file and its done pipe as its job is handed over; False
+    when the pipe still holds data after ``limit`` bytes were read from it (someone keeps
+    writing: the sandbox is not fit for a job, and the caller discards it as crashed, which is
+    not the learner's doing). Between its exec and run.py's first step (not_dumpable) the
+    sandbox could be reached through /proc/<pid>/fd by another job of the same uid (the
+    process sandbox under a non-root worker), which planted a passing trace and a "D" there
+    for the next learner (seen once in a CI run); from "ready" on it cannot be, so what is in
+    them now was put there by no one this job trusts."""
+    os.ftruncate(trace, 0)
+    drained = 0
+    while select.select([done], [], [], 0)[0]:
+        if drained >= limit:
+            return False
+        chunk = os.read(done, min(4096, limit - drained))
+        if not chunk:  # every writer gone: nothing more can come
+            return True
+        drained += len(chunk)
+    return True
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a job ended and where its result is: the wait's word (``watch.wait_for_end``, or
+    "memory"/"cancelled"/"timeout"), the wall time from hand-off, the exit status, the memory
+    files it wrote (its output from byte ``skip``: what came before is the warm-up's, ours), its
+    cgroup (None where there was none) and a label for logs."""
+
+    end: str
+    wall_ms: int
+    returncode: int | None
+    output: int
+    trace: int
+    skip: int = 0
+    cgroup: "Cgroup | None" = None
+    label: str = ""
+
+
+def _read_memfd(fd: int, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a memory file; None if it holds more."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        return None
+    return os.pread(fd, limit + 1, 0)
+
+
+def _decode_capped(data: bytes, limit: int) -> str:
+    text = data[:limit].decode("utf-8", "replace")
+    return text + ("\n[output truncated]" if len(data) > limit else "")
+
+
+def _cause(returncode: int | None) -> str:
+    if returncode is not None and returncode > 128:  # bwrap reports a killed child as 128 + signal
+        returncode = -(returncode - 128)
+    if returncode is not None and returncode < 0:
+        signum = -returncode
+        if signum == signal.SIGXCPU:
+            return "cpu"
+        if signum == signal.SIGXFSZ:
+            return "file-size"
+        with contextlib.suppress(ValueError):
+            return signal.Signals(signum).name
+        return f"signal-{signum}"
+    return "no-trace"
+
+
+def result(ending: Ending, limits: Limits) -> Result:
+    """The job's result from how it ended and what it left in its memory files. The trace is
+    read only once its harness said it was complete (``end`` is "done": the supervisor writes
+    ``D`` after the last byte of it) and is parsed as the untrusted input it is; a trace left
+    without that word was never finished: a failure of the harness, not the learner's
+    (``INCOMPLETE_TRACE``), unless a limit of the job's ended it."""
+    end, wall_ms, returncode, cgroup = ending.end, ending.wall_ms, ending.returncode, ending.cgroup
+    cap = limits.output_kb * 1024
+    output = _decode_capped(os.pread(ending.output, cap + 1, ending.skip), cap)
+    if end == "timeout":
+        return Result("timeout", None, wall_ms, output, returncode)
+    if end in ("memory", "cancelled"):
+        return Result("crashed", None, wall_ms, output, returncode, end)
+    raw = _read_memfd(ending.trace, TRACE_LIMIT)
+    if end != "done" or not raw:
+        cause = "memory" if cgroup and cgroup.oom_killed() else _cause(returncode)
+        if end != "done" and raw != b"" and cause not in LIMIT_CAUSES:
+            log.warning("sandbox %s: a trace without the harness's D (%s): not read", ending.label, cause)
+            cause = INCOMPLETE_TRACE
+        return Result("crashed", None, wall_ms, output, returncode, cause)
+    try:
+        trace = trace_schema.parse(raw, TRACE_LIMIT)
+    except trace_schema.Invalid as exc:  # untrusted input: never handed to a check
+        log.warning("sandbox %s: trace refused: %s", ending.label, exc)
+        return Result("crashed", None, wall_ms, output, returncode, INVALID_TRACE)
+    death = trace.get("death")
+    if death is not None:  # the learner's program ended without a report: as if the job had
+        died = -death["number"] if death["how"] == "signal" else death["number"]
+        cause = "memory" if cgroup and cgroup.oom_killed() else _cause(died)
+        return Result("crashed", None, wall_ms, output, died, cause)
+    return Result("ok", trace, wall_ms, output, returncode)
+
+
+def outcome(
+    end: str,
+    wall_ms: int,
+    output_fd: int,
+    skip: int,
+    trace_fd: int,
+    limits: Limits,
+    returncode: int | None,
+    cgroup: "Cgroup | None",
+    label: str,
+) -> Result:
+    """``result`` with its old positional arguments: tests/sandbox/test_signals_and_trace.py
+    still calls it so; remove once it calls ``result(Ending(...), limits)``."""
+    return result(Ending(end, wall_ms, returncode, output_fd, trace_fd, skip, cgroup, label), limits)
