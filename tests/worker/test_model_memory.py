@@ -2,8 +2,6 @@
 train-an-adapter, graded for real in the sandbox — the learner's loop against the plain loop
 (or full fine-tuning), in bytes the CPU and a GPU count the same (float64 tensors)."""
 
-from pathlib import Path
-
 import pytest
 
 from app import i18n
@@ -24,22 +22,19 @@ def shown(verdict, lang="en"):
 
 
 @pytest.fixture(scope="module")
-def verdicts(exercise, grade):
+def verdicts(graded):
     """Each exercise's solution, its starter (the plain loop / full fine-tuning) and mistakes."""
-    out = {}
-    for slug, names in {
+    names = {
         "step-in-backward": ["solution", "starter", "grads-not-released"],
         "train-an-adapter": ["solution", "starter", "base-not-frozen", "optimizer-over-all-parameters"],
-    }.items():
-        folder = Path(exercise(slug).path)
-        for name in names:
-            path = (
-                folder / f"{name}.py"
-                if name in ("solution", "starter")
-                else folder / "mistakes" / f"{name}.py"
-            )
-            out[slug, name] = grade(exercise(slug), path.read_bytes())
-    return out
+    }
+    keys = {
+        (slug, name): ("starter", slug) if name == "starter" else ("bank", slug, name)
+        for slug, each in names.items()
+        for name in each
+    }
+    graded.ahead(keys.values())  # all at once, one per core
+    return {shown: graded[key] for shown, key in keys.items()}
 
 
 def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_four(verdicts):
