@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from app.config import Settings
 from app.lessons.content import Exercise, Limits
-from app.submissions.messages import language, number, text
+from app.submissions.messages import Phrase, language, number, text
 from app.submissions.verdict import Record, VerdictStatus, check_record, record, render, seal
 from worker import forkserver, sandbox
 from worker.checks import (
@@ -43,7 +43,7 @@ log = logging.getLogger("treino.grading")
 # schema bounds, so an honest run takes a fraction of a second; past this, the learner is told
 CHECK_SECONDS = 15
 # PyTorch features the harness refuses by name (worker/harness/instrument.py's Unavailable)
-UNAVAILABLE = ("compile", "transforms")
+UNAVAILABLE = ("compile", "transforms", "profiler", "threads")
 
 
 def _prepare(exercise: Exercise, device: str) -> None:
@@ -92,6 +92,18 @@ def _tidy(output: str) -> str:
 def _cap(output: str, limit_kb: int) -> str:
     limit = limit_kb * 1024
     return output if len(output) <= limit else output[:limit] + "\n[…]"
+
+
+def _interfered(key: str, values: dict[str, Any]) -> Check:
+    """``error.interfered``, quoting what was observed (``interfered.<key>``)."""
+    return Check("run", False, "error.interfered_observed", {"observed": Phrase(f"interfered.{key}", values)})
+
+
+def _trouble(exercise: Exercise, metrics: dict[str, Any], output: str) -> Record:
+    """A fault of ours (logged by the caller with its traceback): never the learner's."""
+    check = Check("run", False, "error.grader_trouble", {})
+    trouble = Diagnosis("grader-trouble", {})
+    return _record(exercise, "error", [check], trouble, metrics=metrics, output=output)
 
 
 def validate(exercise: Exercise, code: bytes) -> Check | None:
@@ -260,7 +272,7 @@ class Grader:
             return _record(exercise, "timeout", [check], metrics=metrics, output=output)
         if result.status == "crashed":
             if result.reason == sandbox.INVALID_TRACE:
-                check = Check("run", False, "error.interfered", {})
+                check = _interfered("trace", {})
             elif result.reason == sandbox.INCOMPLETE_TRACE:  # the harness never said it was done
                 check = Check("run", False, "error.harness", {"message": "its trace was left unfinished"})
             else:
@@ -274,7 +286,7 @@ class Grader:
                 )
         except Interfered as exc:  # what the child reported is not what the harness observed
             log.info("%s: interference: %s", exercise.id, exc)
-            check = Check("run", False, "error.interfered", {})
+            check = _interfered(exc.key, exc.values)
             return _record(exercise, "error", [check], metrics=metrics, output=output)
         except OverBudget:  # bounded lists, near-linear checks: a run that still costs this much
             log.warning("%s: judging ran past %s s", exercise.id, CHECK_SECONDS)
@@ -282,9 +294,7 @@ class Grader:
             return _record(exercise, "error", [check], metrics=metrics, output=output)
         except Exception:  # ours: the supervisor alone wrote this trace, and it kept the schema
             log.exception("%s: the checks failed on a trace", exercise.id)
-            check = Check("run", False, "error.grader_trouble", {})
-            trouble = Diagnosis("grader-trouble", {})
-            return _record(exercise, "error", [check], trouble, metrics=metrics, output=output)
+            return _trouble(exercise, metrics, output)
 
     def prepare(self, exercises: list[Exercise]) -> None:
         """Make a worker's first verdict as quick as the next: compute every exercise's reference
@@ -340,6 +350,16 @@ def _judge(
     started = time.perf_counter()
     if trace.get("outcome") != "ok":
         error = trace.get("error") or {}
+        if error.get("phase") == "harness":  # the harness's own code raised: ours to fix
+            log.error(
+                "%s: the harness failed: %s: %s\n%s",
+                exercise.id,
+                error.get("type", ""),
+                error.get("message", ""),
+                error.get("detail", ""),
+            )
+            metrics["check_ms"] = round((time.perf_counter() - started) * 1000)
+            return _trouble(exercise, metrics, output)
         diagnosis = checks_module.diagnose_error(exercise.check_params, trace.get("data"), error)
         metrics["check_ms"] = round((time.perf_counter() - started) * 1000)
         return _record(exercise, "error", [_error_check(error, exercise.entry)], diagnosis, metrics, output)

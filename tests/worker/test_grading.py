@@ -235,3 +235,127 @@ def test_the_output_names_library_files_as_a_learners_machine_would():
     site = sysconfig.get_paths()["purelib"]
     warning = "torch/utils/data/dataloader.py:431: UserWarning: This DataLoader will create 4 workers"
     assert _tidy(f"{site}/{warning}\nmy own print\n") == f"{warning}\nmy own print\n"
+
+
+def _interference(monkeypatch, key, values=None, detail=""):
+    from worker.checks import Interfered
+
+    def evaluate(params, data, device):
+        raise Interfered(key, values, detail)
+
+    return _judged_by(monkeypatch, evaluate)
+
+
+def test_interference_says_what_was_observed_and_accuses_no_one(exercise, monkeypatch):
+    """Issue 27: every 'interfered' text read as a charge ('This happens when a program changes
+    or replaces the objects…') and said nothing of what the grader saw. It now quotes the
+    observation, in the learner's language, and says the fault may be ours."""
+    from contracts.messages import Phrase
+    from contracts.verdict import render
+
+    grader = _interference(
+        monkeypatch, "count", {"reported": 2, "seen": 3, "unit": Phrase("interfered.unit.steps")}
+    )
+    record = grader.grade(exercise("find-the-bottleneck"), b"def find_bottleneck(*a):\n    return 'data'\n")
+    en, pt = (only_message(render(record, lang)) for lang in ("en", "pt-BR"))
+    assert record["status"] == "error" and record["diagnosis"] is None
+    assert "your run reported 2 where the grader counted 3 (optimizer steps)" in en
+    assert "a sua execução informou 2, e o avaliador contou 3 (passos do otimizador)" in pt
+    assert "the fault may be ours" in en and "a falha pode ser nossa" in pt
+    for message in (en, pt):
+        assert "use them as they are given" not in message and "use tudo do jeito" not in message
+
+
+def test_every_observation_an_interference_can_quote_has_both_texts():
+    """The keys the checks raise (Interfered("<key>"), agree's units) and the supervisor's
+    notes map to interfered.<key> texts in both languages; an unknown note reads 'other'."""
+    import re
+    from pathlib import Path
+
+    from contracts.messages import catalogue
+    from worker import checks
+
+    source = "\n".join(p.read_text() for p in (Path(checks.__file__).parent).glob("*.py"))
+    keys = set(re.findall(r'Interfered\(\s*"([a-z_]+)"', source))
+    keys |= {k for _, k in checks._NOTES} | {"parameters", "memory", "count", "counts", "trace", "other"}
+    units = set(re.findall(r'agree\([^\n]*"([a-z]+)"\)', source)) - {"parameters", "memory"}
+    texts = catalogue()
+    for key in keys:
+        assert set(texts.get(f"interfered.{key}", {})) == {"en", "pt-BR"}, key
+    for unit in units:
+        assert set(texts.get(f"interfered.unit.{unit}", {})) == {"en", "pt-BR"}, unit
+    assert checks.note_key("tensors were saved for backward where the memory meter could not see them") == (
+        "meter_blind"
+    )
+    assert (
+        checks.note_key("the link broke (ValueError); the memory meter's counts went backwards") == "protocol"
+    )
+    assert checks.note_key("something new") == "other"
+
+
+def test_a_failure_of_the_harness_is_ours_and_logged_with_its_traceback(exercise, monkeypatch, caplog):
+    """The harness's own code raising in the sandbox (phase 'harness') was told as 'The grader
+    itself failed (KeyError: …)', its traceback dropped: it is grader-trouble now, in both
+    languages, and the log keeps the traceback the supervisor sent."""
+    from contracts.verdict import render
+    from worker import grading, sandbox
+
+    runner = OneTrace("phases")
+    runner.trace = {
+        "version": 1,
+        "kind": "phases",
+        "outcome": "error",
+        "error": {
+            "phase": "harness",
+            "type": "KeyError",
+            "message": "'params'",
+            "traceback": [],
+            "detail": 'Traceback (most recent call last):\n  File "/harness/phases.py", line 9\n'
+            "KeyError: 'params'",
+        },
+        "data": None,
+    }
+    grader = grading.Grader(sandbox.Setup("process", "cpu"), runner)
+    with caplog.at_level("ERROR", logger="treino.grading"):
+        record = grader.grade(
+            exercise("find-the-bottleneck"), b"def find_bottleneck(*a):\n    return 'data'\n"
+        )
+    assert record["status"] == "error"
+    assert record["diagnosis"]["id"] == "grader-trouble"
+    assert "a fault of ours, not of your code" in only_message(render(record, "en"))
+    assert "o erro é nosso" in only_message(render(record, "pt-BR"))
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "treino.grading")
+    assert 'File "/harness/phases.py", line 9' in logged and "KeyError" in logged
+
+
+def test_a_one_thread_grader_names_the_profiler_and_threads_in_both_languages(exercise):
+    """torch.profiler in accumulate read 'Your code raised RuntimeError: Operation not permitted':
+    the harness's Unavailable now names the limit, and the verdict says it in the learner's
+    language."""
+    from contracts.verdict import render
+    from worker import grading
+
+    def verdict(limit: str, lang: str) -> str:
+        error = {"phase": "run", "type": "Unavailable", "message": "English text", "limit": limit}
+        record = grading._record(exercise("accumulate"), "error", [grading._error_check(error, "train")])
+        return only_message(render(record, lang))
+
+    assert "the profiler starts a thread" in verdict("profiler", "en")
+    assert "o profiler inicia uma thread" in verdict("profiler", "pt-BR")
+    assert "on a single thread and in a single process" in verdict("threads", "en")
+    assert "não dá para iniciar threads nem processos" in verdict("threads", "pt-BR")
+
+
+@pytest.mark.slow
+def test_honest_loops_the_grader_cannot_run_hear_the_limit_not_an_exception(graded):
+    """Issue 27, point 4, graded in the sandbox: torch.profiler and a thread of the loop's own in
+    a one-thread kind get the limit named (not 'Your code raised RuntimeError: Operation not
+    permitted' / "can't start new thread"); an optimizer of the loop's own is told that the
+    parameters moved without the handed optimizer's step (not 'the parameters did not move')."""
+    profiler = graded["golden", "accumulate", "fail--profiler-around-loop"]
+    assert "the profiler starts a thread" in only_message(profiler)
+    thread = graded["golden", "accumulate", "fail--thread-logger"]
+    assert "on a single thread and in a single process" in only_message(thread)
+    own = graded["golden", "accumulate", "fail--own-optimizer"]
+    trajectory = next(c for c in own["checks"] if c["name"] == "Parameters after each step")
+    assert "never stepped, yet the parameters moved" in trajectory["message"]

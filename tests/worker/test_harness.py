@@ -174,3 +174,46 @@ def test_wrapped_methods_are_bound_with_the_originals_signature():
     assert loss is not None and len(seen) == 1
     assert torch.equal(seen[0], torch.full((1, 3), 2.0))
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_a_one_thread_kind_names_the_profiler_and_threads_as_its_limit():
+    """The memory kinds' child may start no thread (supervise.guard): torch.profiler failed there
+    with a bare 'Operation not permitted' from its C++ thread. With ``alone`` the profiler and a
+    thread or process started from Python raise ``Unavailable`` with the limit named, as the
+    runtime reports it; record_function labels still work. Run in a fresh interpreter: the
+    patches are for the learner's process only."""
+    import subprocess
+
+    program = """
+import os, threading
+import torch
+import instrument, runtime
+instrument.name_limits(alone=True)
+with torch.profiler.record_function("forward"):
+    torch.ones(2).sum()
+found = []
+for start in (
+    lambda: torch.profiler.profile().__enter__(),
+    lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]).start(),
+    lambda: torch.autograd.profiler.profile().__enter__(),
+    lambda: threading.Thread(target=print).start(),
+    os.fork,
+):
+    try:
+        start()
+    except RuntimeError as exc:
+        error = runtime.describe_exception(exc, "run")
+        found.append((error["type"], error.get("limit")))
+print(found)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=HARNESS,
+        env={"PYTHONPATH": str(HARNESS), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    found = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert found == [("Unavailable", "profiler")] * 3 + [("Unavailable", "threads")] * 2, done.stderr

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from app.submissions.messages import Phrase
+
 
 @dataclass(frozen=True)
 class Check:
@@ -48,7 +50,35 @@ class Evaluation:
 class Interfered(Exception):
     """What the learner's process reported disagrees with what the sandbox's supervisor observed
     (or the supervisor saw the protocol broken): no verdict can rest on the run. Grading answers
-    it as ``error.interfered``, as any failure to judge a trace."""
+    it as ``error.interfered``, quoting what was observed: ``interfered.<key>`` of
+    messages.yaml with ``values`` (a fact, in the learner's language, never a charge)."""
+
+    def __init__(self, key: str, values: dict[str, Any] | None = None, detail: str = "") -> None:
+        super().__init__(detail or key)
+        self.key, self.values = key, values or {}
+
+
+# the supervisor's notes (worker/harness/supervise.py, runtime.py: English, for logs) → the
+# interfered.<key> that says the same to a learner; any other note is interfered.other
+_NOTES = (
+    ("tensors were saved for backward where the memory meter", "meter_blind"),
+    ("the memory meter's counts went backwards", "meter_backwards"),
+    ("processes the program started could not be stopped", "processes"),
+    ("a report of the wrong shape", "shape"),
+    ("the link broke", "protocol"),
+    ("a sync message", "protocol"),
+    ("a meter message", "protocol"),
+    ("too many meters", "protocol"),
+    ("a message", "protocol"),
+)
+
+
+def note_key(note: str) -> str:
+    """The ``interfered.<key>`` of a supervisor's note (its first, where several are joined)."""
+    for start, key in _NOTES:
+        if note.startswith(start):
+            return key
+    return "other"
 
 
 def observed(data: dict[str, Any]) -> dict[str, Any]:
@@ -56,9 +86,10 @@ def observed(data: dict[str, Any]) -> dict[str, Any]:
     ``Interfered`` when they are missing or the supervisor saw interference."""
     seen = data.get("observed") if isinstance(data, dict) else None
     if not isinstance(seen, dict):
-        raise Interfered("no observations in the trace")
+        raise Interfered("missing", detail="no observations in the trace")
     if seen.get("interfered"):
-        raise Interfered(str(seen["interfered"]))
+        note = str(seen["interfered"])
+        raise Interfered(note_key(note), detail=note)
     return seen
 
 
@@ -67,11 +98,25 @@ def snapshots(seen: dict[str, Any], label: str) -> list[Any]:
     return [seen["snapshots"][e[3]] for e in seen["events"] if e[0] == label and e[3] >= 0]
 
 
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def agree(reported: object, seen: object, what: str) -> None:
     """``Interfered`` unless a reported value is exactly what was observed (both came from the
-    same memory at the same moment: any difference was made on purpose)."""
-    if reported != seen:
-        raise Interfered(f"the reported {what} differ from the observed ones")
+    same memory at the same moment: no run of the harness's own code makes them differ).
+    ``what``: ``parameters`` (a step's or the final ones), ``memory`` (a meter's peaks), or
+    a count's unit (``steps``, ``forwards``, ``calls``, ``events``): the count is quoted."""
+    if reported == seen:
+        return
+    detail = f"the reported {what} differ from the observed ones"
+    if what in ("parameters", "memory"):
+        raise Interfered(what, detail=detail)
+    values: dict[str, Any] = {"unit": Phrase(f"interfered.unit.{what}")}
+    if _count(reported) and _count(seen):
+        values |= {"reported": reported, "seen": seen}
+        raise Interfered("count", values, detail)
+    raise Interfered("counts", values, detail)
 
 
 WALL_FACTOR = 8  # budget(): wall time allowed per second of CPU time

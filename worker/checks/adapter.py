@@ -111,13 +111,13 @@ def _well_formed(data: dict) -> None:
         size = sum(s[0] * s[1] for s in step["shapes"] if len(s) == 2) if ok else 0
         ok = ok and len(step["before"]) == len(step["after"]) == size
     if not ok:
-        raise Interfered("the reported steps do not have the harness's shape")
+        raise Interfered("shape", detail="the reported steps do not have the harness's shape")
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
     _well_formed(data)
-    agree(data["final_params"], seen["final_params"], "final parameters")
+    agree(data["final_params"], seen["final_params"], "parameters")
     n_batches = int(params["n_micro"])
     initial, sizes = _initial(params)
     read = [*snapshots(seen, "batch"), seen["final_params"]]

@@ -100,9 +100,9 @@ def _observations(data):
     seen = observed(data)
     shots = snapshots(seen, "forward")
     reported = [s["params"] for s in data["snapshots"]]
-    agree(len(reported), min(len(shots), MAX_SNAPSHOTS), "number of forwards")
+    agree(len(reported), min(len(shots), MAX_SNAPSHOTS), "forwards")
     agree(reported, shots[: len(reported)], "parameters")
-    agree(data["final_params"], seen["final_params"], "final parameters")
+    agree(data["final_params"], seen["final_params"], "parameters")
 
 
 def _learner_snapshots(data, n):

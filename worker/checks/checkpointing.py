@@ -76,10 +76,10 @@ def _observations(params, data):
     the child's report must say the same, or the run was interfered with."""
     seen = observed(data)
     before = snapshots(seen, "call")
-    agree(len(data["peaks"]), len(before), "number of calls")
+    agree(len(data["peaks"]), len(before), "calls")
     peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
-    agree(list(data["peaks"]), peaks + [0] * (len(data["peaks"]) - len(peaks)), "memory peaks")
-    agree(data["final_params"], seen["final_params"], "final parameters")
+    agree(list(data["peaks"]), peaks + [0] * (len(data["peaks"]) - len(peaks)), "memory")
+    agree(data["final_params"], seen["final_params"], "parameters")
     if len(data["steps"]) != len(before):
         return  # not one step per call: the gradient check fails on the count
     after = [*before[1:], seen["final_params"]]
@@ -88,7 +88,7 @@ def _observations(params, data):
         grad = tensors.vector(step["grad"]).nan_to_num()
         taken = (tensors.vector(a) - tensors.vector(b)).nan_to_num() / lr
         if tensors.norm(taken - grad) > STEP_AGREES * max(tensors.norm(grad), 1e-12):
-            raise Interfered("the reported gradients differ from the steps observed")
+            raise Interfered("gradients", detail="the reported gradients differ from the steps observed")
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:

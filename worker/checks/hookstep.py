@@ -112,14 +112,14 @@ def _well_formed(data: dict) -> None:
         ok = ok and isinstance(step, list) and len(step) == 5 and type(step[1]) is bool
         ok = ok and _ints([step[0], step[3], step[4]]) and _ints(step[2])
     if not ok:
-        raise Interfered("the reported steps do not have the harness's shape")
+        raise Interfered("shape", detail="the reported steps do not have the harness's shape")
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     seen = observed(data)
     _well_formed(data)
-    agree(data["final_params"], seen["final_params"], "final parameters")
+    agree(data["final_params"], seen["final_params"], "parameters")
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     trajectory = _trajectory(ref, seen, tol)
     stepped, calls, outside = _per_batch(data, ref)

@@ -160,29 +160,29 @@ def _observations(data):
     configs = data["configs"]
     rounds = data.get("rounds", 1)
     if not (type(rounds) is int and 1 <= rounds <= 16):
-        raise Interfered("the number of timed runs is not a small count")
+        raise Interfered("shape", detail="the number of timed runs is not a small count")
     for number, name in enumerate(CONFIGS):
         if name in configs:
             count = sum(1 for e in seen["events"] if e[0] == "step" and e[1] == number)
-            agree(configs[name]["steps"], count, f"steps of {name}")
+            agree(configs[name]["steps"], count, "steps")
             seconds = configs[name]["seconds"]  # reported: it passes nothing, but shows
             if not (isinstance(seconds, int | float) and seconds > 0):
-                raise Interfered(f"the time of {name} is not a positive number of seconds")
+                raise Interfered("shape", detail=f"the time of {name} is not a positive number of seconds")
             times = configs[name].get("step_ms", [])
             if not (
                 isinstance(times, list)
                 and len(times) <= MAX_STEP_TIMES
                 and all(isinstance(t, int | float) and math.isfinite(t) and t >= 0 for t in times)
             ):
-                raise Interfered(f"the step times of {name} are not a list of times")
+                raise Interfered("shape", detail=f"the step times of {name} are not a list of times")
     if data["meter"] == "live":
         peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
         reported = [configs[n]["peak"] for n in CONFIGS if n in configs and configs[n]["peak"] is not None]
-        agree(reported, (peaks + [0] * len(reported))[: len(reported)], "memory peaks")
+        agree(reported, (peaks + [0] * len(reported))[: len(reported)], "memory")
     run = data.get("reference_run")
     if run is not None:
         agree(run["steps"], snapshots(seen, "reference-step"), "parameters")
-        agree(run["final_params"], seen["final_params"], "final parameters")
+        agree(run["final_params"], seen["final_params"], "parameters")
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:

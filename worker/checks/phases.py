@@ -79,11 +79,11 @@ def _observed(params, data):
     seen = observed(data)
     slowed = seen.get("slowed") or []
     if sorted(slowed) != sorted(LABELS[p] for p in params["slow"]) or len(data["runs"]) > len(slowed):
-        raise Interfered("the slow phases the supervisor drew are missing")
+        raise Interfered("missing", detail="the slow phases the supervisor drew are missing")
     for number, run in enumerate(data["runs"]):
         for phase, label in LABELS.items():
             count = sum(1 for e in seen["events"] if e[0] == label and e[1] == number)
-            agree(len(run["points"][phase]), count, f"{phase} events")
+            agree(len(run["points"][phase]), count, "events")
     if seen["events_dropped"]:
         agree(0, seen["events_dropped"], "events")
     return [{**run, "slow": PHASE_OF[slowed[n]]} for n, run in enumerate(data["runs"])]

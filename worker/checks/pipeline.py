@@ -34,9 +34,9 @@ def _runs(seen, attempts):
     wanted = [[label, k] for k in range(attempts + 1) for label in ("run", "done")]
     seeds = (seen.get("items") or {}).get("seeds") or []
     if [e[:2] for e in marks] != wanted or len(seeds) != attempts + 1 or seen["events_dropped"]:
-        raise Interfered("the runs the supervisor saw are not the ones reported")
+        raise Interfered("runs", detail="the runs the supervisor saw are not the ones reported")
     if any(e[3] < 0 for e in marks):
-        raise Interfered("a run without the parameters read")
+        raise Interfered("missing", detail="a run without the parameters read")
     snapshots = seen["snapshots"]
     return [
         (end[2] - start[2], snapshots[start[3]], snapshots[end[3]], int(seed))
@@ -93,7 +93,9 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     }
     right = all(_right(params, run) for run in runs[1:])
     if right and got != expected:
-        raise Interfered("the reported batches are not the ones the parameters were trained on")
+        raise Interfered(
+            "batches", detail="the reported batches are not the ones the parameters were trained on"
+        )
     if right:
         data_check = Check("batches", True, "check.batches.passed", values)
     elif got == expected:

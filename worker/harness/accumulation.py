@@ -226,7 +226,7 @@ def run(job, api):
             "max_norm": params.get("max_norm"),
         }
         names = params.get("signature", DEFAULT_SIGNATURE)
-        name_limits()
+        name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, names)
         torch.manual_seed(int(params.get("seed", 0)) + 1)

@@ -62,7 +62,7 @@ def run(job, api):
                 )
 
         wrap_step(optimizer, recorded_step)
-        name_limits()
+        name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
         peaks, kept, error = [], [], None

@@ -4,6 +4,8 @@ wrappers, the GradScaler's calls and torch's gradient clipping. A leaf module (s
 import contextlib
 import functools
 import math
+import os
+import threading
 import types
 
 import torch
@@ -134,11 +136,27 @@ TRANSFORMS = (
 )
 
 
-def name_limits():
+PROFILER = (
+    "torch.profiler is not available in this exercise's grader: the profiler starts a thread, and "
+    "this grader runs your loop on a single thread so that it can count every byte saved for "
+    "backward. Take the profiler out here (record_function labels may stay); lesson 3's "
+    "exercises run it."
+)
+THREADS = (
+    "This exercise's grader runs your loop on a single thread and in a single process, so that it "
+    "can count every byte saved for backward: starting a thread or a process is refused here. "
+    "Run the loop without them."
+)
+
+
+def name_limits(alone=False):
     """In the learner's process, before its file is imported: ``torch.compile`` raises
     ``Unavailable`` (its compiler's threads and processes are refused) and so do torch.func's
     transforms where hooks are on (a memory meter's), instead of a bare ``PermissionError`` or
-    "don't yet support saved tensor hooks"."""
+    "don't yet support saved tensor hooks". With ``alone`` (the child of a kind that may start
+    no thread or process: ``runtime.Api.alone``), ``torch.profiler`` and a thread or process
+    started from Python raise ``Unavailable`` too, instead of "Operation not permitted" from the
+    profiler's C++ thread or "can't start new thread"."""
 
     def compile(*args, **kwargs):  # noqa: A001 (the name the learner calls)
         raise Unavailable("compile", COMPILE)
@@ -154,3 +172,28 @@ def name_limits():
         return disable(error_message)
 
     graph.disable_saved_tensors_hooks = disable_saved_tensors_hooks
+    if alone:
+        _refuse_threads()
+
+
+def _refuse_threads():
+    """The profiler (``torch.profiler.profile`` and the autograd profiler under it, which start
+    Kineto's thread as they prepare and start a trace), ``threading.Thread.start`` and
+    ``os.fork`` raise ``Unavailable`` with the limit named; the filter refuses them anyway."""
+
+    def profiler(*args, **kwargs):
+        raise Unavailable("profiler", PROFILER)
+
+    def threads(*args, **kwargs):
+        raise Unavailable("threads", THREADS)
+
+    autograd_profile = torch.autograd.profiler.profile
+    for name in ("_prepare_trace", "_start_trace", "__enter__"):
+        if hasattr(autograd_profile, name):
+            setattr(autograd_profile, name, profiler)
+    kineto = torch.profiler.profiler._KinetoProfile
+    for name in ("prepare_trace", "start_trace", "start"):
+        if hasattr(kineto, name):
+            setattr(kineto, name, profiler)
+    threading.Thread.start = threads
+    os.fork = threads

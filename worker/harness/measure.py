@@ -187,7 +187,7 @@ def run(job, api):
     keep_dtype(checked)
 
     def learner():
-        name_limits()
+        name_limits(alone=api.alone)
         fn = api.load_entry()
         # the configuration goes by keyword: the four positional arguments are what is checked
         api.check_signature(

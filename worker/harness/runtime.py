@@ -134,6 +134,9 @@ class Api:
         self._slow = None
         self._items = None
         self._meters = 0
+        # in the child of an ``alone`` kind (forked under the filter that refuses threads and
+        # processes); not inline on CUDA, where the learner runs in this process unfiltered
+        self.alone = False
 
     # ------------------------------------------------------------ the supervisor's side
 
@@ -171,6 +174,7 @@ class Api:
         part = self._part(learner)
         import torch
 
+        self.alone = alone and not torch.cuda.is_initialized()
         if torch.cuda.is_initialized():
             report, death = supervisor.inline(part)
             mode = "inline"
