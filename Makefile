@@ -110,10 +110,10 @@ $(TUTOR_STAMP): $(TUTOR_LOCK) Makefile | $(STAMP)
 tutor-eval: install tutor-deps
 	$(PY) -m bench.tutor_eval
 
-# ruff's rules, then its formatter as a check (`ruff format app worker tests migrations bench` fixes it)
+# ruff's rules, then its formatter as a check (`ruff format app worker contracts tests migrations bench` fixes it)
 lint: install
-	$(VENV)/bin/ruff check app worker tests migrations bench
-	$(VENV)/bin/ruff format --check app worker tests migrations bench
+	$(VENV)/bin/ruff check app worker contracts tests migrations bench
+	$(VENV)/bin/ruff format --check app worker contracts tests migrations bench
 
 # mypy as pyproject's [tool.mypy] says (strict where the contracts live), then the harness again
 # as the program it is in the sandbox: its modules import each other by bare name (run.py puts
