@@ -107,11 +107,7 @@ def ask_tutor(
         return _over_budget(e)
     lang = request.state.lang
     unlocked = _unlocked(session, learner, exercise)
-    history = [
-        (m.role, m.content)
-        for m in service.conversation(session, learner, exercise.id)
-        if m.content and m.status in ("answered", "withheld")
-    ]
+    history = _history(service.conversation(session, learner, exercise.id))
     situation = grounding.Situation(
         lang=lang,
         exercise=exercise,
@@ -139,6 +135,11 @@ def _queued(
     return JSONResponse(
         {"id": answer.id, "stream": f"{path}?key={stream_key(settings, answer.id)}"}, status_code=202
     )
+
+
+def _history(rows: list[TutorMessage]) -> list[tuple[str, str]]:
+    """The turns of a conversation the model is shown again: those that were answered."""
+    return [(m.role, m.content) for m in rows if m.content and m.status in ("answered", "withheld")]
 
 
 def _over_budget(e: service.OverBudget) -> JSONResponse:
@@ -180,11 +181,7 @@ def ask_tutor_on_card(
     except service.OverBudget as e:
         return _over_budget(e)
     lang = request.state.lang
-    history = [
-        (m.role, m.content)
-        for m in service.conversation(session, learner, card=key)
-        if m.content and m.status in ("answered", "withheld")
-    ]
+    history = _history(service.conversation(session, learner, card=key))
     situation = grounding.CardSituation(
         lang=lang,
         lesson_title=lesson.text(lang).title,
