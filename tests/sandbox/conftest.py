@@ -1,6 +1,8 @@
 """The hostile-program suite: each program runs in every sandbox this machine has, through
 the real grading path, started both ways (``start``): from a warm pool of single-use sandboxes
 (exec) and as a fork of a template (fork, worker/forkserver.py); torch is imported off the clock.
+An attack on what runs the same once the job has started is run once per sandbox kind instead,
+started as the worker starts jobs (``ANY_START``, below, says why).
 
 The launcher's environment holds secrets for the whole session; the tests prove they never
 reach the sandbox. After every test no sandbox process or temp dir may be left behind.
@@ -111,9 +113,23 @@ def mode(request):
 
 @pytest.fixture(params=STARTS)
 def start(request, mode):
+    if request.param == "any":  # ANY_START: the worker's own start where it can fork, else exec
+        return "fork" if forkserver.problem(mode) is None else "exec"
     if request.param == "fork" and (why := forkserver.problem(mode)) is not None:
         pytest.skip(f"jobs cannot be forked here: {why}")
     return request.param
+
+
+# Where the two starts differ: what each builds around the job (bwrap's namespaces, mounts,
+# /proc and filter for exec; the template's own for fork: worker/harness/template.py), its uid,
+# limits and cgroup, the descriptors it hands over (the trace, the done pipe), how its end is
+# seen and how it is killed. An attack on any of these runs under both starts. Once the job has
+# started, both run the same code (run.run_job: the harness, its supervisor and the child it
+# forks, with the child's filter) and the same judging in the worker: an attack on that alone
+# (Python objects, modules or the link inside the job, the checks) would only repeat one code
+# path under exec, so it runs once per sandbox kind, started as the worker starts jobs (a fork
+# where this host can fork; exec where it cannot):
+ANY_START = pytest.mark.parametrize("start", ["any"], indirect=True)
 
 
 def _markers() -> dict[int, str]:

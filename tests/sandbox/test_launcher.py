@@ -397,3 +397,29 @@ def test_a_venv_under_tmp_is_bound_back_over_a_forked_jobs_own_tmp():
     assert sandbox.under_job_tmpfs(paths) == ["/tmp/ci/.venv", "/dev/shm/py"]
     config = json.loads(sandbox.template_config(isolate=True))
     assert set(sandbox.under_job_tmpfs([sys.prefix])) <= set(config["keep"])  # this venv, if in /tmp
+
+
+# ---------------------------------------------------------------- the exec start, cold
+
+
+@pytest.mark.slow  # real sandboxes, real torch: one cold interpreter per file
+@pytest.mark.parametrize("isolation", ["bwrap", "process"])
+def test_a_cold_single_use_sandbox_grades_an_exercise_bank(isolation):
+    """The exec start with no warm pool: `treino check`'s and `treino lessons check`'s, and where
+    a fork server sends a job its template failed. Each file of token-loss's bank in a sandbox of
+    its own, started cold: the solution passes and each mistake is named. (The golden files are
+    graded through fork servers, tests/worker/conftest.py; tests/sandbox's hostile and forging
+    suites run both starts from warm sandboxes.)"""
+    if isolation == "bwrap" and (why := sandbox.bwrap_problem()) is not None:
+        pytest.skip(f"bwrap unavailable here: {why}")
+    from app.config import get_settings
+    from contracts.course import load_course
+    from worker.grading import Grader
+
+    exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/token-loss")
+    assert exercise is not None
+    setup = sandbox.Setup(isolation, "cpu")
+    runner = forkserver.runner("fork", setup, 0)  # no warm sandboxes wanted: never forked
+    assert isinstance(runner, pool.Pool) and runner.size == 0
+    with Grader(setup, runner) as grader:
+        assert grader.check_exercise(exercise) == []
