@@ -151,21 +151,10 @@ MAY_USE_THE_APP = frozenset({"worker/cli.py", "worker/queue.py", "worker/runner.
 # takes the sandbox, the device, the pool size and the start another way.
 ALLOWED_UNTIL_SWITCHED = frozenset(
     {
-        ("worker/grading.py", "app.config"),
-        ("worker/grading.py", "app.lessons.content"),
-        ("worker/grading.py", "app.submissions.messages"),
-        ("worker/grading.py", "app.submissions.verdict"),
         ("worker/pool.py", "app.lessons.content"),
         ("worker/sandbox/__init__.py", "app.lessons.content"),
         ("worker/sandbox/job.py", "app.lessons.content"),
         ("worker/sandbox/launcher.py", "app.lessons.content"),
-        ("worker/checks/__init__.py", "app.submissions.messages"),
-        ("worker/checks/accumulation.py", "app.submissions.messages"),
-        ("worker/checks/adapter.py", "app.submissions.messages"),
-        ("worker/checks/amp.py", "app.submissions.messages"),
-        ("worker/checks/checkpointing.py", "app.submissions.messages"),
-        ("worker/checks/hookstep.py", "app.submissions.messages"),
-        ("worker/checks/measure.py", "app.submissions.messages"),
     }
 )
 # where what moved to contracts/ lived; each keeps only what ALLOWED_UNTIL_SWITCHED's files import

@@ -3,7 +3,7 @@
 A ``Grader`` is built once per process (``Grader.running(settings)``: its sandbox setup, device
 and warm pool) and handed to whoever grades: the worker, `treino check`, `treino lessons check`,
 the benchmarks and the tests. ``Grader.grade`` returns the verdict *record* of
-app/submissions/verdict.py (message keys and values); ``verdict.render`` gives it texts in a
+contracts/verdict.py (message keys and values); ``verdict.render`` gives it texts in a
 language, ``format_verdict`` prints a rendered verdict for a terminal, and
 ``Grader.check_exercise`` proves an exercise's own files (its solution passes, each
 ``mistakes/<id>.py`` fails and is diagnosed as ``<id>``).
@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.config import Settings
-from app.lessons.content import Exercise, Limits
-from app.submissions.messages import Phrase, language, number, text
-from app.submissions.verdict import Record, VerdictStatus, check_record, record, render, seal
+from contracts.course import Exercise
+from contracts.languages import language
+from contracts.limits import Limits
+from contracts.messages import Phrase, number, text
+from contracts.verdict import Record, VerdictStatus, check_record, record, render, seal
 from worker import forkserver, sandbox
 from worker.checks import (
     Check,
@@ -183,6 +184,20 @@ def _error_check(error: dict[str, Any], entry: str) -> Check:
     return Check("run", False, "error.exception", values)
 
 
+class Choices(Protocol):
+    """What a grader is built from: the settings' sandbox, start, device and pool size
+    (``app.config.Settings`` has them; the grading core imports nothing else of the web's)."""
+
+    @property
+    def sandbox(self) -> str: ...
+    @property
+    def sandbox_start(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def pool_size(self) -> int: ...
+
+
 class Runner(Protocol):
     """What hands a job to a sandbox: a ``Pool`` of single-use sandboxes, or a fork server."""
 
@@ -210,7 +225,7 @@ class Grader:
     @classmethod
     @contextlib.contextmanager
     def running(
-        cls, settings: Settings, pool_size: int | None = None, *, setup: sandbox.Setup | None = None
+        cls, settings: Choices, pool_size: int | None = None, *, setup: sandbox.Setup | None = None
     ) -> Iterator["Grader"]:
         """A grader of ``settings``' sandbox and device (or of ``setup``) for the duration: its
         jobs forked from a template (``TREINO_SANDBOX_START=fork``, where that works), or from a

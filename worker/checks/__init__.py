@@ -6,7 +6,7 @@ A kind is ``worker/harness/<kind>.py`` (records, in the sandbox) plus
 (what a plain run did, for the ``run`` mode).
 
 Texts are not written here: checks name message keys of ``messages.yaml`` and the
-values to quote, and ``app.submissions.messages`` renders them in the learner's language.
+values to quote, and ``contracts.messages`` renders them in the learner's language.
 """
 
 import contextlib
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from app.submissions.messages import Phrase
+from contracts.messages import Phrase
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import torch
 
-from app.submissions.messages import Phrase, Sci  # noqa: E402
+from contracts.messages import Phrase, Sci  # noqa: E402
 from worker.checks import (  # noqa: E402
     SEEDING,
     Check,

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from app.submissions.messages import Phrase, Sci
+from contracts.messages import Phrase, Sci
 from worker.checks import (
     SEEDING,
     Check,

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from app.submissions.messages import Phrase, Sci  # noqa: E402
+from contracts.messages import Phrase, Sci  # noqa: E402
 from worker.checks import (  # noqa: E402
     SEEDING,
     Check,

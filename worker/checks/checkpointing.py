@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import torch
 
-from app.submissions.messages import Sci  # noqa: E402
+from contracts.messages import Sci  # noqa: E402
 from worker.checks import (  # noqa: E402
     SEEDING,
     Check,

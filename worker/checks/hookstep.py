@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import torch
 
-from app.submissions.messages import Sci
+from contracts.messages import Sci
 from worker.checks import (
     SEEDING,
     Check,

@@ -11,7 +11,7 @@ and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 import math
 import statistics
 
-from app.submissions.messages import Phrase, Sci
+from contracts.messages import Phrase, Sci
 from worker.checks import (
     Check,
     Diagnosis,
