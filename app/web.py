@@ -87,7 +87,7 @@ def status_label(status: str) -> str:
         "running": _("Running"),
         "passed": _("Passed"),
         "failed": _("Not yet right"),
-        "error": _("Did not run"),
+        "error": _("Did not finish"),  # an exception, a limit, or a run the grader could not judge
         "timeout": _("Took too long"),
         "rejected": _("Not accepted"),
         "cancelled": _("Cancelled"),
