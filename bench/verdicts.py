@@ -22,7 +22,7 @@ from worker.checks import kind_module  # noqa: E402
 from worker.grading import Grader  # noqa: E402
 from worker.harness import trace_schema  # noqa: E402
 
-HARNESS = Path(sandbox.__file__).with_name("harness")
+HARNESS = sandbox.HARNESS
 
 
 @contextlib.contextmanager

@@ -144,21 +144,6 @@ def test_importing_every_contract_loads_neither_torch_nor_http():
 # line, the queue and the runner. Every other module of worker/ is the grading core (harness,
 # checks, sandbox, fork server, pool, grading, seccomp, …): of the web's side, it imports contracts.
 MAY_USE_THE_APP = frozenset({"worker/cli.py", "worker/queue.py", "worker/runner.py"})
-# The grading core's imports of the app not yet switched to contracts, as (file, module): their
-# files were being rewritten when contracts/ was made. Each line goes when its import is switched
-# (this test fails until it does, so the set cannot outlive its reason), and with the set empty,
-# the old homes below go too. worker/grading.py's Settings is no contract: its Grader.running
-# takes the sandbox, the device, the pool size and the start another way.
-ALLOWED_UNTIL_SWITCHED = frozenset(
-    {
-        ("worker/pool.py", "app.lessons.content"),
-        ("worker/sandbox/__init__.py", "app.lessons.content"),
-        ("worker/sandbox/job.py", "app.lessons.content"),
-        ("worker/sandbox/launcher.py", "app.lessons.content"),
-    }
-)
-# where what moved to contracts/ lived; each keeps only what ALLOWED_UNTIL_SWITCHED's files import
-OLD_HOMES = frozenset({"app.lessons.content", "app.submissions.messages", "app.submissions.verdict"})
 
 
 def _modules_imported(tree: ast.AST) -> set[str]:
@@ -182,17 +167,4 @@ def test_the_grading_core_imports_nothing_of_the_app_but_contracts():
         for name in _modules_imported(tree)
         if name.split(".")[0] == "app"
     }
-    assert found - ALLOWED_UNTIL_SWITCHED == set(), "the grading core imports these from contracts/"
-    assert ALLOWED_UNTIL_SWITCHED - found == set(), "switched: take these out of ALLOWED_UNTIL_SWITCHED"
-
-
-def test_what_moved_to_contracts_is_imported_from_there():
-    """The old homes serve only the grading core's files not yet switched: the web, the command
-    line, the bench and the tests import contracts/."""
-    importers = {
-        str(path.relative_to(ROOT))
-        for folder in ("app", "worker", "bench", "tests", "migrations")
-        for path, tree in _trees(ROOT / folder).items()
-        if _modules_imported(tree) & OLD_HOMES
-    }
-    assert importers == {path for path, module in ALLOWED_UNTIL_SWITCHED if module in OLD_HOMES}
+    assert found == set(), "the grading core imports these from contracts/"

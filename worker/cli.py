@@ -3,7 +3,6 @@ reverse; heavy imports (uvicorn, torch) happen inside the subcommand that needs 
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -17,7 +16,7 @@ from app import logs
 from app.config import Settings, get_settings
 from contracts.course import ContentError, Course, load_course
 from contracts.languages import LANGS
-from worker.harness import quiet
+from worker.harness import linux, quiet
 
 WORKER_NICENESS = 10  # `treino worker` and its sandboxes yield the CPU to the web (docs/deploy.md)
 
@@ -257,7 +256,7 @@ def _glossary_problems(settings: Settings) -> int:
 def _terminate_with_parent() -> None:
     """In the worker's child, before exec: SIGTERM when the thread that started it ends (the
     web killed outright leaves no worker behind; SIGTERM lets it put its job back)."""
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    linux.die_with_parent(signal.SIGTERM)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

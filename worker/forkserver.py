@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]  # no stubs in the lock (types-psutil)
+import psutil
 
 from worker import sandbox
 from worker.harness import linux

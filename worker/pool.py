@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.lessons.content import Limits
+from contracts.limits import Limits
 from worker import sandbox
 
 log = logging.getLogger("treino.pool")

@@ -206,7 +206,7 @@ def _job(trace: bytes | None, said: bytes | None, code: str = "pass"):
         proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[done_write])
         os.close(done_write)  # the process's copy is the pipe's last writer
         end = sandbox.wait_for_end(proc.pid, done_read, 20, 0, None, False, False)
-        result = sandbox.outcome(end, 10, output_fd, 0, trace_fd, Limits(), proc.wait(), None, "test")
+        result = sandbox.result(sandbox.Ending(end, 10, proc.wait(), output_fd, trace_fd), Limits())
         return end, result
     finally:
         for fd in (trace_fd, output_fd, done_read):

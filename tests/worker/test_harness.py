@@ -177,7 +177,7 @@ def test_wrapped_methods_are_bound_with_the_originals_signature():
 
 
 def test_a_one_thread_kind_names_the_profiler_and_threads_as_its_limit():
-    """The memory kinds' child may start no thread (supervise.guard): torch.profiler failed there
+    """The memory kinds' child may start no thread (childfilter.guard): torch.profiler failed there
     with a bare 'Operation not permitted' from its C++ thread. With ``alone`` the profiler and a
     thread or process started from Python raise ``Unavailable`` with the limit named, as the
     runtime reports it; record_function labels still work. Run in a fresh interpreter: the

@@ -49,39 +49,25 @@ sys.path.insert(0, HERE)
 
 import linux  # noqa: E402
 import run  # noqa: E402  (the single-use sandbox's entry: warm-up and the job part)
+from linux import (  # noqa: E402
+    CLONE_NEWCGROUP,
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+)
 
-libc = ctypes.CDLL(None, use_errno=True)
-
-CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
-CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP = 1, 4, 24, 22
-PR_SET_CHILD_SUBREAPER, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
-PR_SET_NO_NEW_PRIVS = 38
-SECCOMP_MODE_FILTER = 2
-CAPABILITY_VERSION_3 = 0x20080522
 JOB_FDS = 5  # job socket, output, trace, done, status
-
-
-def check(ret, what):
-    if ret < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return ret
-
-
-def mount(source, target, fstype, flags, data=None):
-    check(
-        libc.mount(
-            source and source.encode(),
-            target.encode(),
-            fstype and fstype.encode(),
-            flags,
-            data and data.encode(),
-        ),
-        f"mount {target}",
-    )
 
 
 # ---------------------------------------------------------------- A: namespaces
@@ -103,11 +89,11 @@ def enter_namespaces():
     """A user namespace mapping this uid (and gid) onto itself, then the rest; the PID namespace
     is the next child's."""
     uid, gid = os.getuid(), os.getgid()
-    check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+    linux.unshare(CLONE_NEWUSER)
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    linux.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
 
 
 # ---------------------------------------------------------------- B: the job's init
@@ -115,7 +101,7 @@ def enter_namespaces():
 
 def own_mounts(config):
     """The job's own writable places and /proc, as bwrap gives a single-use sandbox."""
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    linux.mount(None, "/", None, MS_REC | MS_PRIVATE)
     kept = [(path, os.open(path, os.O_PATH)) for path in config["keep"]]  # before they are covered
     for where, size in (
         ("/job", config["tmpfs_bytes"]),
@@ -123,30 +109,45 @@ def own_mounts(config):
         ("/dev/shm", config["tmpfs_bytes"]),
     ):
         os.makedirs(where, exist_ok=True)
-        mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0755")
+        linux.mount("tmpfs", where, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0755")
     for path, fd in kept:  # the interpreter or venv under /tmp (a clone there): back, read-only
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(path, exist_ok=True)
         else:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        linux.mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        linux.mount(
+            None,
+            path,
+            None,
+            MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+        )
         os.close(fd)
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    linux.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # no user namespace below this one (the seccomp filter refuses them as well)
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
         f.write("0")
     for name in config["proc_read_only"]:
         path = f"/proc/{name}"
         if os.path.exists(path):
-            mount(path, path, None, MS_BIND | MS_REC)
-            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            linux.mount(path, path, None, MS_BIND | MS_REC)
+            linux.mount(
+                None,
+                path,
+                None,
+                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            )
     for name in config["proc_hidden"]:
         path = f"/proc/{name}"
         if os.path.isfile(path):
-            mount("/dev/null", path, None, MS_BIND)
-            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            linux.mount("/dev/null", path, None, MS_BIND)
+            linux.mount(
+                None,
+                path,
+                None,
+                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            )
 
 
 def reap_until(child):
@@ -162,23 +163,17 @@ def reap_until(child):
 
 def drop_privileges(program):
     """No capability of any kind, no new privileges, then the whole filter."""
-    for cap in range(64):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
-            break  # past the last capability this kernel has
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = struct.pack("Ii", CAPABILITY_VERSION_3, 0)
-    data = ctypes.create_string_buffer(24)  # two zeroed {effective, permitted, inheritable}
-    check(libc.capset(ctypes.c_char_p(header), data), "capset")
-    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    linux.drop_capabilities()
+    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1, what="prctl(PR_SET_NO_NEW_PRIVS)")
     filters = ctypes.create_string_buffer(program, len(program))
-    fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(filters))
-    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.c_char_p(fprog), 0, 0), "seccomp")
+    fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(filters)))
+    linux.prctl(linux.PR_SET_SECCOMP, linux.SECCOMP_MODE_FILTER, ctypes.addressof(fprog), what="seccomp")
 
 
 def job(request, config, program, trace, done, device, job_id, parent):
     isolate = config["isolate"]
     if isolate:
-        check(libc.unshare(CLONE_NEWCGROUP), "unshare(cgroup)")  # it is in its own cgroup now
+        linux.unshare(CLONE_NEWCGROUP)  # it is in its own cgroup now
         drop_privileges(program)
         work = "/job"
     else:
@@ -199,7 +194,7 @@ def job(request, config, program, trace, done, device, job_id, parent):
 def die_with_parent(parent=None):
     """SIGKILL when the parent goes (set after any change of credentials, which clears it); if
     it is already gone, go now."""
-    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    linux.die_with_parent(signal.SIGKILL)
     if parent is not None and os.getppid() != parent:
         os._exit(1)
 
@@ -233,7 +228,7 @@ def init(sock, trace, done, status, config, program, device, job_id):
         if config["isolate"]:
             own_mounts(config)
         else:  # the job's orphans come to us, not to the host's init
-            check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+            linux.become_subreaper()
         os.setsid()
         linux.join_session_keyring()
         os.write(sock, b"P")  # the worker reads our pid from the socket's credentials
@@ -251,7 +246,7 @@ def init(sock, trace, done, status, config, program, device, job_id):
                 os._exit(1)
         os.close(trace)
         os.close(done)
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the job cannot open our memory through /proc
+        linux.not_dumpable()  # the job cannot open our memory through /proc
         os.write(status, struct.pack("i", reap_until(child)))
     except BaseException:  # noqa: BLE001
         traceback.print_exc()

@@ -50,7 +50,7 @@ import subprocess
 import sys
 from typing import Literal
 
-from app.lessons.content import Limits
+from contracts.limits import Limits
 from worker import seccomp
 from worker.sandbox.bwrap import (
     BWRAP,
@@ -78,7 +78,6 @@ from worker.sandbox.job import (
     Ending,
     Result,
     forget_before_hand_off,
-    outcome,
     request,
     result,
     send_request,
@@ -94,7 +93,7 @@ __all__ = [
     "WARM_UP_SECONDS", "WATCH_SECONDS", "Cancel", "Cgroup", "Ending", "Identity", "Limits", "Result",
     "Sandbox", "SandboxUnavailable", "Setup", "Used", "_bwrap_args", "_environment", "_gpu_args",
     "_reap", "assigned_gpu", "bwrap_problem", "driver_libraries", "forget_before_hand_off",
-    "isolation", "new_session_keyring", "outcome", "reap_all", "release", "request",
+    "isolation", "new_session_keyring", "reap_all", "release", "request",
     "resolve_device", "result", "run_isolated", "send_request", "setup", "template_config",
     "tree_memory", "under_job_tmpfs", "wait_for_end",
 ]  # fmt: skip

@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from app.lessons.content import Limits
+from contracts.limits import Limits
 from worker.harness import trace_schema
 
 if TYPE_CHECKING:
@@ -171,19 +171,3 @@ def result(ending: Ending, limits: Limits) -> Result:
         cause = "memory" if cgroup and cgroup.oom_killed() else _cause(died)
         return Result("crashed", None, wall_ms, output, died, cause)
     return Result("ok", trace, wall_ms, output, returncode)
-
-
-def outcome(
-    end: str,
-    wall_ms: int,
-    output_fd: int,
-    skip: int,
-    trace_fd: int,
-    limits: Limits,
-    returncode: int | None,
-    cgroup: "Cgroup | None",
-    label: str,
-) -> Result:
-    """``result`` with its old positional arguments: tests/sandbox/test_signals_and_trace.py
-    still calls it so; remove once it calls ``result(Ending(...), limits)``."""
-    return result(Ending(end, wall_ms, returncode, output_fd, trace_fd, skip, cgroup, label), limits)

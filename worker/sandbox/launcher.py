@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.lessons.content import Limits
+from contracts.limits import Limits
 from worker import seccomp
 from worker.harness import linux
 from worker.sandbox.bwrap import bwrap_args, template_config

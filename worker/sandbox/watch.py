@@ -8,7 +8,7 @@ import select
 import selectors
 import time
 
-import psutil  # type: ignore[import-untyped]  # no stubs in the lock (types-psutil)
+import psutil
 
 from worker import nvml
 
