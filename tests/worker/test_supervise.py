@@ -167,7 +167,7 @@ def test_accumulation_refuses_a_report_that_differs_from_the_observations():
     assert accumulation.observations(accumulation_data(honest, [0.3] * 4, 100))[1] == 3
     with pytest.raises(Interfered, match="parameters"):
         accumulation.observations(accumulation_data([[0.0] * 4] * 3, [0.3] * 4, 100))
-    with pytest.raises(Interfered, match="memory peak"):  # the meter reset before the report
+    with pytest.raises(Interfered, match="reported memory"):  # the meter reset before the report
         accumulation.observations(accumulation_data(honest, [0.3] * 4, 0))
     with pytest.raises(Interfered, match="steps"):
         accumulation.observations(accumulation_data(honest[:2], [0.3] * 4, 100))
@@ -191,7 +191,7 @@ def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
     checkpointing._observations(params, data)
     with pytest.raises(Interfered, match="gradients"):
         checkpointing._observations(params, {**data, "steps": [{"grad": [0.0, 0.0]}]})
-    with pytest.raises(Interfered, match="memory peaks"):
+    with pytest.raises(Interfered, match="reported memory"):
         checkpointing._observations(params, {**data, "peaks": [0]})
 
 
@@ -204,7 +204,7 @@ def test_find_the_bottleneck_counts_and_slow_phases_are_the_supervisors():
         "interfered": None,
         "slowed": ["backward", "fetch"],
     }
-    with pytest.raises(Interfered, match="data events"):  # two fetches served, six reported
+    with pytest.raises(Interfered, match="reported events"):  # two fetches served, six reported
         phases._observed(params, {"runs": [{"points": points}], "observed": seen})
     honest = {**points, "data": [[0, 1]] * 2}
     runs = phases._observed(params, {"runs": [{"points": honest}], "observed": seen})
