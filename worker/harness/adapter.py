@@ -42,7 +42,7 @@ def run(job, api):
             owned = [index.get(id(p), -1) for p in group]
             optimizers.append(owned)
             extra = [p for p, i in zip(group, owned, strict=True) if i < 0]
-            record = {}
+            record: dict = {}
 
             def before():
                 record.clear()

@@ -37,7 +37,8 @@ def run(job, api):
     api.share(weights)
 
     def learner():
-        events, steps = [], []
+        events: list = []
+        steps: list = []
 
         def event(*item):
             if len(events) < MAX_EVENTS:
@@ -65,7 +66,9 @@ def run(job, api):
         name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
-        peaks, kept, error = [], [], None
+        peaks: list = []
+        kept: list = []
+        error = None
         for x, y in batches:
             event("call")
             api.sync("call", len(peaks), snapshot=True)

@@ -195,5 +195,5 @@ def _refuse_threads():
     for name in ("prepare_trace", "start_trace", "start"):
         if hasattr(kineto, name):
             setattr(kineto, name, profiler)
-    threading.Thread.start = threads
+    threading.Thread.start = threads  # type: ignore[method-assign]  # the limit, named
     os.fork = threads

@@ -154,7 +154,8 @@ class Counted:
 
     def __init__(self, model, lr, record=False, sync=None, clock=None):
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        self.steps, self.trajectory = 0, []
+        self.steps = 0
+        self.trajectory: list = []
 
         def counted(result):
             if clock is not None:

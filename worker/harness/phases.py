@@ -57,7 +57,7 @@ class Run:
 
     def __init__(self):
         self.ranges = []
-        self.points = {phase: [] for phase in PHASES}  # phase → [(start, end)]
+        self.points: dict[str, list] = {phase: [] for phase in PHASES}  # phase → [(start, end)]
 
     def point(self, phase, start, end=None):
         self.points[phase].append((start, time.perf_counter() if end is None else end))
@@ -83,7 +83,7 @@ class ServedLoader:
 def _patch_record_function(state):
     real = torch.autograd.profiler.record_function
 
-    class record_function(real):  # noqa: N801  (the name the learner imports)
+    class record_function(real):  # type: ignore[valid-type,misc]  # noqa: N801  (the name the learner imports)
         def __enter__(self):
             self._started = time.perf_counter()
             return super().__enter__()
@@ -101,8 +101,8 @@ def _patch_record_function(state):
             return result
 
     # before the learner's file is imported, so `from torch.profiler import …` sees it
-    torch.autograd.profiler.record_function = record_function
-    torch.profiler.record_function = record_function
+    torch.autograd.profiler.record_function = record_function  # type: ignore[misc]
+    torch.profiler.record_function = record_function  # type: ignore[misc]
 
 
 def _build(params, run, sync):
@@ -112,7 +112,7 @@ def _build(params, run, sync):
     batches = [(torch.randn(size, 6), torch.randint(0, 3, (size,))) for _ in range(int(params["n_batches"]))]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    started = {}
+    started: dict[str, float] = {}
     model.register_forward_pre_hook(lambda m, a: started.__setitem__("f", time.perf_counter()))
     model.register_forward_hook(lambda m, a, o: run.point("forward", started.pop("f")))
     first = next(model.parameters())  # its gradient is written last: the end of backward
@@ -147,7 +147,7 @@ def run(job, api):
     api.slow_one([LABELS[phase] for phase in params["slow"]], float(params["slow_ms"]) / 1000)
 
     def learner():
-        state = {"run": None}
+        state: dict[str, Run | None] = {"run": None}
         _patch_record_function(state)
         name_limits()
         fn = api.load_entry()

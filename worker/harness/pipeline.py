@@ -47,7 +47,7 @@ class ServedDataset(Dataset):
         return {"size": self.size, "address": self.address}
 
     def __setstate__(self, state):
-        self.__init__(state["size"], state["address"])
+        type(self).__init__(self, state["size"], state["address"])
 
     def _connection(self):
         local = self._local
@@ -75,7 +75,7 @@ class ServedDataset(Dataset):
 
 def _consume(loader, model, optimizer, device):
     """The training loop the timing is about; returns the batches' indices."""
-    seen = []
+    seen: list = []
     for batch in loader:
         x, index = batch[0], torch.as_tensor(batch[1])
         if len(seen) < MAX_BATCHES:

@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 import types
+from typing import Any
 
 import quiet
 import supervise
@@ -87,7 +88,7 @@ def _clip(text, limit=MAX_MESSAGE):
 def learner_frames(tb):
     """The frames of a traceback that belong to the learner's file, innermost last: a walk that
     keeps only the last few, so a 50,000-frame recursion costs no more than a short one."""
-    kept = collections.deque(maxlen=MAX_FRAMES)
+    kept: collections.deque = collections.deque(maxlen=MAX_FRAMES)
     while tb is not None:
         code = tb.tb_frame.f_code
         if os.path.basename(code.co_filename) == SUBMISSION:
@@ -128,8 +129,8 @@ class Api:
     def __init__(self, job_dir, job):
         self.job_dir = job_dir
         self.job = job
-        self.output = {"text": "", "dropped": 0, "limit": int(job.get("output_limit", 65536))}
-        self.link = None  # in the child: the way to the supervisor
+        self.output: dict[str, Any] = {"text": "", "dropped": 0, "limit": int(job.get("output_limit", 65536))}
+        self.link: Any = None  # in the child: the way to the supervisor
         self._shared = None
         self._slow = None
         self._items = None
