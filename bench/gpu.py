@@ -5,10 +5,11 @@
 On a machine with CUDA it checks what the CPU cannot: the sandbox bound to one GPU (only that
 GPU's device nodes, the seccomp filter, a job uid that is not host root, memory limits), every
 exercise proven on CUDA as ``treino lessons check`` proves it on the CPU (autocast in float16,
-and in bfloat16 where the card has it), the figures a learner sees on the GPU beside the CPU's,
-what CUDA's start-up costs, and one submission through the web and a GPU worker. Each check is a
-row of docs/gpu.md; the exit status is 1 when any row failed. Without CUDA it says so in one
-line, exits 0 and leaves docs/gpu.md as it is.
+and in bfloat16 where the card has it), every claim of the course that only a GPU can show (the
+``device: cuda`` entries of lessons/*/claims.yaml, each by its proof script), the figures a
+learner sees on the GPU beside the CPU's, what CUDA's start-up costs, and one submission through
+the web and a GPU worker. Each check is a row of docs/gpu.md; the exit status is 1 when any row
+failed. Without CUDA it says so in one line, exits 0 and leaves docs/gpu.md as it is.
 """
 
 import argparse
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 from app.config import ROOT
 
 if TYPE_CHECKING:  # imported where used: `make gpu-check` answers at once without CUDA
+    from app.lessons.proofs import Proven
     from contracts.course import Exercise
     from worker.grading import Grader
 
@@ -42,9 +44,10 @@ SANDBOX = "Sandbox on the GPU"
 EXERCISES = "Exercises on CUDA"
 FIGURES = "Figures a learner sees: CUDA beside the CPU"
 START_UP = "CUDA start-up"
+CLAIMS = "The course's claims on CUDA"
 WEB = "End to end"
 RUN = "This run"
-SECTIONS = (SANDBOX, EXERCISES, FIGURES, START_UP, WEB, RUN)
+SECTIONS = (SANDBOX, EXERCISES, CLAIMS, FIGURES, START_UP, WEB, RUN)
 
 Status = Literal["passed", "failed", "n/a"]
 
@@ -420,6 +423,7 @@ class GpuCheck:
             (START_UP, "sandbox warm-up, CUDA beside the CPU", self.warm_up),
             (START_UP, "CUDA after a fork of the template", self.after_fork),
             (SANDBOX, "in the warm pool", self.in_pool),
+            (CLAIMS, "the claims that wait for a GPU", self.claims),
             (WEB, "a submission through the web and a GPU worker", self.end_to_end),
         ]
 
@@ -704,6 +708,13 @@ class GpuCheck:
             )
         return rows
 
+    def claims(self) -> list[Result]:
+        """Each `device: cuda` claim of lessons/*/claims.yaml, proven by its script on this GPU
+        (`treino lessons check` proves the CPU ones)."""
+        from app.lessons.proofs import prove
+
+        return claims_rows(prove([c for c in self.course.claims if c.device == "cuda"]))
+
     def figures(self) -> list[Result]:
         params = self._exercise(FIGURES_EXERCISE).check_params
         configs = [
@@ -769,6 +780,19 @@ def compare_metrics(cuda: dict, cpu: dict) -> str:
             continue
         parts.append(f"{key} {a} vs {b}" if a != b else f"{key} {a} on both")
     return " · ".join(parts)
+
+
+def claims_rows(proven: "list[Proven]") -> list[Result]:
+    """One row per CUDA claim: the card it is taught in, and how its proof went."""
+    return [
+        Result(
+            CLAIMS,
+            f"{p.claim.card.lesson}/{p.claim.id} ({p.claim.proof.name}): {p.claim.text}",
+            ok(p.ok),
+            f"{p.seconds:.1f} s" if p.ok else p.error,
+        )
+        for p in proven
+    ]
 
 
 def figures_rows(found: list[dict], params: dict, bf16: bool) -> list[Result]:

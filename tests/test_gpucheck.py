@@ -129,6 +129,25 @@ def test_the_report_leads_with_what_failed_and_lists_every_row():
     ]
 
 
+def test_every_claim_that_waits_for_a_gpu_is_a_row_saying_how_its_proof_went(course):
+    from app.lessons.proofs import Proven
+
+    waiting = [c for c in course.claims if c.device == "cuda"]
+    assert waiting, "the course makes claims only a GPU can show"
+    failed = "line 9: AssertionError: float32"
+    proven = [Proven(c, i > 0, 2.0, "" if i else failed) for i, c in enumerate(waiting)]
+    rows = gpu.claims_rows(proven)
+    assert [r.section for r in rows] == [gpu.CLAIMS] * len(waiting)
+    first = waiting[0]
+    assert rows[0].name.startswith(f"{first.card.lesson}/{first.id} ({first.proof.name}): ")
+    assert first.text in rows[0].name
+    assert (rows[0].status, rows[0].measured) == ("failed", failed)
+    assert {(r.status, r.measured) for r in rows[1:]} <= {("passed", "2.0 s")}
+    page = gpu.render({}, rows)
+    assert f"## {gpu.CLAIMS}" in page.splitlines()
+    assert f"**1 of {len(waiting)} checks failed**" in page
+
+
 def test_the_report_says_when_everything_passed():
     page = gpu.render(
         {},

@@ -48,3 +48,19 @@ def test_the_report_has_the_class_at_once_table():
     row = next(line for line in page.splitlines() if line.startswith("| 100 | SQLite"))
     assert "0.20 / 1.50 / 1.50 s" in row and "1.60 s" in row and "2 (p50 5 ms)" in row
     assert "all graded in 42.0 s" in row and row.endswith("| 0.30 s |")
+
+
+def test_the_in_process_floor_grades_the_solution_through_the_harness_as_it_is_today():
+    """`make bench`'s first row calls the harness's runtime directly; a change of its entry point
+    must not leave the bench broken until someone runs it."""
+    from app.config import get_settings
+    from bench import verdicts
+    from contracts.course import load_course
+
+    exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/accumulate")
+    assert exercise is not None
+    code = (ROOT / exercise.path / "solution.py").read_bytes()
+    took, passed = verdicts.in_process_once(exercise, code)
+    assert passed
+    mistake = (ROOT / exercise.path / "mistakes" / "loss-not-scaled.py").read_bytes()
+    assert verdicts.in_process_once(exercise, mistake)[1] is False
