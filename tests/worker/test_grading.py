@@ -267,8 +267,9 @@ def test_interference_says_what_was_observed_and_accuses_no_one(exercise, monkey
 
 
 def test_every_observation_an_interference_can_quote_has_both_texts():
-    """The keys the checks raise (Interfered("<key>"), agree's units) and the supervisor's
-    notes map to interfered.<key> texts in both languages; an unknown note reads 'other'."""
+    """The keys the checks raise (Interfered("<key>"), agree's units) and the supervisor's keys
+    (observed["interfered"], issue 27: a key and its values, no prose to match) have
+    interfered.<key> texts in both languages; a key the supervisor does not send reads 'other'."""
     import re
     from pathlib import Path
 
@@ -277,20 +278,27 @@ def test_every_observation_an_interference_can_quote_has_both_texts():
 
     source = "\n".join(p.read_text() for p in (Path(checks.__file__).parent).glob("*.py"))
     keys = set(re.findall(r'Interfered\(\s*"([a-z_]+)"', source))
-    keys |= {k for _, k in checks._NOTES} | {"parameters", "memory", "count", "counts", "trace", "other"}
+    keys |= set(checks.SUPERVISOR_KEYS) | {"parameters", "memory", "count", "counts", "trace", "other"}
     units = set(re.findall(r'agree\([^\n]*"([a-z]+)"\)', source)) - {"parameters", "memory"}
     texts = catalogue()
     for key in keys:
         assert set(texts.get(f"interfered.{key}", {})) == {"en", "pt-BR"}, key
     for unit in units:
         assert set(texts.get(f"interfered.unit.{unit}", {})) == {"en", "pt-BR"}, unit
-    assert checks.note_key("tensors were saved for backward where the memory meter could not see them") == (
-        "meter_blind"
+
+    def raised(notes):
+        with pytest.raises(checks.Interfered) as caught:
+            checks.observed({"observed": {"interfered": notes}})
+        return caught.value.key, caught.value.values
+
+    blind = [{"key": "meter_blind", "values": {"meter": 0}}, {"key": "protocol", "values": {}}]
+    assert raised(blind) == ("meter_blind", {"meter": 0})  # the first note, its values as data
+    assert raised([{"key": "something-new", "values": {}}]) == ("other", {})
+    assert raised([{"key": "protocol", "values": {"bytes": 9, "x": [1], "y": 1.5}}]) == (
+        "protocol",
+        {"bytes": 9},
     )
-    assert (
-        checks.note_key("the link broke (ValueError); the memory meter's counts went backwards") == "protocol"
-    )
-    assert checks.note_key("something new") == "other"
+    assert raised(["a note in prose"]) == ("other", {})
 
 
 def test_a_failure_of_the_harness_is_ours_and_logged_with_its_traceback(exercise, monkeypatch, caplog):

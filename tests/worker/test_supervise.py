@@ -75,7 +75,12 @@ def part(link):
 """)
     meter = out["observed"]["meters"][0]
     assert meter["peak"] == 200
-    assert "went backwards" in out["observed"]["interfered"]
+    assert out["observed"]["interfered"] == [
+        {
+            "key": "meter_backwards",
+            "values": {"meter": 0, "packed": 10, "freed": 0, "packed_before": 350, "freed_before": 300},
+        }
+    ]
     with pytest.raises(Interfered):
         observed({"observed": out["observed"]})
 
@@ -99,7 +104,10 @@ def test_a_report_that_is_not_strict_json_is_interference():
 def part(link):
     return b'{"t": "report", "data": NaN}'
 """)
-    assert out["report"] is None and "not strict JSON" in out["observed"]["interfered"]
+    assert out["report"] is None
+    assert out["observed"]["interfered"] == [
+        {"key": "protocol", "values": {"message": "not-strict-json", "error": "ValueError"}}
+    ]
 
 
 def test_everything_the_child_started_is_ended_before_the_trace():

@@ -58,27 +58,23 @@ class Interfered(Exception):
         self.key, self.values = key, values or {}
 
 
-# the supervisor's notes (worker/harness/supervise.py, runtime.py: English, for logs) → the
-# interfered.<key> that says the same to a learner; any other note is interfered.other
-_NOTES = (
-    ("tensors were saved for backward where the memory meter", "meter_blind"),
-    ("the memory meter's counts went backwards", "meter_backwards"),
-    ("processes the program started could not be stopped", "processes"),
-    ("a report of the wrong shape", "shape"),
-    ("the link broke", "protocol"),
-    ("a sync message", "protocol"),
-    ("a meter message", "protocol"),
-    ("too many meters", "protocol"),
-    ("a message", "protocol"),
-)
+# what the supervisor notes in ``observed["interfered"]`` (worker/harness/link.py
+# ``Interference``, observer.py ``Observer.problem``): a list of ``{"key", "values"}``, the first
+# the one the learner is told, as ``interfered.<key>`` with the values it observed; a key not
+# among these (the trace is parsed, not believed) reads ``interfered.other``
+SUPERVISOR_KEYS = frozenset({"protocol", "shape", "processes", "meter_blind", "meter_backwards"})
 
 
-def note_key(note: str) -> str:
-    """The ``interfered.<key>`` of a supervisor's note (its first, where several are joined)."""
-    for start, key in _NOTES:
-        if note.startswith(start):
-            return key
-    return "other"
+def _scalars(values: object) -> dict[str, Any]:
+    """The observed values a note carries: names to ints or short strings, nothing else."""
+    if not isinstance(values, dict):
+        return {}
+    return {
+        k: v
+        for k, v in values.items()
+        if isinstance(k, str)
+        and ((isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and len(v) <= 40))
+    }
 
 
 def observed(data: dict[str, Any]) -> dict[str, Any]:
@@ -87,9 +83,13 @@ def observed(data: dict[str, Any]) -> dict[str, Any]:
     seen = data.get("observed") if isinstance(data, dict) else None
     if not isinstance(seen, dict):
         raise Interfered("missing", detail="no observations in the trace")
-    if seen.get("interfered"):
-        note = str(seen["interfered"])
-        raise Interfered(note_key(note), detail=note)
+    notes = seen.get("interfered")
+    if notes:
+        first = notes[0] if isinstance(notes, list) and isinstance(notes[0], dict) else {}
+        key = first.get("key")
+        values = _scalars(first.get("values"))
+        key = key if isinstance(key, str) and key in SUPERVISOR_KEYS else "other"
+        raise Interfered(key, values, detail=f"the supervisor noted {key} {values}")
     return seen
 
 

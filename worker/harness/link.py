@@ -1,14 +1,24 @@
 """The child's end of its link to the supervisor (``supervise``), and the wire both speak: a
-length-prefixed message of strict JSON each way, bounded by the supervisor. Standard library only."""
+length-prefixed message of strict JSON each way, bounded by the supervisor; and ``Interference``,
+how the supervisor says the protocol was broken. Standard library only."""
 
 import json
 import os
 import struct
 
-from observer import Interference
-
 HEADER = struct.Struct("!I")
 MAX_SYNC = 64 * 1024  # one sync message
+
+
+class Interference(Exception):
+    """The child broke the protocol. ``key`` names what the supervisor saw (the trace's
+    ``observed["interfered"]``, which the worker answers with ``interfered.<key>`` of
+    messages.yaml: ``protocol``, ``shape``, ``processes``, ``meter_blind``,
+    ``meter_backwards``); ``values`` are the numbers (or names) it observed, as data."""
+
+    def __init__(self, key: str, **values: int | str) -> None:
+        super().__init__(key, values)
+        self.key, self.values = key, values
 
 
 def send(sock, payload: bytes):
@@ -34,9 +44,9 @@ def decode(raw):
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise Interference(f"a message that is not strict JSON ({type(exc).__name__})") from None
+        raise Interference("protocol", message="not-strict-json", error=type(exc).__name__) from None
     if not isinstance(value, dict):
-        raise Interference("a message that is not an object")
+        raise Interference("protocol", message="not-an-object")
     return value
 
 

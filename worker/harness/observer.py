@@ -8,15 +8,12 @@ import time
 
 import torch
 from instrument import flat
+from link import Interference
 
 MAX_SNAPSHOTS = 256
 MAX_EVENTS = 4096
 MAX_METERS = 64
 ALIGN = 64
-
-
-class Interference(Exception):
-    """The child broke the protocol; the message says how (it goes into the trace)."""
 
 
 class Shared:
@@ -65,7 +62,7 @@ class Observer:
         self.events_dropped = 0
         self.snapshots = []
         self.meters = {}  # meter number → its counts and the peak seen
-        self.problems = []
+        self.problems = []  # {"key", "values"}: what broke the protocol (``link.Interference``)
         self.slow = None  # (labels, seconds): one label made slow per run, drawn after the fork
         self.slowed = []  # the label made slow in run 0, 1, …: its syncs are answered late
         self.hooks = {}  # label → called with the index, before the parameters are read
@@ -82,14 +79,16 @@ class Observer:
             order[i], order[j] = order[j], order[i]
         self.slowed = order
 
-    def problem(self, why):
+    def problem(self, key, **values):
+        """Note that the protocol was broken: ``key`` (an ``interfered.<key>`` of messages.yaml)
+        and the numbers observed; the first is what the learner is told."""
         if len(self.problems) < 8:
-            self.problems.append(str(why)[:200])
+            self.problems.append({"key": key, "values": values})
 
     def sync(self, message):
         label, index = message.get("label"), message.get("index", -1)
         if not isinstance(label, str) or len(label) > 40 or not isinstance(index, int):
-            raise Interference("a sync message of the wrong shape")
+            raise Interference("protocol", message="sync-shape")
         meter = message.get("meter")
         if meter is not None:
             self._meter(meter)
@@ -119,18 +118,25 @@ class Observer:
             or len(meter) not in (3, 4)
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in meter)
         ):
-            raise Interference("a meter message of the wrong shape")
+            raise Interference("protocol", message="meter-shape")
         number, packed, freed = meter[:3]
         if not 0 <= number < MAX_METERS:
-            raise Interference("too many meters")
+            raise Interference("protocol", message="meter-number", meter=number, limit=MAX_METERS)
         state = self.meters.setdefault(number, {"peak": 0, "packed": 0, "freed": 0, "messages": 0})
         note = meter[3] if len(meter) == 4 else 0
         if note == 1:
-            self.problem("tensors were saved for backward where the memory meter could not see them")
+            self.problem("meter_blind", meter=number)
         elif note == 2:
             state["recomputed"] = state.get("recomputed", 0) + 1
         if packed < state["packed"] or freed < state["freed"] or not 0 <= freed <= packed:
-            self.problem("the memory meter's counts went backwards")
+            self.problem(
+                "meter_backwards",
+                meter=number,
+                packed=packed,
+                freed=freed,
+                packed_before=state["packed"],
+                freed_before=state["freed"],
+            )
         state["packed"], state["freed"] = packed, freed
         state["peak"] = max(state["peak"], packed - freed)
         state["messages"] += 1
@@ -143,6 +149,6 @@ class Observer:
             "snapshots": self.snapshots,
             "final_params": final,
             "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
-            "interfered": "; ".join(self.problems) or None,
+            "interfered": list(self.problems) or None,
             "slowed": self.slowed,
         }

@@ -209,7 +209,7 @@ class Api:
             or isinstance(dropped, bool)
             or (error is not None and not isinstance(error, dict))
         ):
-            observed["interfered"] = observed["interfered"] or "a report of the wrong shape"
+            observed["interfered"] = observed["interfered"] or [{"key": "shape", "values": {}}]
             return None, None
         self.output["text"], self.output["dropped"] = text[: self.output["limit"]], max(dropped, 0)
         return data, error

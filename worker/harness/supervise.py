@@ -35,8 +35,8 @@ import time
 import childfilter
 import linux
 from items import Items
-from link import HEADER, MAX_SYNC, Link, decode, recv_exact
-from observer import MAX_EVENTS, Interference, Observer, Shared
+from link import HEADER, MAX_SYNC, Interference, Link, decode, recv_exact
+from observer import MAX_EVENTS, Observer, Shared
 
 __all__ = [
     "MAX_EVENTS", "Died", "Interference", "Items", "Link", "Observer", "Shared", "Supervisor",
@@ -97,12 +97,14 @@ def _descendants(me, spared):
 
 def sweep(spared):
     """Kill every descendant of this process but ``spared`` (children it had before the fork)
-    and reap those that are its own, until none is left; False if some outlived every round."""
+    and reap those that are its own, until none is left; how many outlived every round (0: all
+    gone)."""
     me = os.getpid()
+    pids = []
     for _ in range(SWEEP_ROUNDS):
         pids = _descendants(me, spared)
         if not pids:
-            return True
+            return 0
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -112,7 +114,7 @@ def sweep(spared):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
         time.sleep(0.002)
-    return False
+    return len(pids)
 
 
 def _children():
@@ -144,21 +146,22 @@ class Supervisor:
             parent_end.detach()
             _child(child_end, part, prepared)
         child_end.close()
-        report, problem, self._status = None, None, None
+        report, self._status = None, None
+        problem: Interference | None = None
         try:
             self.observer.draw_slow()
             with self._serving_items():
                 report = self._serve(parent_end, pid)
         except Interference as exc:
-            problem = str(exc)
+            problem = exc
         except OSError as exc:
-            problem = f"the link broke ({type(exc).__name__})"
+            problem = Interference("protocol", message="link-broke", error=type(exc).__name__)
         finally:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             if self._status is None:
                 self._status = os.waitpid(pid, 0)[1]
-            swept = sweep(spared)
+            left = sweep(spared)
             parent_end.close()
         status, death = self._status, None
         if report is None and problem is None:
@@ -167,10 +170,10 @@ class Supervisor:
                 if os.WIFSIGNALED(status)
                 else ("exit", os.waitstatus_to_exitcode(status))
             )
-        if not swept:
-            problem = problem or "processes the program started could not be stopped"
         if problem is not None:
-            self.observer.problem(problem)
+            self.observer.problem(problem.key, **problem.values)
+        if left:
+            self.observer.problem("processes", left=left)
         return report, death
 
     def _serve(self, sock, pid):
@@ -189,21 +192,21 @@ class Supervisor:
                 return None
             (size,) = HEADER.unpack(header)
             if size > self.report_limit:
-                raise Interference(f"a message of {size} bytes")
+                raise Interference("protocol", message="too-large", bytes=size, limit=self.report_limit)
             raw = recv_exact(sock, size)
             if raw is None:
                 return None
             message = decode(raw)
             if message.get("t") == "sync":
                 if size > MAX_SYNC:
-                    raise Interference("a sync message too large")
+                    raise Interference("protocol", message="sync-too-large", bytes=size, limit=MAX_SYNC)
                 self.observer.sync(message)
                 if message.get("label") != "meter":  # a meter's counts need no answer
                     sock.sendall(b"k")
             elif message.get("t") == "report":
                 return message
             else:
-                raise Interference("a message of no known type")
+                raise Interference("protocol", message="unknown-type")
 
     def inline(self, part):
         """``part()`` in this process (CUDA): the same syncs, observed from here."""
