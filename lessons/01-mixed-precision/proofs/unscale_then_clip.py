@@ -1,0 +1,37 @@
+"""After backward() on the scaled loss, .grad is multiplied by the scale; scaler.unscale_(optimizer)
+brings it back to the true gradients, so the clip sees the real norm, and scaler.step then does not
+divide a second time: the update is the one a loop without a scaler makes."""
+
+import copy
+
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+model = nn.Linear(4, 2)
+plain = copy.deepcopy(model)
+x, y = torch.randn(8, 4), 10 * torch.randn(8, 2)
+
+
+def norm(m):
+    return torch.cat([p.grad.flatten() for p in m.parameters()]).norm()
+
+
+plain_opt = torch.optim.SGD(plain.parameters(), lr=0.1)
+nn.functional.mse_loss(plain(x), y).backward()
+true_norm = norm(plain)
+assert true_norm > 1.0  # so a max_norm of 1.0 clips
+nn.utils.clip_grad_norm_(plain.parameters(), max_norm=1.0)
+plain_opt.step()
+
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+scaler.scale(nn.functional.mse_loss(model(x), y)).backward()
+assert torch.isclose(norm(model), 1024 * true_norm, rtol=1e-4)  # still scaled
+scaler.unscale_(opt)
+assert torch.isclose(norm(model), true_norm, rtol=1e-4)  # the true gradients
+nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+scaler.step(opt)  # does not divide by the scale again
+scaler.update()
+for a, b in zip(model.parameters(), plain.parameters()):
+    assert torch.allclose(a, b, atol=1e-6), (a, b)
