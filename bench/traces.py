@@ -1,26 +1,38 @@
 """Record the profiler traces that lesson 3's GPU-method exercise is graded on.
 
     .venv/bin/python -m bench.traces [--out DIR]     # on a machine with CUDA; minutes at most
+    .venv/bin/python -m bench.traces --model [--out DIR]   # anywhere: the queue model's traces
 
 Lesson 3 teaches that on a GPU the host-side labels lie and the verdict comes from the GPU's own
 time: device time, idle gaps, and the same-batch test. This script records, on a real GPU, one
 `torch.profiler` trace (CPU and CUDA activities) for each of three training loops whose
 bottleneck is known by construction, and measures the same-batch test beside each:
 
-    input     a DataLoader with num_workers=0 over a dataset that takes ITEM_MS per sample: the
-              GPU sits idle while the main process loads the next batch
-    compute   large matmuls fed from a batch already on the GPU: the GPU is never idle
+    input     a DataLoader with num_workers=0 over 224x224 images that take ITEM_MS each to
+              load, copied from pageable memory: the GPU sits idle while the main process
+              loads the next batch
+    compute   six 4096-wide layers fed from a batch already on the GPU, while a deeper frozen
+              teacher runs its forward for the next batch on a side stream (distillation): the
+              GPU is never idle, and two streams overlap
     launch    a deep stack of tiny layers at batch size 1: thousands of short kernels with gaps,
               the GPU waiting for Python to launch the next one
+
+Every step logs its loss with `loss.item()` inside the "optimizer" range, as training loops do:
+on the compute loop that range absorbs the wait for the GPU.
 
 Each trace keeps only what the exercise reads and a trace viewer (Perfetto) shows: the
 `record_function` ranges on the host (`user_annotation`), their GPU twins (`gpu_user_annotation`),
 the kernels, copies and memsets, and the CUDA runtime calls; the rest (every CPU op) is dropped to
-keep the files small. `DIR/<loop>.json` is a Chrome trace; `DIR/traces.json` names the GPU, its
-driver, CUDA and torch, and per loop the bottleneck, the synchronised step time with the loader
-and with the same batch kept on the GPU, and the trace's own device-busy share.
+keep the files small. `DIR/<loop>.json` is a Chrome trace; `DIR/traces.json` says where they come
+from (`"source": "recorded"`, with the GPU, its driver, CUDA and torch named), and per loop the
+bottleneck, the synchronised step time with the loader and with the same batch kept on the GPU,
+and the trace's own device-busy share.
 
 Without CUDA it says so in one line and exits 0, writing nothing: the traces wait for a GPU.
+`--model` writes the same files from the queue model of a GPU in worker/harness/gputrace.py
+(host launches, kernels that run behind them on two streams, the loader's waits, many tiny
+kernels with launch gaps), with `"source": "modelled"`: what the exercise is graded on until a
+GPU records the real ones. The model has no same-batch test to time; its traces.json says so.
 """
 
 from __future__ import annotations
@@ -94,43 +106,70 @@ def _loops() -> dict[str, Callable[[], Loop]]:
 
         def __getitem__(self, i: int):
             time.sleep(ITEM_MS / 1000)  # decoding an image, say
-            return torch.randn(256), i % 10
+            return torch.randn(3, 224, 224), i % 10
 
-    def trainer(model: nn.Module) -> Callable[[Any], None]:
+    def trainer(model: nn.Module, forward: Callable[[Any, Any], Any] | None = None) -> Callable[[Any], None]:
         model.cuda()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         loss_fn = nn.CrossEntropyLoss()
+        losses: list[float] = []
 
         def step(batch: Any) -> None:
             x, y = batch
             x, y = x.to("cuda"), y.to("cuda")
             with torch.profiler.record_function("forward"):
-                loss = loss_fn(model(x), y)
+                loss = forward(x, y) if forward is not None else loss_fn(model(x), y)
             with torch.profiler.record_function("backward"):
                 loss.backward()
             with torch.profiler.record_function("optimizer"):
                 optimizer.step()
                 optimizer.zero_grad()
+                losses.append(loss.item())  # the loop logs its loss: a sync, here
+                del losses[:-100]
 
         return step
 
     def input_loop():
-        model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 224 * 224, 64), nn.ReLU(), nn.Linear(64, 10))
         loader = DataLoader(Slow(), batch_size=32)  # num_workers=0: 64 ms of loading per batch
         return (lambda: iter(loader)), trainer(model)
 
     def compute_loop():
-        model = nn.Sequential(
-            *[m for _ in range(6) for m in (nn.Linear(4096, 4096), nn.ReLU())], nn.Linear(4096, 10)
-        )
+        def tower(depth: int) -> nn.Sequential:
+            return nn.Sequential(
+                *[m for _ in range(depth) for m in (nn.Linear(4096, 4096), nn.ReLU())], nn.Linear(4096, 10)
+            )
+
+        student, teacher = tower(6), tower(14).cuda().eval().requires_grad_(False)
+        side = torch.cuda.Stream()
         x = torch.randn(512, 4096, device="cuda")
         y = torch.randint(0, 10, (512,), device="cuda")
+        ahead: dict[str, Any] = {}
+
+        def teacher_ahead(x: Any) -> None:  # the next batch's logits, on the side stream
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), torch.no_grad():
+                ahead["logits"] = teacher(x)
+            ahead["ready"] = torch.cuda.Event()
+            ahead["ready"].record(side)
+
+        teacher_ahead(x)
+
+        def distill(x: Any, y: Any) -> Any:
+            logits, ready = ahead["logits"], ahead["ready"]
+            teacher_ahead(x)  # the batches are all the same here: the next one is x again
+            out = student(x)
+            torch.cuda.current_stream().wait_event(ready)
+            logits.record_stream(torch.cuda.current_stream())
+            return nn.functional.kl_div(
+                out.log_softmax(-1), logits.log_softmax(-1), log_target=True, reduction="batchmean"
+            )
 
         def batches():
             while True:
                 yield x, y
 
-        return batches, trainer(model)
+        return batches, trainer(student, distill)
 
     def launch_loop():
         model = nn.Sequential(
@@ -182,17 +221,11 @@ def record(name: str, make: Callable[[], Loop], out: Path) -> dict[str, Any]:
         torch.cuda.synchronize()
         prof.export_chrome_trace(str(raw))
         trace = compact(json.loads(raw.read_text()))
-    (out / f"{name}.json").write_text(json.dumps(trace, separators=(",", ":")))
-    busy, span_ms = device_busy(trace)
+    write(out, name, trace)
     return {
-        "bottleneck": name,
-        "trace": f"{name}.json",
+        **_facts(name, trace),
         "ms_per_step_with_loader": round(with_loader, 3),
         "ms_per_step_same_batch": round(same_batch, 3),
-        "traced_steps": ACTIVE,
-        "traced_span_ms": round(span_ms, 3),
-        "device_busy_share": round(busy, 4),
-        "events": len(trace["traceEvents"]),
     }
 
 
@@ -210,19 +243,79 @@ def _driver() -> str:
     return out.strip().splitlines()[0] if out.strip() else "unknown"
 
 
+def _facts(name: str, trace: dict[str, Any]) -> dict[str, Any]:
+    """What traces.json says of one trace: the exercise's own measures of it beside the rest."""
+    from worker.checks.gputrace import measure
+
+    busy, span_ms = device_busy(trace)
+    truth = measure(trace)
+    return {
+        "bottleneck": name,
+        "trace": f"{name}.json",
+        "traced_steps": ACTIVE,
+        "traced_span_ms": round(span_ms, 3),
+        "device_busy_share": round(busy, 4),
+        "gpu_busy_share": round(truth["busy"], 4),  # over the whole trace, as the exercise reads it
+        "longest_idle_ms": round(truth["idle_ms"], 3),
+        "events": len(trace["traceEvents"]),
+    }
+
+
+def write(out: Path, name: str, trace: dict[str, Any]) -> None:
+    (out / f"{name}.json").write_text(json.dumps(trace, separators=(",", ":")))
+
+
+def modelled(out: Path) -> int:
+    """The queue model's traces (worker/harness/gputrace.py), in the recorded ones' format."""
+    from worker.harness import gputrace
+
+    out.mkdir(parents=True, exist_ok=True)
+    loops = {}
+    for name in ("input", "compute", "launch"):
+        trace = gputrace.model_trace(name)
+        write(out, name, trace)
+        loops[name] = {**_facts(name, trace), "ms_per_step_with_loader": None, "ms_per_step_same_batch": None}
+    meta = {
+        "source": "modelled",
+        "model": "worker/harness/gputrace.py: a queue model of one host thread and the GPU's streams",
+        "model_seed": gputrace.MODEL_SEED,
+        "note": "no GPU recorded these: `python -m bench.traces` on a CUDA machine replaces them with "
+        "recorded traces; the model times no same-batch test",
+        "item_ms": ITEM_MS,
+        "loops": loops,
+    }
+    (out / "traces.json").write_text(json.dumps(meta, indent=2) + "\n")
+    for name, facts in loops.items():
+        print(
+            f"{name}: GPU busy {facts['gpu_busy_share']:.1%} of the trace, longest idle "
+            f"{facts['longest_idle_ms']:.2f} ms, {facts['events']} events (modelled)"
+        )
+    print(f"bench.traces: {len(loops)} modelled traces in {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.traces", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT, help=f"where the traces go (default {OUT})")
+    parser.add_argument(
+        "--model", action="store_true", help="write the queue model's traces instead (no GPU needed)"
+    )
     args = parser.parse_args(argv)
+    if args.model:
+        return modelled(args.out)
     import torch
 
     if not torch.cuda.is_available():
-        print("bench.traces: no CUDA here; the GPU-method traces wait for a GPU", file=sys.stderr)
+        print(
+            "bench.traces: no CUDA here; the GPU-method traces wait for a GPU (--model: the modelled ones)",
+            file=sys.stderr,
+        )
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
     loops = {name: record(name, make, args.out) for name, make in _loops().items()}
     meta = {
+        "source": "recorded",
         "gpu": props.name,
         "capability": f"{props.major}.{props.minor}",
         "driver": _driver(),
@@ -238,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{name}: {facts['ms_per_step_with_loader']:.1f} ms/step with the loader, "
             f"{facts['ms_per_step_same_batch']:.1f} on the same batch (stall {stall:.1f} ms), "
-            f"GPU busy {facts['device_busy_share']:.0%} of the trace, {facts['events']} events"
+            f"GPU busy {facts['gpu_busy_share']:.0%} of the trace, {facts['events']} events"
         )
     print(f"bench.traces: {len(loops)} traces on {props.name} (torch {torch.__version__}) in {args.out}")
     return 0

@@ -127,6 +127,7 @@ KINDS = {  # one exercise per check kind
     "amp": "mixed-precision/amp-loop",
     "phases": "bottleneck/find-the-bottleneck",
     "pipeline": "bottleneck/input-pipeline",
+    "gputrace": "bottleneck/read-the-gpu-trace",
     "checkpointing": "gpu-memory/fit-the-budget",
     "measure": "gpu-memory/measure-it",
     "hookstep": "model-memory/step-in-backward",
@@ -135,7 +136,7 @@ KINDS = {  # one exercise per check kind
 
 
 def test_a_pass_in_each_exercise_kind_says_what_it_means_and_the_course_ends_on_a_page(new_page):
-    """Slow (eight grades): each passed in English on a light desktop, then the same verdict read
+    """Slow (nine grades): each passed in English on a light desktop, then the same verdict read
     in Portuguese on a dark 390 px phone (the words are chosen as the page is drawn, so no second
     grade); then the end of the course at 390 px in Portuguese, dark, and in English on the
     desktop."""

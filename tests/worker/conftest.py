@@ -29,6 +29,7 @@ EXERCISES = (
     "amp-loop",
     "find-the-bottleneck",
     "input-pipeline",
+    "read-the-gpu-trace",
     "fit-the-budget",
     "measure-it",
     "step-in-backward",
