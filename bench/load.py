@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from bench import settle
 from bench.stack import SECRET, Stack
-from bench.traffic import FINAL
+from bench.traffic import FINAL, address
 
 EXERCISE = "gradient-accumulation/accumulate"
 POLL_SECONDS = 1.0  # an API client's poll ("api"); the page waits on /live/ instead ("page")
@@ -88,11 +88,6 @@ def learner_tokens(stack: Stack, count: int) -> list[str]:
     finally:
         engine.dispose()
     return tokens
-
-
-def address(n: int) -> str:
-    """Learner ``n``'s own client address (documentation range TEST-NET-3 and beyond)."""
-    return f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
 
 
 def _retry_after(response: httpx2.Response) -> float | None:

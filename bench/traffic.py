@@ -1,6 +1,7 @@
 """Driving the running tutor over HTTP: submissions to a verdict, page load, queue throughput."""
 
 import asyncio
+import itertools
 import time
 from datetime import UTC, datetime
 
@@ -16,9 +17,24 @@ POLL_SECONDS = 0.05
 FINAL = frozenset(STATUSES)  # a verdict is in
 
 
+_LEARNERS = itertools.count()
+
+
+def address(n: int) -> str:
+    """Learner ``n``'s own client address, sent as X-Forwarded-For through the trusted local
+    proxy (the bench connects from 127.0.0.1, which the stack's TREINO_FORWARDED_ALLOW_IPS trusts)."""
+    return f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
+
+
 def new_client(stack: Stack) -> httpx2.Client:
-    """A new learner: its own cookie jar, so each has its own one active submission."""
-    return httpx2.Client(base_url=stack.base, timeout=30, trust_env=False)
+    """A new learner on a machine of its own: its own cookie jar and client address, so the
+    anonymous fair-use cap per address (TREINO_QUEUED_PER_CLIENT) is each learner's, as in a class."""
+    return httpx2.Client(
+        base_url=stack.base,
+        timeout=30,
+        trust_env=False,
+        headers={"X-Forwarded-For": address(next(_LEARNERS))},
+    )
 
 
 def submit(client: httpx2.Client, exercise_id: str, code: str) -> int:

@@ -248,5 +248,5 @@ class QueueOrder:
             if now - self._at > self.MAX_AGE or submission.id > self._newest:
                 self._places, self._at = queue_places(session), now
                 # beyond MAX_PLACES, or claimed meanwhile: not read again until they are old
-                self._newest = max(submission.id, *self._places)
+                self._newest = max([submission.id, *self._places])  # none left: the queue emptied
             return self._places.get(submission.id)

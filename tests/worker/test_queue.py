@@ -166,6 +166,18 @@ def test_polls_share_the_queue_order_and_still_see_a_new_job_at_once(sessions, m
         ]
 
 
+def test_a_poll_that_finds_the_queue_emptied_since_its_job_was_read_gets_no_place(sessions):
+    """The page polls a job it read as queued; a worker claims it (and every other) before the
+    places are read: the answer is no place, not a 500 (it was one: make bench's resubmit row
+    on PostgreSQL, whose worker claims at once)."""
+    [job_id] = _enqueue(sessions, 1)
+    with sessions() as session:
+        read_queued = session.get(Submission, job_id)
+        assert read_queued.status == Status.QUEUED
+        queue.claim(sessions, "w", LEASE, 3)
+        assert QueueOrder().position(session, read_queued) is None
+
+
 def test_an_expired_lease_is_claimed_again_and_the_old_worker_cannot_finish(sessions):
     [job_id] = _enqueue(sessions, 1)
     first = queue.claim(sessions, "dead", timedelta(seconds=-1), 3)  # already expired
