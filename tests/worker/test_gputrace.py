@@ -245,3 +245,11 @@ def test_the_trace_files_are_read_once_until_they_change(tmp_path, monkeypatch):
     (folder / "traces.json").write_text(json.dumps(meta))
     os.utime(folder / "traces.json", (1, 1))
     assert check.load(PARAMS)[2] == "recorded"
+
+
+def test_what_a_grader_would_send_with_the_job_is_the_lessons_traces_and_no_label():
+    inputs = check.job_inputs(PARAMS)
+    assert list(inputs) == ["bases"]
+    bases, labels, _ = check.load(PARAMS)
+    assert [served.digest(b) for b in inputs["bases"]] == [served.digest(b) for b in bases]
+    assert not any(label in json.dumps(inputs) for label in ('"bottleneck"', "traces.json"))

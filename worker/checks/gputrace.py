@@ -125,6 +125,14 @@ def load(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], str]:
     return _load(str(root), stamp)
 
 
+def job_inputs(params: dict[str, Any]) -> dict[str, Any]:
+    """What the harness needs beside the exercise's parameters: the base traces (never their
+    bottlenecks), for a grader that sends them with the job (``params["bases"]``). Without
+    them the sandbox's supervisor makes the modelled ones itself (``served.model_trace``), and
+    ``evaluate`` refuses to judge a run fed other traces than the lesson's files."""
+    return {"bases": load(params)[0]}
+
+
 def runs_count(params: dict[str, Any]) -> int:
     return min(len(served.LOOPS) * int(params.get("rounds", 1)), served.MAX_RUNS)
 
