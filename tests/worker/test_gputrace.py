@@ -11,13 +11,12 @@ import runpy
 
 import pytest
 
-from app.config import get_settings
 from worker.checks import Interfered
 from worker.checks import gputrace as check
 from worker.harness import gputrace as served
 from worker.harness.items import Items
 
-EXERCISE = get_settings().lessons_dir / "03-bottleneck" / "exercises" / "read-the-gpu-trace"
+EXERCISE = check.LESSONS / "03-bottleneck" / "exercises" / "read-the-gpu-trace"
 PARAMS = {"traces": "03-bottleneck/traces", "rounds": 2}
 
 
@@ -234,10 +233,10 @@ def test_traces_other_than_the_lessons_files_are_our_fault_not_the_learners():
 def test_the_trace_files_are_read_once_until_they_change(tmp_path, monkeypatch):
     folder = tmp_path / "03-bottleneck" / "traces"
     folder.mkdir(parents=True)
-    source = get_settings().lessons_dir / "03-bottleneck" / "traces"
+    source = check.LESSONS / "03-bottleneck" / "traces"
     for path in source.glob("*.json"):
         (folder / path.name).write_text(path.read_text())
-    monkeypatch.setattr(get_settings(), "lessons_dir", tmp_path)
+    monkeypatch.setattr(check, "LESSONS", tmp_path)
     first = check.load(PARAMS)
     assert check.load(PARAMS) is first
     meta = json.loads((folder / "traces.json").read_text())
