@@ -17,9 +17,10 @@ After each job the next job's sandbox is forked ahead (its namespaces and mounts
 init waiting for a request), while nobody waits: a learner who resubmits at once finds it ready.
 
 The job's pid reaches the worker through the credentials of the job's own socket (the kernel
-translates it into the worker's PID namespace): the worker moves the job into its cgroup and
-only then sends the request. The wall clock, a cancel or the memory watch kill the job's PID
-namespace (its init) and sweep its cgroup.
+translates it into the worker's PID namespace), with the job's channel, which its init made
+(``sandbox.job``): the worker moves the job into its cgroup and only then makes the job's trace
+file and done pipe and sends them with the request on that channel. The wall clock, a cancel or
+the memory watch kill the job's PID namespace (its init) and sweep its cgroup.
 
 A template that dies or misbehaves (no job within ``FORK_SECONDS``, or a job whose credentials
 are not its own) is killed and replaced, and the job it failed runs in a cold single-use
@@ -46,8 +47,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
 from worker import sandbox
 from worker.harness import linux
 from worker.pool import Pool, Starter
@@ -58,7 +57,6 @@ log = logging.getLogger("treino.forkserver")
 FORK_SECONDS = 10.0  # fork request -> the job's "P": a template slower than this is replaced
 WARM_UP_FAILURES = 2  # templates in a row that never got warm: this host cannot fork, exec instead
 STATUS_SECONDS = 1.0  # the job ended on its own -> its init reports how
-UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 
 class TemplateTrouble(RuntimeError):
@@ -94,64 +92,54 @@ def runner(start: str, setup: Setup, size: int) -> "ForkServer | Pool":
     return Pool(size, functools.partial(Sandbox, setup.isolation, setup.device, setup.gpu))
 
 
-def _descends(pid: int, ancestor: int, depth: int = 8) -> bool:
-    """Whether ``ancestor`` is ``pid``'s parent, grandparent, … (at most ``depth`` up)."""
-    for _ in range(depth):
-        try:
-            pid = psutil.Process(pid).ppid()
-        except psutil.Error:
-            return False
-        if pid == ancestor:
-            return True
-    return False
-
-
 class ForkedJob:
-    """One job forked from a template: the files it writes into (created here), its cgroup, and
-    its init's pid once it has said so."""
+    """One job forked from a template: its output and status files (created here), its cgroup,
+    its init's pid and channel once it has said so, and the trace file and done pipe made at
+    hand-off."""
 
     def __init__(self, template: Sandbox) -> None:
         self.template, self.device = template, template.device
         self.id = f"{template.id}-{secrets.token_hex(3)}"
         self.cgroup: Cgroup | None = None
         self.pid, self.pidfd = 0, -1
+        self.channel: socket.socket | None = None  # the init's, sent with its "P"
         self._root = Path(tempfile.mkdtemp(prefix="treino-job-")) if template.isolation == "process" else None
         linux.not_dumpable()  # no job of our uid may open these through /proc (sandbox.Sandbox)
         self.output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
-        self.trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
-        self.done, done = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
+        self.trace = self.done = -1  # made at hand-off (sandbox.hand_over), never before
         self.status, status = os.pipe2(os.O_CLOEXEC)  # the job's init: how the job ended
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the sender's pid, ours
         try:
-            template.fork([theirs.fileno(), self.output, self.trace, done, status])
+            template.fork([theirs.fileno(), self.output, status])
         except OSError as exc:
             self.close()
             raise TemplateTrouble(f"template {template.id} is gone ({exc})") from exc
         finally:
             theirs.close()
-            os.close(done)
             os.close(status)
 
     def _started(self, timeout: float) -> int:
         """The job's init's pid in this process's namespace, from the credentials the kernel
-        attached to its "P"; TemplateTrouble if none comes, or not from this template's uid and
-        tree."""
+        attached to its "P", and its channel (made by that same process, by the kernel's
+        record); TemplateTrouble if none comes, or not from this template's uid and tree."""
         ready, _, _ = select.select([self.sock], [], [], timeout)
         if not ready:
             raise TemplateTrouble(f"template {self.template.id}: no job within {timeout:.0f} s")
-        data, ancillary, _, _ = self.sock.recvmsg(1, socket.CMSG_SPACE(UCRED.size))
-        creds = [
-            UCRED.unpack(payload[: UCRED.size])
-            for level, kind, payload in ancillary
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS
-        ]
-        if data != b"P" or not creds:
+        data, channel, creds = sandbox.receive_word(self.sock)
+        if data != b"P" or creds is None or channel is None:
+            if channel is not None:
+                channel.close()
             raise TemplateTrouble(f"template {self.template.id}: no job ({data!r})")
-        pid, uid, _ = creds[0]
+        self.channel = channel
+        pid, uid, _ = creds
         identity = self.template.identity
         expected = identity.uid if identity is not None else os.getuid()
-        if uid != expected or not _descends(pid, self.template.proc.pid):
+        if (
+            uid != expected
+            or not sandbox.descends(pid, self.template.proc.pid)
+            or sandbox.channel_maker(channel) != (pid, uid)
+        ):
             raise TemplateTrouble(
                 f"template {self.template.id}: a job of uid {uid}, pid {pid} that is not its own"
             )
@@ -175,7 +163,10 @@ class ForkedJob:
         extra = {"work_dir": str(self._root)} if self._root is not None else {}
         data = sandbox.request(kind, job, code, limits, device, self.cgroup is not None, **extra)
         started = time.monotonic()
-        sandbox.send_request(self.sock, data)
+        channel, self.channel = self.channel, None
+        assert channel is not None  # _started took it
+        self.trace, self.done = sandbox.hand_over(channel, data)
+        self.sock.close()  # the job gets no way back to the worker but the "D"
         end = sandbox.wait_for_end(
             self.pid,
             self.done,
@@ -221,11 +212,15 @@ class ForkedJob:
             self.cgroup.destroy()
             self.cgroup = None
         for fd in (self.output, self.trace, self.done, self.status, self.pidfd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self.output = self.trace = self.done = self.status = self.pidfd = -1
         with contextlib.suppress(OSError):
             self.sock.close()
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None

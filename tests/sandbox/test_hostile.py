@@ -585,8 +585,9 @@ def train(*args):
 
 
 def test_saying_done_early_ends_the_job_without_a_verdict(run, mode):
-    """The done pipe is the learner's to write too: saying "D" before the harness does only ends
-    their own job early (killed, no trace, no pass), with a thread still running left behind."""
+    """The learner's process holds no done pipe (the supervisor does, from the hand-off on):
+    "D" written into every descriptor it has, with a thread still running left behind, ends
+    nothing but its own run, without a pass."""
     outcome = run(
         """
 import os, sys, threading, time
@@ -594,8 +595,14 @@ def spin():
     while True:
         time.sleep(0.01)
 def train(*args):
-    threading.Thread(target=spin).start()
-    os.write(int(sys.argv[4]), b"D")
+    try:
+        threading.Thread(target=spin).start()
+    finally:
+        for fd in range(3, 256):
+            try:
+                os.write(fd, b"D")
+            except OSError:
+                pass
     time.sleep(30)
 """,
         wall_seconds=20,

@@ -452,9 +452,9 @@ def test_a_worker_that_is_not_root_keeps_its_traces_out_of_the_jobs_reach(start,
         assert memory["status"] == "failed", verdict
     output = tampered["output"]
     # Not asserted: a sandbox beside it that is still starting, between its exec and run.py's
-    # first step (not_dumpable), can be reached (its fds, its memory): an exec makes a process
-    # dumpable again. What is planted in its trace file and done pipe then is emptied as its job
-    # is handed over (above: the next verdict stands); its memory is not (issue 27, open).
+    # first step (not_dumpable), can be reached (its memory; its descriptors, but it holds no
+    # trace file or done pipe then: they are made at hand-off, tests/sandbox/test_handoff.py);
+    # its memory is in reach there (issue 27, open).
     tried = {line.split()[1] for line in output.splitlines() if line.startswith("fd-refused")}
     assert len(tried) >= 2, tampered  # its supervisor and the worker, at least (see below)
     assert "mem-refused" in output, tampered

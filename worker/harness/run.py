@@ -1,21 +1,24 @@
 """Entry point of the sandboxed child:
-``python -I -B run.py WORK_DIR CONTROL_FD TRACE_FD DONE_FD DEVICE SANDBOX_ID``.
+``python -I -B run.py WORK_DIR CONTROL_FD DEVICE SANDBOX_ID``.
 
-Runs with only the standard library and torch available. It warms up first (imports torch and
-every kind's harness, takes one tiny optimizer step, creates the CUDA context on a GPU), says
-``R`` on the control socket and waits: a warm sandbox of the pool sits here. The worker then
-sends the request (``{"job", "code", "limits"}``) and closes its end; the child applies the
-job's limits, writes the job into WORK_DIR, runs it (``runtime.main``, which writes its trace
-into TRACE_FD, a memory file the learner's child never holds), and writes ``D`` on DONE_FD:
-the worker then kills the whole sandbox and reads the trace (never one without the ``D``).
-The process is not dumpable from the start: no job of its uid can open those two through /proc.
-SANDBOX_ID only marks the processes, so that leftovers can be found.
+Runs with only the standard library and torch available. It makes itself not dumpable, warms up
+(imports torch and every kind's harness, takes one tiny optimizer step, creates the CUDA context
+on a GPU), then makes its channel for the job (``offer``: a socket pair, one end sent to the
+worker with ``R`` on the control socket) and waits on it: a warm sandbox of the pool sits here.
+At hand-off the worker sends, on that channel, the job's trace file and done pipe (made then:
+nothing that ran before holds them) and the request (``{"job", "code", "limits"}``), and closes
+its end (``receive``); the child applies the job's limits, writes the job into WORK_DIR, runs it
+(``runtime.main``, which writes its trace into the trace file, which the learner's child never
+holds), and writes ``D`` on the done pipe: the worker then kills the whole sandbox and reads the
+trace (never one without the ``D``). SANDBOX_ID only marks the processes, so that leftovers can
+be found.
 """
 
 import importlib
 import json
 import os
 import resource
+import socket
 import sys
 import traceback
 
@@ -59,11 +62,35 @@ def warm_up(device, autograd=True):
         torch.cuda.reset_peak_memory_stats()
 
 
-def receive(sock_fd):
-    chunks = []
-    while chunk := os.read(sock_fd, 1 << 16):
-        chunks.append(chunk)
-    return json.loads(b"".join(chunks).decode("utf-8"))
+def offer(control, word):
+    """The job's channel: a socket pair made now, by this process (not dumpable: nothing that
+    ran before can hold either end), one end sent to the worker with ``word`` on ``control``.
+    The worker takes it only if the kernel says this sandbox's process made it."""
+    channel, theirs = socket.socketpair()
+    try:
+        socket.send_fds(control, [word], [theirs.fileno()])
+    finally:
+        theirs.close()
+    return channel
+
+
+def receive(channel):
+    """``(request, trace_fd, done_fd)`` from the worker on ``channel`` (``job.hand_over``): the
+    two descriptors with its first byte, then the request up to its end; the channel closed."""
+    try:
+        first, fds, _, _ = socket.recv_fds(channel, 1, 2)
+        if first != b"T" or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            raise RuntimeError(f"the hand-off brought {len(fds)} descriptors ({first!r})")
+        chunks = []
+        while chunk := channel.recv(1 << 16):
+            chunks.append(chunk)
+    finally:
+        channel.close()
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    return json.loads(b"".join(chunks).decode("utf-8")), fds[0], fds[1]
 
 
 def apply_limits(limits):
@@ -115,16 +142,15 @@ def run_job(work_dir, request, trace_fd, done_fd):
 
 
 def main(argv):
-    work_dir, control_fd, trace_fd, done_fd = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
-    device = argv[4]
-    # warm, this process holds its trace and done pipe while another job runs beside it: in the
-    # process-only sandbox, a job of the same uid that could open them through /proc would have
-    # the next job read a trace of its making
+    work_dir, control, device = argv[0], socket.socket(fileno=int(argv[1])), argv[2]
+    # warm, this process waits for its job while another job runs beside it: in the
+    # process-only sandbox, a job of the same uid that could open its descriptors through /proc
+    # (the job's channel, made below) would have the next job read a trace of its making
     linux.not_dumpable()
     warm_up(device)
-    os.write(control_fd, b"R")
-    request = receive(control_fd)
-    os.close(control_fd)  # the learner's code gets no channel back to the worker
+    channel = offer(control, b"R")
+    control.close()  # the learner's code gets no channel back to the worker
+    request, trace_fd, done_fd = receive(channel)
     run_job(work_dir, request, trace_fd, done_fd)
 
 

@@ -5,10 +5,12 @@ It warms up once (imports torch and every kind's harness; a tiny CPU step only w
 has no GPU support compiled in, since the first backward starts autograd's device threads and,
 on a GPU host, the CUDA driver; never CUDA), stays
 single-threaded, says ``R`` on CONTROL_FD (a SOCK_SEQPACKET socket) and then, for each ``J``
-message, whose five descriptors are one job's (its socket to the worker, its output, trace, done
-pipe and status pipe), forks. The template holds nothing a job could use: no learner's code or
-data ever reaches it (a job's request goes straight to the job over the job's own socket), its
-environment is the sandbox's scrubbed one, and each fork closes every descriptor but its job's.
+message, whose three descriptors are one job's (its socket to the worker, its output and its
+status pipe), forks. The job's trace file and done pipe are not among them: the worker makes
+them at hand-off and sends them with the request, on a channel the job's init (B) made. The
+template holds nothing a job could use: no learner's code or data ever reaches it (a job's
+request goes straight to the job over the job's own channel), its environment is the sandbox's
+scrubbed one, and each fork closes every descriptor but its job's.
 
 Each job, in three processes (the first two ours only):
 
@@ -18,10 +20,12 @@ Each job, in three processes (the first two ours only):
 2. B is the init of the job's PID namespace (when it ends, the kernel kills every process left
    in it): it mounts the job's own tmpfs (/job, /tmp, /dev/shm) and a fresh /proc,
    masked as bubblewrap masks a single-use sandbox's, allows no more user namespaces, starts a
-   new session and a new session keyring, and writes ``P`` on the job socket: the worker reads
-   B's pid in its own namespace from the socket's credentials, moves B into the job's cgroup and
-   only then sends the request (the "go"). B forks C, reaps whatever the job leaves it, and
-   writes C's wait status on the status pipe once C ends.
+   new session and a new session keyring, and writes ``P`` on the job socket with one end of a
+   socket pair it makes then (``run.offer``, the job's channel): the worker reads B's pid in its
+   own namespace from the socket's credentials (and that B made the channel), moves B into the
+   job's cgroup and only then sends, on the channel, the job's trace file and done pipe and the
+   request (the "go"). B forks C, reaps whatever the job leaves it, and writes C's wait status on
+   the status pipe once C ends.
 3. C, the job: a cgroup namespace of its own, every capability dropped, no new privileges, the
    whole seccomp filter (FILTER_FD's program) stacked on the template's, then ``run.run_job``.
    On CUDA it initialises CUDA here, after the fork.
@@ -67,22 +71,22 @@ from linux import (  # noqa: E402
     MS_REMOUNT,
 )
 
-JOB_FDS = 5  # job socket, output, trace, done, status
+JOB_FDS = 3  # job socket, output, status
 
 
 # ---------------------------------------------------------------- A: namespaces
 
 
 def settle_fds(fds):
-    """Output on 1 and 2, the job's other four descriptors on 3-6, nothing else open."""
-    sock, output, trace, done, status = fds
-    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (sock, trace, done, status)]
+    """Output on 1 and 2, the job's socket and status pipe on 3 and 4, nothing else open."""
+    sock, output, status = fds
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (sock, status)]
     os.dup2(output, 1)
     os.dup2(output, 2)
     for target, fd in enumerate(moved, start=3):
         os.dup2(fd, target)
-    os.closerange(7, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    return 3, 4, 5, 6
+    os.closerange(5, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    return 3, 4
 
 
 def enter_namespaces():
@@ -182,7 +186,7 @@ def job(request, config, program, trace, done, device, job_id, parent):
         tempfile.tempdir = None
     os.chdir(work)
     die_with_parent(parent)  # B
-    sys.argv = [os.path.join(HERE, "run.py"), work, "-1", str(trace), str(done), device, job_id]
+    sys.argv = [os.path.join(HERE, "run.py"), work, "-1", device, job_id]
     if device == "cuda":
         run.warm_up("cuda")  # the template never touched CUDA: the job creates its context
     run.run_job(work, request, trace, done)
@@ -205,14 +209,14 @@ def fork_job(fds, config, program, device, job_id, template):
     bwrap its PID namespaces see to that too)."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        sock, trace, done, status = settle_fds(fds)
+        sock, status = settle_fds(fds)
         if config["isolate"]:
             enter_namespaces()
         die_with_parent(template)
         child = os.fork()
         if child == 0:
-            init(sock, trace, done, status, config, program, device, job_id)
-        for fd in (sock, trace, done, status):
+            init(sock, status, config, program, device, job_id)
+        for fd in (sock, status):
             os.close(fd)
         os.waitpid(child, 0)
     except BaseException:  # noqa: BLE001 (ours: the worker sees no "P" and replaces the template)
@@ -221,7 +225,7 @@ def fork_job(fds, config, program, device, job_id, template):
         os._exit(0)
 
 
-def init(sock, trace, done, status, config, program, device, job_id):
+def init(sock, status, config, program, device, job_id):
     """B: never returns."""
     try:
         die_with_parent()  # A: outside our PID namespace, so no getppid() to compare
@@ -231,9 +235,13 @@ def init(sock, trace, done, status, config, program, device, job_id):
             linux.become_subreaper()
         os.setsid()
         linux.join_session_keyring()
-        os.write(sock, b"P")  # the worker reads our pid from the socket's credentials
-        request = run.receive(sock)  # the go: we are in the job's cgroup
-        os.close(sock)
+        # the worker reads our pid from the socket's credentials, and takes the channel we make
+        # now (out of every job's reach: not dumpable as a fork of the template, or behind the
+        # PID namespaces under bwrap) only if the kernel says we made it
+        job_sock = socket.socket(fileno=sock)
+        channel = run.offer(job_sock, b"P")
+        job_sock.close()
+        request, trace, done = run.receive(channel)  # the go: we are in the job's cgroup
         me = os.getpid()
         child = os.fork()
         if child == 0:

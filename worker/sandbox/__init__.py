@@ -33,7 +33,9 @@ The worker never opens a path the sandbox could have touched: the request goes i
 socket, the trace and the output come back in memory files it created itself, and it is not
 dumpable, nor is any process of ours that holds them (a warm sandbox, a template and its forks,
 the supervisor): a job of the same uid cannot open them through ``/proc/<pid>/fd``. The trace
-is read only once the supervisor said ``D`` after writing it.
+file and the done pipe are made at hand-off and sent with the request on a channel the job's
+harness made once it was ready (``job``): nothing that ran before holds them. The trace is read
+only once the supervisor said ``D`` after writing it.
 
 The package, by concern: ``host`` (what of the host a sandbox sees), ``identity`` (its host
 uid), ``bwrap`` (bubblewrap's command line), ``cgroup``, ``launcher`` (``Sandbox``), ``job``
@@ -77,10 +79,12 @@ from worker.sandbox.job import (
     TRACE_LIMIT,
     Ending,
     Result,
-    forget_before_hand_off,
+    channel_maker,
+    descends,
+    hand_over,
+    receive_word,
     request,
     result,
-    send_request,
 )
 from worker.sandbox.launcher import CPU_CEILING, FILE_LIMIT, OPEN_FILES, WARM_UP_SECONDS, Sandbox
 from worker.sandbox.reaper import Used, _reap, reap_all, release
@@ -92,9 +96,9 @@ __all__ = [
     "PROC_READ_ONLY", "SANDBOX_START", "SANDBOX_UIDS", "TMPFS_BYTES", "TRACE_LIMIT", "UID_LOCKS",
     "WARM_UP_SECONDS", "WATCH_SECONDS", "Cancel", "Cgroup", "Ending", "Identity", "Limits", "Result",
     "Sandbox", "SandboxUnavailable", "Setup", "Used", "_bwrap_args", "_environment", "_gpu_args",
-    "_reap", "assigned_gpu", "bwrap_problem", "driver_libraries", "forget_before_hand_off",
-    "isolation", "new_session_keyring", "reap_all", "release", "request",
-    "resolve_device", "result", "run_isolated", "send_request", "setup", "template_config",
+    "_reap", "assigned_gpu", "bwrap_problem", "channel_maker", "descends", "driver_libraries",
+    "hand_over", "isolation", "new_session_keyring", "reap_all", "receive_word", "release", "request",
+    "resolve_device", "result", "run_isolated", "setup", "template_config",
     "tree_memory", "under_job_tmpfs", "wait_for_end",
 ]  # fmt: skip
 

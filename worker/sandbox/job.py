@@ -1,18 +1,29 @@
 """One job, whichever launcher ran it (a single-use ``Sandbox`` or a fork of a template): the
 request it is handed, and its result read back from the memory files the worker created and
 holds. Everything that comes out of a job is untrusted input: the trace is read only once its
-harness said it was complete, and parsed against its schema."""
+harness said it was complete, and parsed against its schema.
+
+The hand-off: once ready, the job's harness (a warm sandbox's ``run.py``, a fork's init) makes
+a socket pair, sends one end to the worker with its word (``R``, ``P``), and waits on the other.
+The worker takes it only if the kernel says that end was made by a process of the sandbox's own
+tree and uid (``channel``), then makes the job's trace file and done pipe and sends them with
+the request on it (``hand_over``). So nothing that ran before the hand-off holds either of them,
+nor the channel they travel on: its maker was not dumpable when it made it (no /proc/<pid>/fd
+reaches it), and a descriptor stolen from a warm sandbox during its exec window (its control
+socket) carries neither; what such a thief could send instead (its own socket) is refused."""
 
 import contextlib
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import stat
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
+
+import psutil
 
 from contracts.limits import Limits
 from worker.harness import trace_schema
@@ -27,7 +38,8 @@ INVALID_TRACE = "invalid-trace"  # Result.reason: the trace broke its schema (th
 INCOMPLETE_TRACE = "incomplete-trace"  # Result.reason: a trace with no "D" after it (the harness's)
 SANDBOX_START = "sandbox-start"  # Result.reason: the sandbox failed before its job began (ours)
 LIMIT_CAUSES = ("cpu", "memory", "file-size")  # a job's limits: what ended it, trace or none
-DONE_PIPE_LIMIT = 64 * 1024  # what a warm sandbox's done pipe may hold at hand-off; past it, a writer
+UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
+HAND_OVER_SECONDS = 10  # sending the request: a harness that does not read it is not ready
 
 
 @dataclass(frozen=True)
@@ -63,36 +75,63 @@ def request(
     ).encode("utf-8")
 
 
-def send_request(sock: socket.socket, data: bytes) -> None:
-    """Send it all and close: the job gets no channel back to the worker after it."""
+def descends(pid: int, ancestor: int, depth: int = 8) -> bool:
+    """Whether ``pid`` is ``ancestor`` or its child, grandchild, … (at most ``depth`` down)."""
+    for _ in range(depth + 1):
+        if pid == ancestor:
+            return True
+        try:
+            pid = psutil.Process(pid).ppid()
+        except psutil.Error:
+            return False
+    return False
+
+
+def receive_word(sock: socket.socket) -> tuple[bytes, socket.socket | None, tuple[int, int, int] | None]:
+    """One word from a job's harness on ``sock`` (1 byte) with what the kernel attached to it:
+    the socket it sent (SCM_RIGHTS; any other descriptor is closed) and its sender's credentials
+    (SCM_CREDENTIALS, when ``sock`` has SO_PASSCRED)."""
+    data, ancillary, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(UCRED.size) + socket.CMSG_SPACE(4 * 4))
+    channel, creds, fds = None, None, []
+    for level, kind, payload in ancillary:
+        if level != socket.SOL_SOCKET:
+            continue
+        if kind == socket.SCM_CREDENTIALS and len(payload) >= UCRED.size:
+            creds = UCRED.unpack(payload[: UCRED.size])
+        elif kind == socket.SCM_RIGHTS:
+            fds += list(struct.unpack(f"{len(payload) // 4}i", payload[: len(payload) // 4 * 4]))
+    for fd in fds:
+        if channel is None and stat.S_ISSOCK(os.fstat(fd).st_mode):
+            channel = socket.socket(fileno=fd)
+        else:
+            os.close(fd)
+    return data, channel, creds
+
+
+def channel_maker(channel: socket.socket) -> tuple[int, int]:
+    """``(pid, uid)`` in this process's namespaces of the process that made ``channel``'s pair
+    (SO_PEERCRED of a socket pair: its maker, recorded by the kernel, not claimed by anyone)."""
+    pid, uid, _ = UCRED.unpack(channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))
+    return pid, uid
+
+
+def hand_over(channel: socket.socket, data: bytes) -> tuple[int, int]:
+    """The job's trace file and done pipe, made now, sent with the request on ``channel`` (which
+    is closed after: the job gets no way back to the worker but the "D"); returns the worker's
+    ends ``(trace, done)``. A harness that does not take them is reported by the wait as a crash."""
+    trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
+    done, theirs = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
     try:
-        sock.settimeout(10)
-        sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
+        channel.settimeout(HAND_OVER_SECONDS)
+        socket.send_fds(channel, [b"T"], [trace, theirs])
+        channel.sendall(data)
+        channel.shutdown(socket.SHUT_WR)
     except OSError:
         pass  # it died while warm; reported by the caller as a crash
-    sock.close()
-
-
-def forget_before_hand_off(trace: int, done: int, limit: int = DONE_PIPE_LIMIT) -> bool:
-    """Empty a warm sandbox's trace file and its done pipe as its job is handed over; False
-    when the pipe still holds data after ``limit`` bytes were read from it (someone keeps
-    writing: the sandbox is not fit for a job, and the caller discards it as crashed, which is
-    not the learner's doing). Between its exec and run.py's first step (not_dumpable) the
-    sandbox could be reached through /proc/<pid>/fd by another job of the same uid (the
-    process sandbox under a non-root worker), which planted a passing trace and a "D" there
-    for the next learner (seen once in a CI run); from "ready" on it cannot be, so what is in
-    them now was put there by no one this job trusts."""
-    os.ftruncate(trace, 0)
-    drained = 0
-    while select.select([done], [], [], 0)[0]:
-        if drained >= limit:
-            return False
-        chunk = os.read(done, min(4096, limit - drained))
-        if not chunk:  # every writer gone: nothing more can come
-            return True
-        drained += len(chunk)
-    return True
+    finally:
+        os.close(theirs)
+        channel.close()
+    return trace, done
 
 
 @dataclass(frozen=True)

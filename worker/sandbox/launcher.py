@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,10 +31,12 @@ from worker.sandbox.job import (
     SANDBOX_START,
     Ending,
     Result,
-    forget_before_hand_off,
+    channel_maker,
+    descends,
+    hand_over,
+    receive_word,
     request,
     result,
-    send_request,
 )
 from worker.sandbox.reaper import release
 from worker.sandbox.watch import Cancel, wait_for_end
@@ -61,31 +64,32 @@ class Sandbox:
         self.started = time.monotonic()
         self._root: Path | None = None
         self._used = False
+        self._channel: socket.socket | None = None  # the harness's, sent with its "R" (job.py)
+        self._refused = False  # its "R" came with no channel of its own making: never used
+        self._word = threading.Lock()
         self.identity = Identity() if isolation == "bwrap" else None
         self.cgroup = Cgroup.create(f"treino-{self.id}")
         if self.cgroup is not None:
             self.cgroup.limit(4 * 1024**3, PIDS)  # for the warm-up; the job's come at hand-off
-        # this process holds every sandbox's trace and "done" pipe: a job of its uid (the
+        # this process holds every job's trace and "done" pipe: a job of its uid (the
         # process-only sandbox of a worker that is not root) must not reach them through /proc
         linux.not_dumpable()
         self._output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
-        self._trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
+        self._trace = self._done = -1  # made at hand-off (job.hand_over), never before
         # a template's control socket carries one message (and a job's descriptors) per job
         self._sock, child_sock = socket.socketpair(
             socket.AF_UNIX, socket.SOCK_SEQPACKET if template else socket.SOCK_STREAM
         )
-        self._done, child_done = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
         try:
-            self.proc = self._spawn(child_sock.fileno(), child_done, gpu)
+            self.proc = self._spawn(child_sock.fileno(), gpu)
         except BaseException:
             self._sock.close()
             self._release()
             raise
         finally:
             child_sock.close()
-            os.close(child_done)
 
-    def _spawn(self, child_sock: int, child_done: int, gpu: int | None) -> subprocess.Popen:
+    def _spawn(self, child_sock: int, gpu: int | None) -> subprocess.Popen:
         own: list[int] = []  # descriptors opened for the child only: closed once it has them
         if self.isolation == "bwrap":
             work, harness = "/job", "/harness"
@@ -112,8 +116,8 @@ class Sandbox:
             ]
             fds = [child_sock]
         else:
-            program = [f"{harness}/run.py", work, str(child_sock), str(self._trace), str(child_done)]
-            fds = [child_sock, self._trace, child_done]
+            program = [f"{harness}/run.py", work, str(child_sock)]
+            fds = [child_sock]
         argv = [*prefix, sys.executable, "-I", "-B", *program, self.device, self.id]
         env = environment(work)
         if self.isolation == "process" and self.device == "cpu":
@@ -173,21 +177,45 @@ class Sandbox:
     # ------------------------------------------------------------ state
 
     def ready(self, timeout: float = 0) -> bool:
-        """True once warmed up (the harness said so); False if not yet, or dead."""
-        if self._used or self.proc.poll() is not None:
+        """True once warmed up (the harness said so); False if not yet, or dead. A sandbox's
+        "R" brings its harness's channel (``job.py``): taken here once, and only if the kernel
+        says a process of this sandbox made it; otherwise the sandbox is never used."""
+        if self._used or self._refused or self.proc.poll() is not None:
             return False
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._sock, selectors.EVENT_READ)
-            if not sel.select(timeout):
+        with self._word:
+            if self._channel is not None:
+                return True
+            with selectors.DefaultSelector() as sel:
+                sel.register(self._sock, selectors.EVENT_READ)
+                if not sel.select(timeout):
+                    return False
+            try:
+                if self.template:
+                    return self._sock.recv(1, socket.MSG_PEEK) == b"R"
+                word, channel, _ = receive_word(self._sock)
+            except OSError:
                 return False
+            if word == b"R" and channel is not None and self._own(channel):
+                self._channel = channel
+                return True
+            if channel is not None:
+                channel.close()
+            self._refused = True
+            if word:  # not merely its end (a sandbox that died warming up)
+                log.error("sandbox %s: its ready word came without a channel of its own", self.id)
+            return False
+
+    def _own(self, channel: socket.socket) -> bool:
+        """Whether ``channel`` was made by a process of this sandbox (its harness), as its uid."""
         try:
-            ok = self._sock.recv(1, socket.MSG_PEEK) == b"R"
+            pid, uid = channel_maker(channel)
         except OSError:
             return False
-        return ok
+        expected = self.identity.uid if self.identity is not None else os.getuid()
+        return uid == expected and descends(pid, self.proc.pid)
 
     def alive(self) -> bool:
-        return not self._used and self.proc.poll() is None
+        return not self._used and not self._refused and self.proc.poll() is None
 
     def tail(self, limit: int = 500) -> str:
         """The end of what it printed itself (its warm-up; a template's own errors), for logs;
@@ -217,17 +245,14 @@ class Sandbox:
                 log.error("sandbox %s did not warm up: %s", self.id, self.tail())
                 return Result("crashed", None, 0, "", self.proc.returncode, SANDBOX_START)
             self._used = True
-            self._sock.recv(1)
-            if not forget_before_hand_off(self._trace, self._done):
-                self._kill()
-                log.error("sandbox %s: its done pipe is still being written at hand-off: discarded", self.id)
-                return Result("crashed", None, 0, "", self.proc.wait(), SANDBOX_START)
+            channel, self._channel = self._channel, None
+            assert channel is not None  # ready() took it
             skip = os.fstat(self._output).st_size  # the warm-up's output is ours, not the learner's
             if self.cgroup is not None:
                 self.cgroup.limit(limits.memory_mb * 1024 * 1024, PIDS)
             data = request(kind, job, code, limits, self.device, self.cgroup is not None)
             started = time.monotonic()
-            send_request(self._sock, data)
+            self._trace, self._done = hand_over(channel, data)
             end = wait_for_end(
                 self.proc.pid,
                 self._done,
@@ -263,6 +288,9 @@ class Sandbox:
             self.proc.wait(timeout=5)
         with contextlib.suppress(OSError):
             self._sock.close()
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         self._release()
 
     def _release(self) -> None:
@@ -270,8 +298,9 @@ class Sandbox:
             self.cgroup.destroy()
             self.cgroup = None
         for fd in (self._output, self._trace, self._done):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._output = self._trace = self._done = -1
         if self.identity is not None:  # its uid is free once nothing of it runs
             self.identity.release()
