@@ -1,13 +1,13 @@
 """What the supervisor observes of its child (``supervise``): the parameters, moved into shared
 memory before the fork and read there without the child's help, and every sync the child makes,
-with the meters' counts it sends as they grow. Standard library and torch only."""
+with the meters' counts it sends as they grow. Standard library only when imported: torch is
+imported by ``Shared`` alone, when a kind shares its parameters, so the supervisor's core
+(``supervise``, this ``Observer``, ``link``, ``items``) runs and is tested without it."""
 
 import mmap
 import os
 import time
 
-import torch
-from instrument import flat
 from link import Interference
 
 MAX_SNAPSHOTS = 256
@@ -21,6 +21,8 @@ class Shared:
     in it, the supervisor reads it without the child's help."""
 
     def __init__(self, tensors):
+        import torch
+
         tensors = [t for t in tensors]
         offsets, size = [], 0
         for t in tensors:
@@ -41,6 +43,8 @@ class Shared:
 
     def mirror(self):
         """Copy tensors that could not live in the mapping (on a GPU) into it: inline mode only."""
+        import torch
+
         with torch.no_grad():
             for t, view in zip(self.tensors, self.views, strict=True):
                 if t.data_ptr() != view.data_ptr():
@@ -48,6 +52,8 @@ class Shared:
 
     def snapshot(self):
         """The values, as a flat list of floats (None where not finite)."""
+        from instrument import flat
+
         return flat(self.views) if self.views else []
 
 

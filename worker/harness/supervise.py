@@ -22,7 +22,9 @@ the child) the learner's code runs in the supervisor's own process, as before: `
 
 This module: the supervisor, its child's start and end, the sweep. ``observer`` (what it
 observes), ``link`` (the wire and the child's end of it), ``items`` (a dataset it serves) and
-``childfilter`` (the child's seccomp filter) hold the rest. Standard library and torch only.
+``childfilter`` (the child's seccomp filter) hold the rest. Standard library only: none of these
+imports torch (``observer.Shared`` does, when a kind shares its parameters), so a supervisor and
+its child run, and are tested (tests/supervisor/), without it.
 """
 
 import contextlib
