@@ -29,10 +29,10 @@ def _read_trace(name):
     return runpy.run_path(str(path))["read_trace"]
 
 
-def _data(read_trace, seeds, params=PARAMS, fed=None):
+def _data(read_trace, seeds, params=PARAMS, fed=None, bases=None):
     """What the harness would report: the learner's answers on each run's trace, the
     supervisor's seeds and slices served, and the digests of the bases it fed."""
-    bases, _, _ = check.load(params)
+    bases = bases or check.load(params)[0]
     order = served.order(seeds[0], len(bases), params["rounds"])
     runs, counts = [], []
     for number, seed in enumerate(seeds):
@@ -252,3 +252,32 @@ def test_what_a_grader_would_send_with_the_job_is_the_lessons_traces_and_no_labe
     bases, labels, _ = check.load(PARAMS)
     assert [served.digest(b) for b in inputs["bases"]] == [served.digest(b) for b in bases]
     assert not any(label in json.dumps(inputs) for label in ('"bottleneck"', "traces.json"))
+
+
+def _recorded(tmp_path, monkeypatch):
+    """A lessons folder whose traces say they were recorded (here: the model's, changed)."""
+    folder = tmp_path / "03-bottleneck" / "traces"
+    folder.mkdir(parents=True)
+    meta = json.loads((check.LESSONS / "03-bottleneck" / "traces" / "traces.json").read_text())
+    meta["source"] = "recorded"
+    (folder / "traces.json").write_text(json.dumps(meta))
+    for loop in served.LOOPS:
+        trace = served.perturb(served.model_trace(loop), 77)
+        (folder / meta["loops"][loop]["trace"]).write_text(json.dumps(trace))
+    monkeypatch.setattr(check, "LESSONS", tmp_path)
+
+
+def test_recorded_files_sent_with_the_job_are_what_is_judged(tmp_path, monkeypatch):
+    _recorded(tmp_path, monkeypatch)
+    evaluation = check.evaluate(PARAMS, _data(_read_trace("solution"), SEEDS[1]), "cpu")
+    assert evaluation.passed and evaluation.metrics["trace_source"] == "recorded"
+
+
+def test_recorded_files_a_grader_does_not_send_leave_the_modelled_ones_judged(tmp_path, monkeypatch):
+    _recorded(tmp_path, monkeypatch)
+    modelled = [served.model_trace(loop) for loop in served.LOOPS]
+    for name in ("solution", "summed-overlaps"):
+        evaluation = check.evaluate(PARAMS, _data(_read_trace(name), SEEDS[1], bases=modelled), "cpu")
+        assert evaluation.metrics["trace_source"] == "modelled"
+        assert evaluation.passed == (name == "solution")
+        assert (evaluation.diagnosis and evaluation.diagnosis.id) == (None if name == "solution" else name)

@@ -131,7 +131,7 @@ def job_inputs(params: dict[str, Any]) -> dict[str, Any]:
     """What the harness needs beside the exercise's parameters: the base traces (never their
     bottlenecks), for a grader that sends them with the job (``params["bases"]``). Without
     them the sandbox's supervisor makes the modelled ones itself (``served.model_trace``), and
-    ``evaluate`` refuses to judge a run fed other traces than the lesson's files."""
+    recorded files wait for such a grader (``_bases``)."""
     return {"bases": load(params)[0]}
 
 
@@ -142,13 +142,33 @@ def runs_count(params: dict[str, Any]) -> int:
 # ---------------------------------------------------------------- judging
 
 
-def _truths(params: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every run's trace, made again from the seeds the supervisor drew, and its truth."""
+@functools.cache
+def _modelled() -> tuple[list[dict[str, Any]], list[str]]:
+    """The queue model's traces, as a supervisor makes them when the job brings none."""
+    bases = [served.model_trace(loop) for loop in served.LOOPS]
+    return bases, [served.digest(base) for base in bases]
+
+
+def _bases(params: dict[str, Any], data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], str]:
+    """The traces the supervisor fed (known by their digests), their bottlenecks and source:
+    the lesson's files; or, where the files were recorded on a GPU but the grader does not send
+    them with the job yet, the modelled ones the supervisor made itself (built as ``LOOPS``
+    names them). Any other traces: ours to fix, never judged."""
+    bases, labels, source = load(params)
+    fed = data.get("bases")
+    if fed == [served.digest(base) for base in bases]:
+        return bases, labels, source
+    modelled, digests = _modelled()
+    if fed == digests:
+        return modelled, list(served.LOOPS), "modelled"
+    raise RuntimeError("the traces the sandbox served are not the lesson's trace files")
+
+
+def _truths(params: dict[str, Any], data: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """Every run's trace, made again from the seeds the supervisor drew, and its truth; and
+    where the traces came from."""
     seen = observed(data)
-    bases, labels, _ = load(params)
-    digests = [served.digest(base) for base in bases]
-    if data.get("bases") != digests:  # ours: the sandbox fed other traces than the lesson's files
-        raise RuntimeError("the traces the sandbox served are not the lesson's trace files")
+    bases, labels, source = _bases(params, data)
     items = seen.get("items") or {}
     seeds = [int(s) for s in items.get("seeds", [])]
     expected = runs_count(params)
@@ -161,7 +181,7 @@ def _truths(params: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]
         trace = served.perturb(bases[base], seed)
         agree(items["served"][number], served.chunks(served.payload(trace)), "events")
         truths.append({"trace": trace, "label": labels[base], **measure(trace)})
-    return truths
+    return truths, source
 
 
 def _loop(label: str) -> Phrase:
@@ -173,14 +193,14 @@ def _pct(share: float) -> float:
 
 
 def evaluate(params: dict[str, Any], data: dict[str, Any], device: str) -> Evaluation:
-    truths = _truths(params, data)
+    truths, source = _truths(params, data)
     answers = data["runs"]
     checks = []
     not_dict = next((a for a in answers if a.get("type") != "dict"), None)
     if not_dict is not None:
         value = {"type": str(not_dict.get("type", "?"))}
         checks.append(Check("gpu_answer", False, "check.gpu_answer.not_dict", value))
-        return Evaluation(checks, None, _metrics(params, truths, answers))
+        return Evaluation(checks, None, _metrics(source, truths, answers))
 
     busy_off = _first(truths, answers, "busy", within_busy)
     if busy_off is None:
@@ -236,7 +256,7 @@ def evaluate(params: dict[str, Any], data: dict[str, Any], device: str) -> Evalu
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = diagnose(truths, answers)
-    return Evaluation(checks, diagnosis, _metrics(params, truths, answers))
+    return Evaluation(checks, diagnosis, _metrics(source, truths, answers))
 
 
 def _first(truths, answers, key, within):
@@ -247,8 +267,7 @@ def _first(truths, answers, key, within):
     return None
 
 
-def _metrics(params, truths, answers) -> dict[str, Any]:
-    _, _, source = load(params)
+def _metrics(source, truths, answers) -> dict[str, Any]:
     return {
         "trace_source": source,
         "gpu_busy_percent": [_pct(t["busy"]) for t in truths],

@@ -15,8 +15,9 @@ run's trace from the seeds the supervisor drew and the lesson's trace files, and
 
 The base traces come with the job (``params["bases"]``, the files under the lesson's
 ``traces/``) where the grader sends them; else the supervisor makes them with the queue model
-below, which is what ``python -m bench.traces --model`` writes into those files: the checks hold
-the two to the same digest, so a recorded trace is never judged against a modelled one.
+below, which is what ``python -m bench.traces --model`` writes into those files. The supervisor
+reports their digests: the checks judge on the traces fed (the lesson's files, or the modelled
+ones where the files were recorded but not sent), never on others.
 
 The queue model (``model_trace``): one host thread and the GPU's streams. Python spends its own
 time on each op and calls the CUDA runtime to launch it; the kernel starts once it is launched
