@@ -29,7 +29,6 @@ sandbox instead: no job is lost. ``ForkServer`` has the job interface of ``worke
 """
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -43,7 +42,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,10 +90,10 @@ def runner(start: str, setup: Setup, size: int) -> "ForkServer | Pool":
     return Pool(size, functools.partial(Sandbox, setup.isolation, setup.device, setup.gpu))
 
 
-class ForkedJob:
+class ForkedJob(sandbox.Job):
     """One job forked from a template: its output and status files (created here), its cgroup,
     its init's pid and channel once it has said so, and the trace file and done pipe made at
-    hand-off."""
+    hand-off (``sandbox.Job.run``)."""
 
     def __init__(self, template: Sandbox) -> None:
         self.template, self.device = template, template.device
@@ -145,10 +143,9 @@ class ForkedJob:
             )
         return pid
 
-    def run(self, kind: str, job: dict, code: bytes, limits: Limits, cancel: Cancel | None = None) -> Result:
-        """Wait for the fork (forked ahead, it is there), put it in its cgroup, hand the job
-        over, wait for its end."""
-        asked = time.monotonic()
+    def _ready(self, limits: Limits) -> sandbox.Handoff:
+        """Wait for the fork (forked ahead, it is there) and put it in its cgroup; its init's
+        channel taken (TemplateTrouble if it cannot be: the job then runs cold)."""
         self.pid = self._started(FORK_SECONDS)
         try:
             self.pidfd = os.pidfd_open(self.pid)
@@ -159,32 +156,15 @@ class ForkedJob:
         except OSError as exc:  # never run a job outside its cgroup
             self.kill()
             raise TemplateTrouble(f"job {self.id} could not be confined: {exc}") from exc
-        device = self.device
-        extra = {"work_dir": str(self._root)} if self._root is not None else {}
-        data = sandbox.request(kind, job, code, limits, device, self.cgroup is not None, **extra)
-        started = time.monotonic()
         channel, self.channel = self.channel, None
         assert channel is not None  # _started took it
-        self.trace, self.done = sandbox.hand_over(channel, data)
         self.sock.close()  # the job gets no way back to the worker but the "D"
-        end = sandbox.wait_for_end(
-            self.pid,
-            self.done,
-            limits.wall_seconds,
-            limits.memory_mb * 1024 * 1024,
-            cancel,
-            self.cgroup is None,
-            device == "cuda",
-        )
-        wall_ms = round((time.monotonic() - started) * 1000)
-        self.kill()
-        returncode = self._returncode(0 if end == "done" else STATUS_SECONDS)
-        ending = sandbox.Ending(end, wall_ms, returncode, self.output, self.trace, 0, self.cgroup, self.id)
-        return dataclasses.replace(sandbox.result(ending, limits), start_ms=round((started - asked) * 1000))
+        extra: dict[str, object] = {"work_dir": str(self._root)} if self._root is not None else {}
+        return sandbox.Handoff(self.pid, channel, self.output, 0, extra, timed=True)
 
-    def _returncode(self, timeout: float) -> int | None:
+    def _returncode(self, end: str) -> int | None:
         """How the job ended, as its init saw it (None if the init was killed first)."""
-        ready, _, _ = select.select([self.status], [], [], timeout)
+        ready, _, _ = select.select([self.status], [], [], 0 if end == "done" else STATUS_SECONDS)
         data = os.read(self.status, 4) if ready else b""
         if len(data) != 4:
             return None

@@ -199,7 +199,9 @@ class Choices(Protocol):
 
 
 class Runner(Protocol):
-    """What hands a job to a sandbox: a ``Pool`` of single-use sandboxes, or a fork server."""
+    """What hands a job to a sandbox: a ``Pool`` of single-use sandboxes, or a fork server. Each
+    runs the job through one ``sandbox.Job`` (a warm or cold ``Sandbox``, a ``ForkedJob``),
+    whose ``Result`` this returns: how the job ended and its trace, the same from either."""
 
     def run(
         self,

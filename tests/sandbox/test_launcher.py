@@ -423,3 +423,13 @@ def test_a_cold_single_use_sandbox_grades_an_exercise_bank(isolation):
     assert isinstance(runner, pool.Pool) and runner.size == 0
     with Grader(setup, runner) as grader:
         assert grader.check_exercise(exercise) == []
+
+
+def test_both_starts_hand_a_job_to_one_job_handle():
+    """A single-use sandbox (a warm pool's, or cold) and a fork of a template are one ``Job``:
+    the same hand-off, wait and result (``Job.run``); each only gets ready, kills and closes in
+    its own way."""
+    for handle in (sandbox.Sandbox, forkserver.ForkedJob):
+        assert issubclass(handle, sandbox.Job)
+        assert not getattr(handle, "__abstractmethods__", None), handle
+    assert forkserver.ForkedJob.run is sandbox.Job.run

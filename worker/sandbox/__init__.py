@@ -39,8 +39,9 @@ only once the supervisor said ``D`` after writing it.
 
 The package, by concern: ``host`` (what of the host a sandbox sees), ``identity`` (its host
 uid), ``bwrap`` (bubblewrap's command line), ``cgroup``, ``launcher`` (``Sandbox``), ``job``
-(the request and the result, whichever launcher ran the job), ``watch`` (the wait for a job's
-end), ``reaper`` (closing used ones); choosing the sandbox is here.
+(``Job``, the one job handle both starts give: a ``Sandbox`` and a fork server's ``ForkedJob``
+are each one; the hand-off, the request and the result), ``watch`` (the wait for a job's end),
+``reaper`` (closing used ones); choosing the sandbox is here.
 """
 
 import functools
@@ -78,6 +79,8 @@ from worker.sandbox.job import (
     SANDBOX_START,
     TRACE_LIMIT,
     Ending,
+    Handoff,
+    Job,
     Result,
     channel_maker,
     descends,
@@ -94,7 +97,8 @@ __all__ = [
     "BWRAP", "CPU_CEILING", "CPU_PERIOD_US", "DEVICES", "FILE_LIMIT", "HARNESS", "INCOMPLETE_TRACE",
     "INVALID_TRACE", "JOB_TMPFS", "LIMIT_CAUSES", "OPEN_FILES", "PAGE", "PIDS", "PROC_HIDDEN",
     "PROC_READ_ONLY", "SANDBOX_START", "SANDBOX_UIDS", "TMPFS_BYTES", "TRACE_LIMIT", "UID_LOCKS",
-    "WARM_UP_SECONDS", "WATCH_SECONDS", "Cancel", "Cgroup", "Ending", "Identity", "Limits", "Result",
+    "WARM_UP_SECONDS", "WATCH_SECONDS", "Cancel", "Cgroup", "Ending", "Handoff", "Identity", "Job",
+    "Limits", "Result",
     "Sandbox", "SandboxUnavailable", "Setup", "Used", "_bwrap_args", "_environment", "_gpu_args",
     "_reap", "assigned_gpu", "bwrap_problem", "channel_maker", "descends", "driver_libraries",
     "hand_over", "isolation", "new_session_keyring", "reap_all", "receive_word", "release", "request",

@@ -12,7 +12,9 @@ nor the channel they travel on: its maker was not dumpable when it made it (no /
 reaches it), and a descriptor stolen from a warm sandbox during its exec window (its control
 socket) carries neither; what such a thief could send instead (its own socket) is refused."""
 
+import abc
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -20,13 +22,15 @@ import signal
 import socket
 import stat
 import struct
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import psutil
 
 from contracts.limits import Limits
 from worker.harness import trace_schema
+from worker.sandbox.watch import Cancel, wait_for_end
 
 if TYPE_CHECKING:
     from worker.sandbox.cgroup import Cgroup
@@ -210,3 +214,76 @@ def result(ending: Ending, limits: Limits) -> Result:
         cause = "memory" if cgroup and cgroup.oom_killed() else _cause(died)
         return Result("crashed", None, wall_ms, output, died, cause)
     return Result("ok", trace, wall_ms, output, returncode)
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A job ready to be handed over (``Job._ready``): the process whose end is the job's, the
+    harness's channel, the output file and where the job's part of it starts (``skip``: before
+    it, a warm sandbox's own), what the request adds (``extra``), and whether the time from
+    asking for the job to now is reported (``timed``: a fork's ``start_ms``)."""
+
+    pid: int
+    channel: socket.socket
+    output: int
+    skip: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+    timed: bool = False
+
+
+class Job(abc.ABC):
+    """One job's handle, whichever launcher made it: a single-use ``Sandbox`` (a warm pool's,
+    or cold) or a fork of a template (``worker.forkserver.ForkedJob``); ``worker.pool.Pool`` and
+    ``worker.forkserver.ForkServer`` hand each job to one, and ``grading`` gets its ``Result``.
+    Both hand the job over the same way (the request, with its trace file and done pipe made
+    now, on the harness's channel), wait for its end the same way and read its result the same
+    way (``run``); they differ in how the job gets ready (``_ready``), is killed (``kill``),
+    tells how it ended (``_returncode``) and is closed (``close``)."""
+
+    id: str
+    device: str
+    cgroup: "Cgroup | None"
+    trace: int  # the job's trace file and done pipe, made at hand-off (-1 before)
+    done: int
+
+    def run(self, kind: str, job: dict, code: bytes, limits: Limits, cancel: Cancel | None = None) -> Result:
+        """Hand one job over and wait for its end (or ``cancel``), then kill what is left of it."""
+        asked = time.monotonic()
+        ready = self._ready(limits)
+        if isinstance(ready, Result):
+            return ready
+        data = request(kind, job, code, limits, self.device, self.cgroup is not None, **ready.extra)
+        started = time.monotonic()
+        self.trace, self.done = hand_over(ready.channel, data)
+        end = wait_for_end(
+            ready.pid,
+            self.done,
+            limits.wall_seconds,
+            limits.memory_mb * 1024 * 1024,
+            cancel,
+            self.cgroup is None,
+            self.device == "cuda",
+        )
+        wall_ms = round((time.monotonic() - started) * 1000)
+        self.kill()  # nothing in it runs again: the trace and the output stay as they are now
+        returncode = self._returncode(end)
+        ending = Ending(end, wall_ms, returncode, ready.output, self.trace, ready.skip, self.cgroup, self.id)
+        done = result(ending, limits)
+        return dataclasses.replace(done, start_ms=round((started - asked) * 1000)) if ready.timed else done
+
+    @abc.abstractmethod
+    def _ready(self, limits: Limits) -> Handoff | Result:
+        """The job, ready for its request: confined (its cgroup's limits are ``limits``') and its
+        harness's channel taken; or the ``Result`` of a failed start (ours)."""
+
+    @abc.abstractmethod
+    def _returncode(self, end: str) -> int | None:
+        """How the job's process ended (``end``: the wait's word), once killed."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Kill the job's whole tree."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Kill it (if still running) and free everything it held."""

@@ -29,17 +29,15 @@ from worker.sandbox.host import HARNESS, environment
 from worker.sandbox.identity import Identity, new_session_keyring
 from worker.sandbox.job import (
     SANDBOX_START,
-    Ending,
+    Handoff,
+    Job,
     Result,
     channel_maker,
     descends,
-    hand_over,
     receive_word,
-    request,
-    result,
 )
 from worker.sandbox.reaper import release
-from worker.sandbox.watch import Cancel, wait_for_end
+from worker.sandbox.watch import Cancel
 
 log = logging.getLogger("treino.sandbox")
 
@@ -49,8 +47,8 @@ WARM_UP_SECONDS = 180  # importing torch on a slow, busy CPU; not part of any jo
 CPU_CEILING = 600 + WARM_UP_SECONDS  # hard RLIMIT_CPU; the harness lowers it for the job
 
 
-class Sandbox:
-    """One single-use sandbox: started warming up, given one job, then gone.
+class Sandbox(Job):
+    """One single-use sandbox: started warming up, given one job (``Job.run``), then gone.
 
     ``template``: started the same way (uid, cgroup, rlimits, bwrap or a plain process), but
     running the harness's ``template.py``, which forks a sandbox per job (``worker.forkserver``)
@@ -75,7 +73,7 @@ class Sandbox:
         # process-only sandbox of a worker that is not root) must not reach them through /proc
         linux.not_dumpable()
         self._output = os.memfd_create("treino-output", os.MFD_CLOEXEC)
-        self._trace = self._done = -1  # made at hand-off (job.hand_over), never before
+        self.trace = self.done = -1  # made at hand-off (job.hand_over), never before
         # a template's control socket carries one message (and a job's descriptors) per job
         self._sock, child_sock = socket.socketpair(
             socket.AF_UNIX, socket.SOCK_SEQPACKET if template else socket.SOCK_STREAM
@@ -240,37 +238,28 @@ class Sandbox:
         if self._used or self.template:
             raise RuntimeError("a sandbox runs one job only (a template forks them)")
         try:
-            if not self.ready(WARM_UP_SECONDS):
-                self._kill()
-                log.error("sandbox %s did not warm up: %s", self.id, self.tail())
-                return Result("crashed", None, 0, "", self.proc.returncode, SANDBOX_START)
-            self._used = True
-            channel, self._channel = self._channel, None
-            assert channel is not None  # ready() took it
-            skip = os.fstat(self._output).st_size  # the warm-up's output is ours, not the learner's
-            if self.cgroup is not None:
-                self.cgroup.limit(limits.memory_mb * 1024 * 1024, PIDS)
-            data = request(kind, job, code, limits, self.device, self.cgroup is not None)
-            started = time.monotonic()
-            self._trace, self._done = hand_over(channel, data)
-            end = wait_for_end(
-                self.proc.pid,
-                self._done,
-                max(0.0, limits.wall_seconds - (time.monotonic() - started)),
-                limits.memory_mb * 1024 * 1024,
-                cancel,
-                self.cgroup is None,
-                self.device == "cuda",
-            )
-            wall_ms = round((time.monotonic() - started) * 1000)
-            self._kill()  # nothing in it runs again: the trace and the output stay as they are now
-            returncode = self.proc.wait() if end != "done" else self.proc.poll()
-            ending = Ending(end, wall_ms, returncode, self._output, self._trace, skip, self.cgroup, self.id)
-            return result(ending, limits)
+            return super().run(kind, job, code, limits, cancel)
         finally:
             release(self)
 
-    def _kill(self) -> None:
+    def _ready(self, limits: Limits) -> Handoff | Result:
+        """Warm (its channel taken), with the job's limits on its cgroup."""
+        if not self.ready(WARM_UP_SECONDS):
+            self.kill()
+            log.error("sandbox %s did not warm up: %s", self.id, self.tail())
+            return Result("crashed", None, 0, "", self.proc.returncode, SANDBOX_START)
+        self._used = True
+        channel, self._channel = self._channel, None
+        assert channel is not None  # ready() took it
+        skip = os.fstat(self._output).st_size  # the warm-up's output is ours, not the learner's
+        if self.cgroup is not None:
+            self.cgroup.limit(limits.memory_mb * 1024 * 1024, PIDS)
+        return Handoff(self.proc.pid, channel, self._output, skip)
+
+    def _returncode(self, end: str) -> int | None:
+        return self.proc.wait() if end != "done" else self.proc.poll()
+
+    def kill(self) -> None:
         """The whole tree: bwrap's PID 1 takes its namespace down with it; the cgroup sweep
         catches what left the process group (the process-only sandbox)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -283,7 +272,7 @@ class Sandbox:
     def close(self) -> None:
         """Kill it (if still running) and free everything it held."""
         self._used = True
-        self._kill()
+        self.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         with contextlib.suppress(OSError):
@@ -297,11 +286,11 @@ class Sandbox:
         if self.cgroup is not None:
             self.cgroup.destroy()
             self.cgroup = None
-        for fd in (self._output, self._trace, self._done):
+        for fd in (self._output, self.trace, self.done):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._output = self._trace = self._done = -1
+        self._output = self.trace = self.done = -1
         if self.identity is not None:  # its uid is free once nothing of it runs
             self.identity.release()
         if self._root is not None:
