@@ -227,6 +227,8 @@ def diagnose(checks, data):
     configs = data["configs"]
     precision = by_name.get("measure_precision")
     if precision is not None and not precision.passed:
+        if precision.message == "check.measure_precision.weights":  # the model itself was cast
+            return Diagnosis("cast-instead-of-autocast", precision.values)
         lows = [configs[n]["dtypes"] for n in LOW]
         if all(d == ["float32"] for d in lows):
             return Diagnosis("precision-ignored", {"low": data["low_precision"]})
