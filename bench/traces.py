@@ -334,13 +334,6 @@ def main(argv: list[str] | None = None) -> int:
             f"GPU busy {facts['gpu_busy_share']:.0%} of the trace, {facts['events']} events"
         )
     print(f"bench.traces: {len(loops)} traces on {props.name} (torch {torch.__version__}) in {args.out}")
-    if "job_inputs" not in (ROOT / "worker" / "grading.py").read_text():
-        print(
-            "bench.traces: the grader sends no traces with its jobs yet (worker/grading.py does not call "
-            "the kind's job_inputs): read-the-gpu-trace goes on grading on the modelled traces, which its "
-            "sandbox makes itself, until it does",
-            file=sys.stderr,
-        )
     return 0
 
 

@@ -274,8 +274,12 @@ class Grader:
             return _record(exercise, "error", [_error_check(syntax, exercise.entry)])
         limits = exercise.limits
         device = self.setup.device
-        job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
         checks_module = kind_module(exercise.check_kind)
+        params = exercise.check_params
+        inputs = getattr(checks_module, "job_inputs", None)  # what the sandbox can't read itself
+        if inputs is not None:
+            params = {**params, **inputs(params)}
+        job = {"entry": exercise.entry, "params": params, "device": device}
         result = self.pool.run(exercise.check_kind, job, code, limits, cancel)
         # "process" means the learner's code ran without isolation: pages say so plainly
         metrics: dict[str, Any] = {

@@ -273,11 +273,15 @@ def test_recorded_files_sent_with_the_job_are_what_is_judged(tmp_path, monkeypat
     assert evaluation.passed and evaluation.metrics["trace_source"] == "recorded"
 
 
-def test_recorded_files_a_grader_does_not_send_leave_the_modelled_ones_judged(tmp_path, monkeypatch):
+def test_the_grader_sends_the_lessons_traces_and_a_recorded_set_is_what_is_graded(
+    tmp_path, monkeypatch, exercise, grade
+):
+    """Through the real grader and sandbox: traces recorded on a GPU reach the sandbox with the
+    job (the sandbox cannot read lessons/), and the verdict is judged on them."""
     _recorded(tmp_path, monkeypatch)
-    modelled = [served.model_trace(loop) for loop in served.LOOPS]
-    for name in ("solution", "summed-overlaps"):
-        evaluation = check.evaluate(PARAMS, _data(_read_trace(name), SEEDS[1], bases=modelled), "cpu")
-        assert evaluation.metrics["trace_source"] == "modelled"
-        assert evaluation.passed == (name == "solution")
-        assert (evaluation.diagnosis and evaluation.diagnosis.id) == (None if name == "solution" else name)
+    solution = (EXERCISE / "solution.py").read_bytes()
+    verdict = grade(exercise("read-the-gpu-trace"), solution)
+    assert verdict["status"] == "passed", verdict
+    assert verdict["metrics"]["trace_source"] == "recorded"
+    mistake = (EXERCISE / "mistakes" / "summed-overlaps.py").read_bytes()
+    assert grade(exercise("read-the-gpu-trace"), mistake)["diagnosis"]["id"] == "summed-overlaps"

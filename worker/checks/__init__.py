@@ -2,8 +2,9 @@
 
 A kind is ``worker/harness/<kind>.py`` (records, in the sandbox) plus
 ``worker/checks/<kind>.py`` (judges, here), which is a ``Kind``: ``evaluate`` and
-``diagnose_error``, and optionally ``prepare`` (the reference, before any job) and ``summarize``
-(what a plain run did, for the ``run`` mode).
+``diagnose_error``, and optionally ``prepare`` (the reference, before any job), ``summarize``
+(what a plain run did, for the ``run`` mode) and ``job_inputs`` (data the harness needs that the
+sandbox cannot read, such as the lesson's files: merged into the job's params by the grader).
 
 Texts are not written here: checks name message keys of ``messages.yaml`` and the
 values to quote, and ``contracts.messages`` renders them in the learner's language.

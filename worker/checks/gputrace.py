@@ -128,10 +128,8 @@ def load(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], str]:
 
 
 def job_inputs(params: dict[str, Any]) -> dict[str, Any]:
-    """What the harness needs beside the exercise's parameters: the base traces (never their
-    bottlenecks), for a grader that sends them with the job (``params["bases"]``). Without
-    them the sandbox's supervisor makes the modelled ones itself (``served.model_trace``), and
-    recorded files wait for such a grader (``_bases``)."""
+    """What the harness needs beside the exercise's parameters and cannot read in the sandbox:
+    the base traces (never their bottlenecks), sent with the job as ``params["bases"]``."""
     return {"bases": load(params)[0]}
 
 
@@ -142,25 +140,12 @@ def runs_count(params: dict[str, Any]) -> int:
 # ---------------------------------------------------------------- judging
 
 
-@functools.cache
-def _modelled() -> tuple[list[dict[str, Any]], list[str]]:
-    """The queue model's traces, as a supervisor makes them when the job brings none."""
-    bases = [served.model_trace(loop) for loop in served.LOOPS]
-    return bases, [served.digest(base) for base in bases]
-
-
 def _bases(params: dict[str, Any], data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], str]:
-    """The traces the supervisor fed (known by their digests), their bottlenecks and source:
-    the lesson's files; or, where the files were recorded on a GPU but the grader does not send
-    them with the job yet, the modelled ones the supervisor made itself (built as ``LOOPS``
-    names them). Any other traces: ours to fix, never judged."""
+    """The traces the supervisor fed (known by their digests: the lesson's files), their
+    bottlenecks and source. Any other traces: ours to fix, never judged."""
     bases, labels, source = load(params)
-    fed = data.get("bases")
-    if fed == [served.digest(base) for base in bases]:
+    if data.get("bases") == [served.digest(base) for base in bases]:
         return bases, labels, source
-    modelled, digests = _modelled()
-    if fed == digests:
-        return modelled, list(served.LOOPS), "modelled"
     raise RuntimeError("the traces the sandbox served are not the lesson's trace files")
 
 

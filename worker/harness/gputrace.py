@@ -13,11 +13,10 @@ events listed in another order). The learner's process holds the base traces, ne
 gets which, nor which loop a trace is. The checks (``worker/checks/gputrace.py``) remake every
 run's trace from the seeds the supervisor drew and the lesson's trace files, and judge.
 
-The base traces come with the job (``params["bases"]``, the files under the lesson's
-``traces/``) where the grader sends them; else the supervisor makes them with the queue model
-below, which is what ``python -m bench.traces --model`` writes into those files. The supervisor
-reports their digests: the checks judge on the traces fed (the lesson's files, or the modelled
-ones where the files were recorded but not sent), never on others.
+The base traces come with the job (``params["bases"]``: the grader sends the files under the
+lesson's ``traces/``, which the sandbox cannot read, through the kind's ``job_inputs``), recorded
+on a GPU by ``python -m bench.traces`` or made by the queue model below (``--model``). The
+supervisor reports their digests, and the checks judge only on the lesson's files.
 
 The queue model (``model_trace``): one host thread and the GPU's streams. Python spends its own
 time on each op and calls the CUDA runtime to launch it; the kernel starts once it is launched
@@ -383,7 +382,7 @@ def read_answer(value):
 
 def run(job, api):
     params = job["params"]
-    bases = params.get("bases") or [model_trace(loop) for loop in LOOPS]
+    bases = params["bases"]  # sent by the grader (checks/gputrace.py job_inputs); none is ours to fix
     rounds = int(params.get("rounds", 1))
     runs_count = min(len(bases) * rounds, MAX_RUNS)
     served = Served(bases, rounds)
