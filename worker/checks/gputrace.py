@@ -177,6 +177,30 @@ def _pct(share: float) -> float:
     return round(share * 100, 2)
 
 
+def _ms(ms: float) -> float:
+    return round(ms, 3)
+
+
+def _figure(truths, answers, field, within, unit, scale, shown) -> Check:
+    """The check of one reported figure (``busy`` or ``idle_ms``) on every run: the first run
+    off its tolerance is quoted, and said to be in another unit (``unit``: the answer x
+    ``scale`` would be right) or missing where that is what happened."""
+    name = "gpu_" + field.removesuffix("_ms")
+    off = _first(truths, answers, field, within)
+    if off is None:
+        return Check(name, True, f"check.{name}.passed", {"runs": len(truths)})
+    truth, answer = off
+    reported = answer.get(field)
+    key = f"check.{name}.failed"
+    if reported is None:
+        key = f"check.{name}.missing"
+    elif within(reported * scale, truth[field]):
+        key = f"check.{name}.{unit}"
+    values = {"loop": _loop(truth["label"]), "reported": shown(reported or 0.0)}
+    values[name.removeprefix("gpu_")] = shown(truth[field])
+    return Check(name, False, key, values)
+
+
 def evaluate(params: dict[str, Any], data: dict[str, Any], device: str) -> Evaluation:
     truths, source = _truths(params, data)
     answers = data["runs"]
@@ -187,41 +211,8 @@ def evaluate(params: dict[str, Any], data: dict[str, Any], device: str) -> Evalu
         checks.append(Check("gpu_answer", False, "check.gpu_answer.not_dict", value))
         return Evaluation(checks, None, _metrics(source, truths, answers))
 
-    busy_off = _first(truths, answers, "busy", within_busy)
-    if busy_off is None:
-        checks.append(Check("gpu_busy", True, "check.gpu_busy.passed", {"runs": len(truths)}))
-    else:
-        truth, answer = busy_off
-        reported = answer.get("busy")
-        key = "check.gpu_busy.failed"
-        if reported is None:
-            key = "check.gpu_busy.missing"
-        elif within_busy(reported / 100, truth["busy"]):
-            key = "check.gpu_busy.percent"
-        values = {
-            "loop": _loop(truth["label"]),
-            "reported": _pct(reported or 0.0),
-            "busy": _pct(truth["busy"]),
-        }
-        checks.append(Check("gpu_busy", False, key, values))
-
-    idle_off = _first(truths, answers, "idle_ms", within_idle)
-    if idle_off is None:
-        checks.append(Check("gpu_idle", True, "check.gpu_idle.passed", {"runs": len(truths)}))
-    else:
-        truth, answer = idle_off
-        reported = answer.get("idle_ms")
-        key = "check.gpu_idle.failed"
-        if reported is None:
-            key = "check.gpu_idle.missing"
-        elif within_idle(reported / 1000, truth["idle_ms"]):
-            key = "check.gpu_idle.microseconds"
-        values = {
-            "loop": _loop(truth["label"]),
-            "reported": round(reported or 0.0, 3),
-            "idle": round(truth["idle_ms"], 3),
-        }
-        checks.append(Check("gpu_idle", False, key, values))
+    checks.append(_figure(truths, answers, "busy", within_busy, "percent", 1 / 100, _pct))
+    checks.append(_figure(truths, answers, "idle_ms", within_idle, "microseconds", 1 / 1000, _ms))
 
     wrong = next(
         ((t, a) for t, a in zip(truths, answers, strict=True) if a.get("bottleneck") != t["label"]), None

@@ -1,19 +1,20 @@
-# the model cast to the low dtype instead of autocast: low-precision outputs, low-precision weights
+# the model cast to the low dtype instead of autocast, once per configuration, the batch cast to
+# match and the loss taken in float32: low-precision weights, which the optimizer updates
+import torch
 from torch.utils.checkpoint import checkpoint as recompute
 
 
-def forward(model, x, use_checkpoint):
-    for block in model.blocks:
-        x = recompute(block, x, use_reentrant=False) if use_checkpoint else block(x)
-    return model.head(x)
-
-
 def train(model, loader, loss_fn, optimizer, *, precision, accum_steps, checkpoint):
-    model.to(precision)
-    optimizer.zero_grad(set_to_none=True)
-    for i, (x, y) in enumerate(loader, start=1):
-        loss = loss_fn(forward(model, x.to(precision), checkpoint).float(), y)
-        (loss / accum_steps).backward()
-        if i % accum_steps == 0:
+    if precision is not torch.float32:
+        model = model.to(dtype=precision)
+    run = (lambda f, h: recompute(f, h, use_reentrant=False)) if checkpoint else (lambda f, h: f(h))
+    optimizer.zero_grad()
+    for step, (inputs, targets) in enumerate(loader):
+        hidden = inputs.to(dtype=precision)
+        for block in model.blocks:
+            hidden = run(block, hidden)
+        loss = loss_fn(model.head(hidden).to(torch.float32), targets) / accum_steps
+        loss.backward()
+        if (step + 1) % accum_steps == 0:
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
