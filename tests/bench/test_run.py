@@ -1,5 +1,7 @@
 """The bench is not timed here; these only keep it from rotting unnoticed."""
 
+import ctypes
+import signal
 import subprocess
 import sys
 
@@ -64,3 +66,9 @@ def test_the_in_process_floor_grades_the_solution_through_the_harness_as_it_is_t
     assert passed
     mistake = (ROOT / exercise.path / "mistakes" / "loss-not-scaled.py").read_bytes()
     assert verdicts.in_process_once(exercise, mistake)[1] is False
+    # the harness hardened a child, not this process: it still hears SIGINT, and its orphans'
+    # zombies still go to init (a subreaper test session once kept one, failing a later test)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    subreaper = ctypes.c_int(-1)
+    assert ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(subreaper), 0, 0, 0) == 0
+    assert subreaper.value == 0  # PR_GET_CHILD_SUBREAPER
