@@ -52,6 +52,9 @@ def test_the_report_has_the_class_at_once_table():
     assert "all graded in 42.0 s" in row and row.endswith("| 0.30 s |")
 
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGALRM)
+
+
 def test_the_in_process_floor_grades_the_solution_through_the_harness_as_it_is_today():
     """`make bench`'s first row calls the harness's runtime directly; a change of its entry point
     must not leave the bench broken until someone runs it."""
@@ -62,13 +65,15 @@ def test_the_in_process_floor_grades_the_solution_through_the_harness_as_it_is_t
     exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/accumulate")
     assert exercise is not None
     code = (ROOT / exercise.path / "solution.py").read_bytes()
+    heard = {number: signal.getsignal(number) for number in SIGNALS}
     took, passed = verdicts.in_process_once(exercise, code)
     assert passed
     mistake = (ROOT / exercise.path / "mistakes" / "loss-not-scaled.py").read_bytes()
     assert verdicts.in_process_once(exercise, mistake)[1] is False
-    # the harness hardened a child, not this process: it still hears SIGINT, and its orphans'
-    # zombies still go to init (a subreaper test session once kept one, failing a later test)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # the harness hardened a child, not this process: its signals are as they were (the
+    # harness ignores these), and its orphans' zombies still go to init (a subreaper test
+    # session once kept one, failing a later test)
+    assert {number: signal.getsignal(number) for number in SIGNALS} == heard
     subreaper = ctypes.c_int(-1)
     assert ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(subreaper), 0, 0, 0) == 0
     assert subreaper.value == 0  # PR_GET_CHILD_SUBREAPER
