@@ -240,4 +240,4 @@ def test_a_core_card_after_a_go_further_card_is_refused(copy):
 def test_go_further_marks_must_agree_between_languages(copy):
     lesson = copy / "02-gradient-accumulation" / "lesson.pt-BR.md"
     _break(lesson, "## O bug de 2024 num trainer famoso {.further}", "## O bug de 2024 num trainer famoso")
-    assert "card 17 is not a {.further} card, the en one is one" in _error(copy)
+    assert "card 18 is not a {.further} card, the en one is one" in _error(copy)
