@@ -25,27 +25,16 @@ import pytest
 from tests.sandbox.test_signals_and_trace import CLEAN_LOOP
 from worker import forkserver, pool, sandbox
 from worker.grading import Grader
+from worker.sandbox import watch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="opens other processes' descriptors (root)")
-
-
-def _tree(root: int) -> list[int]:
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as f:
-                    todo.extend(int(child) for child in f.read().split())
-    return found
 
 
 def _steal(root: int) -> tuple[list[int], list[int]]:
     """Every pipe (as a write end) and every trace memory file held by a process of ``root``'s
     tree, opened through /proc as a thief of that window would."""
     pipes, traces, seen = [], [], set()
-    for pid in _tree(root):
+    for pid in watch._tree(root):  # the tree the sandbox itself watches
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 path = f"/proc/{pid}/fd/{fd}"
