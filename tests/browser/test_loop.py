@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.browser.conftest import shot
+from tests.browser.test_editor import MATRIX
 from tests.browser.test_learner_flow import (
     EXERCISE,
     FOLDER,
@@ -268,11 +269,9 @@ def test_a_card_is_read_after_a_moment_on_screen_and_go_further_is_folded(new_pa
     assert box is None or box["height"] == 0
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize("width", [390, 1280])
-@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+@pytest.mark.parametrize(("lang", "width", "scheme"), MATRIX)
 def test_a_right_answer_says_so_once(new_page, lang, width, scheme):
-    """Cheap: every language, size and scheme. Lesson 4's first question, whose right answer's
+    """Cheap: every language and size, each scheme (MATRIX). Lesson 4's first question, whose right answer's
     English explanation opens "Right: four copies…", said "Right." twice (issue 29)."""
     from app.config import get_settings
     from contracts.course import load_course

@@ -1,8 +1,8 @@
 """The hostile-program suite: each program runs in every sandbox this machine has, through
-the real grading path, started both ways (``start``): from a warm pool of single-use sandboxes
-(exec) and as a fork of a template (fork, worker/forkserver.py); torch is imported off the clock.
-An attack on what runs the same once the job has started is run once per sandbox kind instead,
-started as the worker starts jobs (``ANY_START``, below, says why).
+the real grading path, started the ways the worker starts it (``start``): as a fork of a template
+(fork, worker/forkserver.py), and, under bwrap, from a warm pool of single-use sandboxes (exec);
+torch is imported off the clock. An attack on what runs the same once the job has started is run
+once per sandbox kind instead, started as the worker starts jobs (``ANY_START``, below, says why).
 
 The launcher's environment holds secrets for the whole session; the tests prove they never
 reach the sandbox. After every test no sandbox process or temp dir may be left behind.
@@ -31,7 +31,12 @@ from worker.grading import Grader  # noqa: E402
 SECRET = "sk-treino-test-secret-4d1f"
 DB_SECRET = "db-content-7c2e-never-inside"
 MODES = ("bwrap", "process")
-STARTS = ("exec", "fork")
+# (sandbox kind, start) for an attack on where the two starts differ (ANY_START, below, says
+# what does). The worker forks bwrap's jobs where a template can make a job's namespaces, and
+# execs single-use sandboxes where it cannot (forkserver.runner); it always forks the process-only
+# sandbox's (forkserver.problem), whose exec start is only `treino check`'s cold one: that is
+# tested in test_launcher.py, and would cost a cold interpreter importing torch per attack here.
+PAIRS = (("bwrap", "exec"), ("bwrap", "fork"), ("process", "fork"))
 
 
 @dataclasses.dataclass
@@ -104,14 +109,31 @@ def exercise():
     return found
 
 
-@pytest.fixture(params=MODES)
+def _argnames(mark) -> list[str]:
+    names = mark.args[0]
+    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+
+
+def pytest_generate_tests(metafunc):
+    """A test taking ``mode`` and ``start`` runs under each of PAIRS, unless it names its start
+    itself (``ANY_START``); one taking ``mode`` alone, under each kind (MODES)."""
+    if "mode" not in metafunc.fixturenames:
+        return
+    named = any("start" in _argnames(m) for m in metafunc.definition.iter_markers("parametrize"))
+    if "start" in metafunc.fixturenames and not named:
+        metafunc.parametrize(("mode", "start"), PAIRS, indirect=True, ids=[f"{m}-{s}" for m, s in PAIRS])
+    else:
+        metafunc.parametrize("mode", MODES, indirect=True)
+
+
+@pytest.fixture
 def mode(request):
     if request.param == "bwrap" and sandbox.bwrap_problem() is not None:
         pytest.skip(f"bwrap unavailable here: {sandbox.bwrap_problem()}")
     return request.param
 
 
-@pytest.fixture(params=STARTS)
+@pytest.fixture
 def start(request, mode):
     if request.param == "any":  # ANY_START: the worker's own start where it can fork, else exec
         return "fork" if forkserver.problem(mode) is None else "exec"
@@ -123,7 +145,7 @@ def start(request, mode):
 # Where the two starts differ: what each builds around the job (bwrap's namespaces, mounts,
 # /proc and filter for exec; the template's own for fork: worker/harness/template.py), its uid,
 # limits and cgroup, the descriptors it hands over (the trace, the done pipe), how its end is
-# seen and how it is killed. An attack on any of these runs under both starts. Once the job has
+# seen and how it is killed. An attack on any of these runs under both (PAIRS). Once the job has
 # started, both run the same code (run.run_job: the harness, its supervisor and the child it
 # forks, with the child's filter) and the same judging in the worker: an attack on that alone
 # (Python objects, modules or the link inside the job, the checks) would only repeat one code

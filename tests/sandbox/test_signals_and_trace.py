@@ -29,7 +29,7 @@ from app.config import get_settings
 from contracts.course import load_course
 from contracts.limits import Limits
 from contracts.verdict import render
-from tests.sandbox.conftest import DB_SECRET, SECRET
+from tests.sandbox.conftest import ANY_START, DB_SECRET, SECRET
 from tests.sandbox.test_forging import CONCATENATED
 from worker import sandbox
 from worker.grading import Grader
@@ -155,7 +155,8 @@ print(json.dumps({{"report": report, "death": death, "counts": supervisor.observ
 
 
 @pytest.mark.slow  # real sandboxes, real torch
-def test_a_loop_that_tries_it_is_graded_at_normal_speed(run, mode, start):
+@ANY_START  # the child's filter, made by its supervisor: the same code under both starts
+def test_a_loop_that_tries_it_is_graded_at_normal_speed(run, mode):
     """Through the real grading path (both sandboxes, both starts): the loop tries every route
     against its supervisor, then trains correctly. Before, the supervisor was stopped and the
     verdict was "timeout" at the wall limit; now each route is refused, the run is judged on
@@ -173,7 +174,8 @@ def test_a_loop_that_tries_it_is_graded_at_normal_speed(run, mode, start):
 
 
 @pytest.mark.slow  # real sandboxes, real torch
-def test_a_refused_call_left_uncaught_is_the_learners_error(run, mode, start):
+@ANY_START  # the child's filter, made by its supervisor: the same code under both starts
+def test_a_refused_call_left_uncaught_is_the_learners_error(run, mode):
     """A plain program that does not catch the refusal gets the usual error verdict, naming its
     line: no "interfered", no "timeout"."""
     code = "import fcntl, os, signal\n" + CLEAN_LOOP.replace(

@@ -253,7 +253,7 @@ def needs(item, exercise) -> list[tuple]:
 
 
 @pytest.fixture(scope="session")
-def graded(request, exercise, grade):
+def graded(exercise, grade):
     """Every submission the slow tests look at, graded once, when first needed (only what the
     selected tests read is graded: ``-k`` one golden file grades that file).
 
@@ -274,6 +274,19 @@ def graded(request, exercise, grade):
         jobs[("starter", slug)] = (exercise(slug), starter.read_bytes(), "en")
     for name, case in CASES.items():
         jobs[("case", name)] = (exercise(case.slug, **case.limits), case.code, case.lang)
-    verdicts = Graded(jobs, grade, os.cpu_count() or 1)
-    verdicts.ahead(key for item in request.session.items for key in needs(item, exercise))
-    return verdicts
+    return Graded(jobs, grade, os.cpu_count() or 1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _graded_ahead(request, exercise):
+    """As a module starts, what its selected tests will read is graded in the background. Per
+    module, not per session: under pytest-xdist (``make test``: ``--dist loadfile``) a worker runs
+    whole modules, and only the ones it was given."""
+    keys = [
+        key
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module
+        for key in needs(item, exercise)
+    ]
+    if keys:
+        request.getfixturevalue("graded").ahead(keys)
