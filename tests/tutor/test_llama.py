@@ -4,12 +4,15 @@ tokens and latency are counted, a stopped server is said plainly), not its wisdo
 
 import time
 
+import httpx2
 import pytest
 
 from app.tutor.models import TutorMessage
 from bench.tutor_server import MODEL_ALIAS, llama_server
 from tests.conftest import html
 from tests.tutor.helpers import PAGE, STARTER_LIKE, ask
+
+pytestmark = pytest.mark.slow  # a real model (llama.cpp) in a child process
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def test_a_portuguese_question_is_answered_by_a_real_model_as_a_stream(make_clie
 def test_with_the_server_stopped_the_tutor_is_unavailable_and_the_page_works(make_client, tmp_path):
     with llama_server(tmp_path / "server.log") as server:
         client = make_client(server.url, tutor_model=MODEL_ALIAS, tutor_max_tokens=16)
-        assert ask(client)[1][-1][0] in ("done", "withheld")
+        assert httpx2.get(server.url + "/models", timeout=10).status_code == 200  # it was up
     _, evs = ask(client)
     assert evs[-1][0] == "failed" and "unavailable" in evs[-1][1]["text"]
     assert client.get(PAGE).status_code == 200
