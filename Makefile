@@ -90,10 +90,10 @@ run: install
 	$(VENV)/bin/treino serve --host $(HOST) --port $(PORT)
 
 # The whole suite on every core (pytest-xdist; a module stays on one worker, so its fixtures are
-# made once; the heavy modules are dealt first: tests/conftest.py). The content tier is in it: tests/lessons runs `treino lessons check` on the course's
+# made once). The content tier is in it: tests/lessons runs `treino lessons check` on the course's
 # text and claims, and tests/worker/test_golden.py grades every exercise's solution and mistakes.
 test: install lint typecheck tutor-deps
-	$(VENV)/bin/pytest -n auto --dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/pytest -n auto --dist loadfile
 
 # The tutor's test server (see TUTOR_VENV above): llama-cpp-python[server] and what it needs,
 # pinned in $(TUTOR_LOCK), then the model's package without dependencies.

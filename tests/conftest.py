@@ -97,13 +97,7 @@ _PG_LEFT_OUT = pytest.StashKey[int]()
 
 
 def pytest_collection_modifyitems(config, items):
-    """The modules with slow or browser tests go first (stably: otherwise in collection order).
-    Under pytest-xdist (`make test`: --dist loadfile --no-loadscope-reorder) a worker takes a
-    module at a time in this order, so the short modules fill in at the end instead of one
-    worker running a minute-long module alone. Without a server to use or to start, the
-    PostgreSQL tier is left out, said in one line."""
-    heavy = {item.path for item in items if any(item.get_closest_marker(m) for m in ("slow", "browser"))}
-    items.sort(key=lambda item: item.path not in heavy)
+    """Without a server to use or to start, the PostgreSQL tier is left out, said in one line."""
     if PG_URL or PG_BINDIR:
         return
     left_out = [item for item in items if item.get_closest_marker("postgres")]

@@ -12,8 +12,6 @@ from bench.tutor_server import MODEL_ALIAS, llama_server
 from tests.conftest import html
 from tests.tutor.helpers import PAGE, STARTER_LIKE, ask
 
-pytestmark = pytest.mark.slow  # a real model (llama.cpp) in a child process
-
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
