@@ -109,17 +109,12 @@ def exercise():
     return found
 
 
-def _argnames(mark) -> list[str]:
-    names = mark.args[0]
-    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-
-
 def pytest_generate_tests(metafunc):
     """A test taking ``mode`` and ``start`` runs under each of PAIRS, unless it names its start
     itself (``ANY_START``); one taking ``mode`` alone, under each kind (MODES)."""
     if "mode" not in metafunc.fixturenames:
         return
-    named = any("start" in _argnames(m) for m in metafunc.definition.iter_markers("parametrize"))
+    named = ANY_START.mark in metafunc.definition.iter_markers("parametrize")
     if "start" in metafunc.fixturenames and not named:
         metafunc.parametrize(("mode", "start"), PAIRS, indirect=True, ids=[f"{m}-{s}" for m, s in PAIRS])
     else:
