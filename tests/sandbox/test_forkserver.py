@@ -69,12 +69,13 @@ def job_processes(fs, timeout: float = 30) -> dict[int, str]:
     return strays
 
 
-def host_comms() -> list[str]:
-    names = []
+def host_comms() -> dict[int, str]:
+    """pid -> comm of the host's processes (one that ends while read is left out)."""
+    names = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                names.append(Path(f"/proc/{name}/comm").read_text().strip())
+                names[int(name)] = Path(f"/proc/{name}/comm").read_text().strip()
             except OSError:
                 continue
     return names
@@ -143,13 +144,9 @@ def train(*args):
     )
     victim.start()
     deadline = time.monotonic() + 30
-    while f"victim-{MARK}" not in host_comms() and time.monotonic() < deadline:
+    while f"victim-{MARK}" not in host_comms().values() and time.monotonic() < deadline:
         time.sleep(0.05)
-    host_pids = [
-        int(n)
-        for n in os.listdir("/proc")
-        if n.isdigit() and Path(f"/proc/{n}/comm").read_text().strip() == f"victim-{MARK}"
-    ]
+    host_pids = [pid for pid, comm in host_comms().items() if comm == f"victim-{MARK}"]
     assert host_pids, "the victim job did not start"
     targets = [*host_pids, template_pid(server)]
     output = run(
@@ -203,7 +200,7 @@ def train(*args):
 """,
     )
     assert job_processes(server) == {}
-    assert f"linger-{MARK}" not in host_comms()
+    assert f"linger-{MARK}" not in host_comms().values()
     output = run(server, "import os\ndef train(*args):\n    print(sorted(os.listdir('/proc')))\n")
     assert f"linger-{MARK}" not in output
 
@@ -306,7 +303,7 @@ def train(*args):
         killer.join()
         assert "graded" in output  # run again in a cold single-use sandbox
         sandbox.reap_all()  # (that one too is gone)
-        assert f"doomed-{MARK}" not in host_comms()  # the forked one died with its template
+        assert f"doomed-{MARK}" not in host_comms().values()  # the forked one died with its template
         assert "graded" in run(fs, "def train(*args):\n    print('graded')\n")
         assert fs.warm() == 1  # a new template
     finally:
@@ -316,7 +313,7 @@ def train(*args):
 
 def _kill_template_once_running(fs) -> None:
     deadline = time.monotonic() + 60
-    while f"doomed-{MARK}" not in host_comms() and time.monotonic() < deadline:
+    while f"doomed-{MARK}" not in host_comms().values() and time.monotonic() < deadline:
         time.sleep(0.05)
     os.kill(template_pid(fs), 9)
 
