@@ -60,6 +60,14 @@ def sign_in(client: TestClient, email: str, password: str = PASSWORD):
 
 
 @pytest.fixture
+def cli_keeps_pytest_logging(monkeypatch):
+    """For a test that calls ``worker.cli.main`` in-process: its ``logs.setup`` would route every
+    logger to this test's captured stderr, which closes when the test ends (a later test's worker
+    thread then logs into a closed file), and would take pytest's log capture away."""
+    monkeypatch.setattr("app.logs.setup", lambda _format: None)
+
+
+@pytest.fixture
 def empty_sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'empty.db'}"
 

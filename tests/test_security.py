@@ -435,6 +435,7 @@ def test_an_anonymous_client_holds_a_few_queued_jobs_and_is_told_why(settings, _
 # ---------------------------------------------------------------- treino check's plain output
 
 
+@pytest.mark.usefixtures("cli_keeps_pytest_logging")
 def test_treino_check_shows_terminal_escapes_in_the_learners_output_instead_of_obeying_them(
     tmp_path, monkeypatch, capsys
 ):
@@ -455,9 +456,6 @@ def test_treino_check_shows_terminal_escapes_in_the_learners_output_instead_of_o
     monkeypatch.setattr(
         grading.Grader, "running", classmethod(lambda cls, *a, **k: contextlib.nullcontext(Fake()))
     )
-    # main's handler would write to this test's captured stderr, closed when the test ends, and a
-    # later test's worker thread would log into it
-    monkeypatch.setattr("app.logs.setup", lambda _format: None)
     program = tmp_path / "loop.py"
     program.write_text("print('hi')\n")
     assert cli.main(["check", "gradient-accumulation/accumulate", str(program)]) == 1

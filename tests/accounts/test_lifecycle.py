@@ -268,10 +268,10 @@ def test_the_smtp_sender_delivers_to_a_real_smtp_server(smtp_sink, sqlite_url):
     assert b"Subject: Your treino password" in envelope.content
 
 
+@pytest.mark.usefixtures("cli_keeps_pytest_logging")
 def test_the_operator_prints_a_link_without_mail(client, app, monkeypatch, capsys):
     from worker.cli import main
 
-    monkeypatch.setattr("app.logs.setup", lambda _format: None)  # keep pytest's log capture
     sign_up(client, "dee@example.com")
     monkeypatch.setenv("TREINO_DATABASE_URL", app.state.settings.database_url)
     monkeypatch.setenv("TREINO_PUBLIC_URL", "https://treino.example.org/")
