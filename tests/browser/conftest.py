@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from app.config import ROOT, Settings
 from app.db import upgrade
@@ -35,6 +36,29 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{call.when}", outcome.get_result())
 
 
+# the live servers' key, given outright: read from the environment, it changed under a running
+# server when a fixture of another module set TREINO_SECRET_KEY, and a reset link signed in the
+# test no longer matched the server's
+SECRET_KEY = "browser-tests-own-secret-key"
+
+
+def browser_settings(database_url: str, **overrides) -> Settings:
+    """The settings of a live server over `database_url`: what a test that acts as the operator
+    (minting a reset link, say) must build its own from."""
+    # the whole browser suite is one classroom behind one address (127.0.0.1): past the default
+    # 30 submissions in 10 minutes from it (or 4 anonymous jobs still waiting, some left running
+    # by earlier tests), a late test's Submit was refused and its verdict never came; raised as
+    # the README tells a classroom to
+    values = {
+        "database_url": database_url,
+        "lessons_dir": LESSONS,
+        "secret_key": SecretStr(SECRET_KEY),
+        "submissions_per_ip": 10_000,
+        "queued_per_client": 1_000,
+    }
+    return Settings(**(values | overrides), _env_file=None)
+
+
 @contextmanager
 def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
     """The app on a free loopback port over ``database_url`` (migrated here), with a real worker
@@ -48,18 +72,7 @@ def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
     from worker.grading import Grader
     from worker.runner import Worker
 
-    # the whole browser suite is one classroom behind one address (127.0.0.1): past the default
-    # 30 submissions in 10 minutes from it (or 4 anonymous jobs still waiting, some left running
-    # by earlier tests), a late test's Submit was refused and its verdict never came; raised as
-    # the README tells a classroom to
-    settings = Settings(
-        database_url=database_url,
-        lessons_dir=LESSONS,
-        poll_seconds=poll_seconds,
-        submissions_per_ip=10_000,
-        queued_per_client=1_000,
-        _env_file=None,
-    )
+    settings = browser_settings(database_url, poll_seconds=poll_seconds)
     upgrade(settings.database_url)
     port = _free_port()
     server = uvicorn.Server(
@@ -86,16 +99,17 @@ def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
             web.join(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def live_database(tmp_path_factory) -> str:
     """The database behind live_server (a test reads it as the operator would, e.g. for the
-    password-reset link `treino accounts reset-password` prints)."""
+    password-reset link `treino accounts reset-password` prints): each module's own, so no
+    account, draft, limit or queue left by another module changes what its pages show."""
     return f"sqlite:///{tmp_path_factory.mktemp('browser') / 'treino.db'}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def live_server(live_database) -> Iterator[str]:
-    """The app on a free loopback port, with a real worker grading in a thread."""
+    """The app on a free loopback port, with a real worker grading in a thread; one per module."""
     with serving(live_database) as url:
         yield url
 

@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.browser.conftest import shot
+from tests.browser.conftest import browser_settings, shot
 from tests.browser.test_loop import overflow, too_wide
 
 pytestmark = pytest.mark.browser
@@ -47,11 +47,9 @@ def reset_path(database_url: str, email: str) -> str:
     from sqlalchemy.orm import sessionmaker
 
     from app.accounts import lifecycle, service
-    from app.config import ROOT, Settings
     from app.db import make_engine
 
-    # the live server's settings (tests/browser/conftest.py: serving), so the same secret key
-    settings = Settings(database_url=database_url, lessons_dir=ROOT / "lessons", _env_file=None)
+    settings = browser_settings(database_url)  # the live server's, so the same secret key
     engine = make_engine(settings.database_url)
     try:
         with sessionmaker(engine).begin() as session:

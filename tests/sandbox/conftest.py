@@ -4,8 +4,9 @@ the real grading path, started the ways the worker starts it (``start``): as a f
 torch is imported off the clock. An attack on what runs the same once the job has started is run
 once per sandbox kind instead, started as the worker starts jobs (``ANY_START``, below, says why).
 
-The launcher's environment holds secrets for the whole session; the tests prove they never
-reach the sandbox. After every test no sandbox process or temp dir may be left behind.
+The launcher's environment holds secrets while a module of this folder runs (its runners are
+the module's own, started with them); the tests prove they never reach the sandbox. After every
+test no sandbox process or temp dir may be left behind.
 """
 
 import dataclasses
@@ -59,9 +60,11 @@ class Outcome:
         return repr(self.verdict)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secrets_in_launcher(tmp_path_factory):
-    """Secrets in the launcher's environment and a database file it points at."""
+    """Secrets in the launcher's environment and a database file it points at, for one module:
+    set for the whole session, they reached every later test on the same xdist worker (a browser
+    test's reset link was signed with this TREINO_SECRET_KEY while its server kept the default)."""
     db = tmp_path_factory.mktemp("db") / "treino.db"
     db.write_text(DB_SECRET)
     with pytest.MonkeyPatch.context() as mp:
@@ -85,7 +88,7 @@ class Pools(dict):
         return self[key]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pools(secrets_in_launcher):
     started = Pools()
     yield started
