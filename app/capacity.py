@@ -14,15 +14,15 @@ import asyncio
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from anyio import to_thread
-from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from app import i18n
 from app.errors import busy_response
+from app.middleware import early_request
 from app.security import SAFE_METHODS
-from app.web import choose_lang
 
 # Requests past the ones inside that may wait for a place, per place inside: a class pressing
 # Submit together waits its turn rather than being turned away (at the default 8 inside, a
@@ -58,6 +58,50 @@ class Sizes:
     def waiting(self) -> int:
         """Requests that may wait for a place before more are answered 503 at once."""
         return self.concurrency * WAITING_PER_PLACE
+
+
+def server_options(seconds: float) -> dict[str, Any]:
+    """uvicorn's options for a web process (`treino serve`): HTTP/1.1 whose request headers must
+    arrive within `seconds` (TREINO_REQUEST_SECONDS), as Body (app/middleware.py) asks of bodies.
+    Headers hold no place (nothing inside runs before their end), only a socket: this bounds how
+    long. (Their size is uvicorn's bound: 16 KB.)"""
+
+    class Protocol(_HeadersInTime):
+        header_seconds = seconds
+
+    return {"http": Protocol}
+
+
+class _HeadersInTime(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request's headers, counted from the
+    connection's start or the previous response's end: past it, 408 and the connection closes.
+    (uvicorn's own keep-alive timeout closes a connection where nothing at all came, sooner; a
+    byte resets it, and headers sent a byte at a time would never end.)"""
+
+    header_seconds = 20.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._headers_due()
+
+    def on_response_complete(self) -> None:
+        done = self.cycle
+        super().on_response_complete()
+        self._headers_due(done)
+
+    def _headers_due(self, last: Any = None) -> None:
+        self.loop.call_later(self.header_seconds, self._headers_late, last)
+
+    def _headers_late(self, last: Any) -> None:
+        """No request has begun since `last` ended (or the connection opened): its headers are late."""
+        if self.cycle is not last or self.transport.is_closing():
+            return
+        body = b"The request's headers took too long to arrive.\n"
+        self.transport.write(
+            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        self.transport.close()
 
 
 def use_threads(sizes: Sizes) -> None:
@@ -97,10 +141,7 @@ class Gate:
             await self.app(scope, receive, send)
             return
         if not await self._enter(scope["method"] in SAFE_METHODS):
-            request = Request(scope, receive)
-            request.state.lang = lang = choose_lang(request)[0]  # no account lookup: that waits too
-            i18n.set_lang(lang)
-            await busy_response(request, self.retry_after())(scope, receive, send)
+            await busy_response(early_request(scope, receive), self.retry_after())(scope, receive, send)
             return
         try:
             await self.app(scope, receive, send)

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     max_attempts: int = 3
     # Whole request bodies above this are refused with 413 before any parsing.
     max_body_bytes: int = 256 * 1024
+    # A request's headers, then its body, must each arrive within this many seconds (else 408):
+    # a body is read whole before the request takes a place (docs/deploy.md, issue 43).
+    request_seconds: float = Field(default=20, gt=0)
     # Re-read lesson files and templates on every request (authoring); off in production.
     reload_lessons: bool = False
     # One line per log event: readable text, or JSON for a log collector (the compose file).

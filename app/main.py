@@ -21,7 +21,7 @@ from app.db import make_engine
 from app.drafts import routes as drafts
 from app.http import is_api
 from app.lessons import routes as lessons
-from app.middleware import BodyLimit, RequestContext, SecurityHeaders
+from app.middleware import Body, RequestContext, SecurityHeaders
 from app.offline import routes as offline
 from app.ops import routes as ops
 from app.progress import routes as progress
@@ -77,10 +77,11 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     app.include_router(offline.router)
     errors.install(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     # every response, errors too, has a language
     app.add_middleware(RequestContext, authenticate=auth.authenticate_request, ended=auth.session_ended)
     app.add_middleware(Gate, sizes=sizes)  # before anything that needs a thread or a connection
+    # a body is read whole, in time, before its request waits for a place (issue 43)
+    app.add_middleware(Body, limit=settings.max_body_bytes, seconds=settings.request_seconds)
     # a request for a host that is not this tutor's is refused (400): nothing can be made to
     # point elsewhere by a Host header; X-Forwarded-For/-Proto are believed from the proxies named
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.trusted_hosts(), www_redirect=False)
@@ -92,14 +93,15 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document, plus the errors every operation can answer, all in ErrorOut's shape:
-    413 (the body limit, before any route), 422 wherever there is input, 401 anywhere under
+    413 (the body limit, before any route), 408 (a body that did not arrive in time) and 422
+    wherever there is input, 401 anywhere under
     /api (a revoked token), 403 for unsafe /api calls (one from another site), 503 `busy`
     wherever the gate answers (app/capacity.py)."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
-    extra = errors.documented(400, 401, 403, 413, 422, 503)
+    extra = errors.documented(400, 401, 403, 408, 413, 422, 503)
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             wanted = [413]
@@ -108,7 +110,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             if "422" in operation["responses"] or "requestBody" in operation:
                 wanted.append(422)
             if "requestBody" in operation:
-                wanted.append(400)
+                wanted.extend((400, 408))
             if is_api(path):
                 wanted.append(401)
                 if method.upper() not in SAFE_METHODS:

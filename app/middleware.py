@@ -1,8 +1,9 @@
-"""ASGI middleware: the request context (who, which language), security headers, body limit.
+"""ASGI middleware: the request context (who, which language), security headers, the body.
 
 Pure ASGI rather than BaseHTTPMiddleware, so the language context variable reaches the route.
 """
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -10,7 +11,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -171,55 +172,77 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-class BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413, whether or not Content-Length is sent.
+class Body:
+    """Read a request's whole body before anything inside sees it, so that no capacity place,
+    thread or connection waits on a client's upload (app/capacity.py's gate is inside this): it
+    must arrive within `seconds` (else 408, and the connection closes) and hold at most `limit`
+    bytes, whether or not Content-Length is sent (else 413). A client that trickles a body, a
+    byte every few seconds, holds a socket and a few kilobytes here, never a place (issue 43).
+    What is inside reads the body as it was sent, in one message."""
 
-    A body that grows past the limit while streaming ends the reading (the app sees a
-    disconnect) and whatever the app answers is replaced by the 413.
-    """
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, seconds: float) -> None:
         self.app = app
         self.limit = limit
+        self.seconds = seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not _has_body(scope):
             await self.app(scope, receive, send)
             return
         declared = Request(scope).headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(scope, receive, send)
+            await _refuse(scope, receive, send, 413)
             return
-        received = 0
-        too_large = False
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.seconds):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return  # the client went: nobody to answer
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.limit:
+                        await _refuse(scope, receive, send, 413)
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await _refuse(scope, receive, send, 408)
+            return
+        body: Message | None = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-        async def counting_receive() -> Message:
-            nonlocal received, too_large
-            if too_large:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    too_large = True
-                    return {"type": "http.disconnect"}
+        async def replay() -> Message:
+            nonlocal body
+            if body is None:
+                return await receive()  # after the body: the disconnect, when it comes
+            message, body = body, None
             return message
 
-        refused = False
+        await self.app(scope, replay, send)
 
-        async def guarded_send(message: Message) -> None:
-            nonlocal refused
-            if too_large:
-                if not refused:
-                    refused = True
-                    await self._refuse(scope, receive, send)
-                return
-            await send(message)
 
-        await self.app(scope, counting_receive, guarded_send)
-        if too_large and not refused:
-            await self._refuse(scope, receive, send)
+def _has_body(scope: Scope) -> bool:
+    headers = Headers(scope=scope)
+    return "transfer-encoding" in headers or headers.get("content-length", "0") not in ("", "0")
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(Request(scope, receive), 413)
-        await response(scope, receive, send)
+
+def early_request(scope: Scope, receive: Receive) -> Request:
+    """A request answered before RequestContext ran (refused at the door): its language from
+    ?lang=, the cookie or Accept-Language; no account lookup, which would wait for a place too."""
+    request = Request(scope, receive)
+    request.state.lang = lang = choose_lang(request)[0]
+    i18n.set_lang(lang)
+    return request
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int) -> None:
+    """An error page or JSON in the visitor's language, and the connection closed: what is
+    left of the body is never read."""
+    request = early_request(scope, receive)
+    response = error_response(request, status)
+    response.headers["Connection"] = "close"
+    response.headers["Content-Language"] = request.state.lang
+    await response(scope, receive, send)

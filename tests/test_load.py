@@ -334,3 +334,97 @@ def test_a_class_at_once_is_answered_and_every_submission_graded(
         serving.join(10)
         for factory in (app.state.sessionmaker, app.state.reader):
             factory.kw["bind"].dispose()
+
+
+# ---------------------------------------------------------------- slow clients (issue 43)
+
+
+def _serve_in_thread(app, **options):
+    """uvicorn as `treino serve` runs it (app/capacity.py's server options), on a free port."""
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **options))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    return server, thread, port
+
+
+def _slow_client(port: int, request: bytes) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(request)
+    return s
+
+
+def _answer(s: socket.socket, seconds: float = 30) -> bytes:
+    """What the server sent before it closed the connection."""
+    s.settimeout(seconds)
+    got = b""
+    while chunk := s.recv(65536):
+        got += chunk
+    return got
+
+
+@pytest.fixture
+def slow_site(sqlite_url, _course):
+    """The app served by uvicorn with two places, and bodies and headers due within 1 s."""
+    settings = Settings(database_url=sqlite_url, lessons_dir=LESSONS, web_concurrency=2, _env_file=None)
+    settings.request_seconds = 1.0
+    app = create_app(settings, course=_course)
+    server, thread, port = _serve_in_thread(app, **capacity.server_options(settings.request_seconds))
+    yield port
+    server.should_exit = True
+    thread.join(10)
+    for factory in (app.state.sessionmaker, app.state.reader):
+        factory.kw["bind"].dispose()
+
+
+DRAFT_PUT = (
+    b"PUT /lessons/gradient-accumulation/exercises/accumulate/draft HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    b"Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
+)
+
+
+def test_get_answers_200_while_16_slow_bodies_are_open(slow_site):
+    """Sixteen clients send a draft's headers and then its body a byte at a time, eight times
+    the places there are: the learner's page is answered 200 all along, since a body is read
+    before its request takes a place; each slow one is cut with 408 once its time is up.
+    (Before, the slow bodies held every place and the page was 503 for as long as they went
+    on; `python -m bench.hostile slow` has the figures.)"""
+    port = slow_site
+    slow = [_slow_client(port, DRAFT_PUT) for _ in range(16)]
+    for s in slow:
+        s.sendall(b"{")
+    with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as learner:
+        for _ in range(3):
+            assert learner.get("/").status_code == 200
+            for s in slow:
+                s.sendall(b" ")
+    for s in slow:
+        answer = _answer(s)
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+        assert b"connection: close" in answer.lower()
+        s.close()
+
+
+def test_a_body_that_never_ends_is_answered_408_in_the_visitors_language(slow_site):
+    s = _slow_client(slow_site, DRAFT_PUT.replace(b"Host:", b"Accept-Language: pt-BR\r\nHost:") + b'{"co')
+    answer = _answer(s).decode()
+    assert answer.startswith("HTTP/1.1 408 ")
+    assert "Muito lento" in answer and "Nada do que você enviou foi guardado" in answer
+    s.close()
+
+
+def test_headers_sent_a_byte_at_a_time_are_cut_with_408(slow_site):
+    s = _slow_client(slow_site, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    s.sendall(b"X-Slow: ")
+    for _ in range(5):  # past the second the headers had, a byte every 0.3 s
+        time.sleep(0.3)
+        try:
+            s.sendall(b"x")
+        except OSError:
+            break
+    assert _answer(s).startswith(b"HTTP/1.1 408 ")
+    s.close()

@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.capacity import server_options
     from app.db import upgrade
     from app.main import create_app
     from worker.sandbox import isolation
@@ -105,6 +106,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
             port=args.port,
             proxy_headers=False,  # the app believes X-Forwarded-* itself, from the proxies named
             log_config=None,
+            **server_options(settings.request_seconds),  # headers in time (app/capacity.py)
         )
     return 0
 
