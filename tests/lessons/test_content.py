@@ -226,7 +226,7 @@ def test_go_further_cards_come_after_the_core(real_course, lang):
     text = real_course.lesson("gradient-accumulation").text(lang)
     assert text.minutes <= 10
     further = text.further_cards
-    assert len(further) == 3 and text.cards[-len(further) :] == further
+    assert len(further) == 4 and text.cards[-len(further) :] == further
     assert "further" not in "".join(card.heading_html + card.anchor for card in text.cards)
     assert len(text.core_cards) == len(text.cards) - len(further)
 
@@ -239,5 +239,6 @@ def test_a_core_card_after_a_go_further_card_is_refused(copy):
 
 def test_go_further_marks_must_agree_between_languages(copy):
     lesson = copy / "02-gradient-accumulation" / "lesson.pt-BR.md"
-    _break(lesson, "## O bug de 2024 num trainer famoso {.further}", "## O bug de 2024 num trainer famoso")
-    assert "card 18 is not a {.further} card, the en one is one" in _error(copy)
+    heading = "## Micro-lotes de tamanhos diferentes"
+    _break(lesson, f"{heading} {{.further}}", heading)
+    assert "card 17 is not a {.further} card, the en one is one" in _error(copy)

@@ -1,4 +1,5 @@
-"""scaler.step(optimizer) reads the inf check with .item(): on a GPU that is a synchronisation."""
+"""scaler.step(optimizer) reads the inf check with .item(): on a GPU that is a synchronisation; with a
+fused=True optimizer it hands the check to the optimizer's kernel and reads nothing back."""
 
 import torch
 import torch.nn as nn
@@ -22,3 +23,12 @@ scaler.unscale_(optimizer)
 with Items():
     scaler.step(optimizer)
 assert Items.count >= 1
+
+fused = nn.Linear(3, 1)
+fused_optimizer = torch.optim.Adam(fused.parameters(), lr=0.1, fused=True)
+scaler = torch.amp.GradScaler("cpu")
+scaler.scale(fused(torch.ones(2, 3)).sum()).backward()
+Items.count = 0
+with Items():
+    scaler.step(fused_optimizer)
+assert Items.count == 0
