@@ -9,12 +9,15 @@ and in bfloat16 where the card has it), every claim of the course that only a GP
 ``device: cuda`` entries of lessons/*/claims.yaml, each by its proof script), the figures a
 learner sees on the GPU beside the CPU's, what CUDA's start-up costs, and one submission through
 the web and a GPU worker. Each check is a row of docs/gpu.md; the exit status is 1 when any row
-failed. Without CUDA it says so in one line, exits 0 and leaves docs/gpu.md as it is.
+failed. Without CUDA it says so in one line, exits 0 and leaves docs/gpu.md as it is. On a lent
+machine, which reaches no package registry, ``python3 -m bench.gpu_kit run`` runs it from the kit
+carried there (bench/gpu_kit.py).
 """
 
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -32,13 +35,16 @@ if TYPE_CHECKING:  # imported where used: `make gpu-check` answers at once witho
     from contracts.course import Exercise
     from worker.grading import Grader
 
-LIMIT_SECONDS = 8 * 60  # the whole run, on one GPU
+LIMIT_SECONDS = 6 * 60  # the whole run, on one GPU: a rerun still fits the lent 15 minutes
 POOL_SIZE = 6  # warm sandboxes while the exercises are proven: warm-ups overlap the jobs
 PROBE_EXERCISE = "gradient-accumulation/accumulate"  # probes run as its submissions
 FIGURES_EXERCISE = "gpu-memory/fit-the-budget"  # its model is the one the figures probe times
 MARK = "GPUCHECK "  # a probe's facts: one line of JSON after this
 FIRST_KERNEL_MS = 50  # a warm sandbox's first kernel; a context made in the job costs far more
 STEPS = 20  # timed steps per figure
+HANDOFF_RATIO = 1.5  # a forked job's hand-off → verdict on CUDA, at most this × the CPU's
+CONTEXT_PROBE_MIB = 256  # what the context probe holds on the GPU, so NVML tells its process
+ATTACKS = ("SIGSTOP", "SIGTERM", "SIGKILL")  # sent by the learner's code to its supervisor
 
 SANDBOX = "Sandbox on the GPU"
 EXERCISES = "Exercises on CUDA"
@@ -152,11 +158,31 @@ while True:
     hoard.append(torch.empty(1 << 30, dtype=torch.uint8, device="cuda"))
 """
 
+# Holds CONTEXT_PROBE_MIB on the GPU for a while, so that the worker reads NVML's process list
+# meanwhile: the learner's process holds the most, and its parent, the supervisor, a context too.
+CONTEXT_PROBE = """
+import time
+import torch
+hold = torch.empty(MIB << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+time.sleep(SECONDS)
+"""
+
 HOST_MEMORY_BOMB = """
 hoard = []
 while True:
     hoard.append(bytearray(64 * 1024 * 1024))
 """
+
+
+def context_source(seconds: float = 3.0) -> str:
+    return CONTEXT_PROBE.replace("MIB", str(CONTEXT_PROBE_MIB)).replace("SECONDS", str(seconds))
+
+
+def attack_source(solution: str, signal_name: str) -> str:
+    """``solution`` (a correct loop) whose module first sends ``signal_name`` to its parent: the
+    supervisor, where the learner's code runs in a child of its own."""
+    return f"import os, signal\nos.kill(os.getppid(), signal.{signal_name})\n{solution}"
 
 
 def figures_source(params: dict, configs: list[tuple[str, str, str | None]]) -> str:
@@ -257,6 +283,49 @@ def judge_sandbox(facts: dict, gpu: int, expected_uuid: str | None) -> list[Resu
     return rows
 
 
+def judge_contexts(readings: list[dict[int, int]], parents: dict[int, int]) -> tuple[bool, str]:
+    """Whether NVML showed the learner's code in a child with a context of its own: in one of
+    ``readings`` (pid → device bytes, the worker's descendants only), the process holding the
+    most (the context probe's) has a parent, its supervisor, that holds a context too."""
+    if not readings:
+        return False, "NVML listed no process of this worker's while the probe ran"
+    for seen in readings:
+        learner = max(seen, key=lambda pid: seen[pid])
+        supervisor = parents.get(learner)
+        if supervisor in seen:
+            return True, (
+                f"2 contexts: the learner's pid {learner} ({seen[learner] / 1024**2:,.0f} MiB, the "
+                f"probe's {CONTEXT_PROBE_MIB} in it), its supervisor pid {supervisor} "
+                f"({seen[supervisor] / 1024**2:,.0f} MiB)"
+            )
+    seen = max(readings, key=len)
+    learner = max(seen, key=lambda pid: seen[pid])
+    return False, (
+        f"the probe's pid {learner} ({seen[learner] / 1024**2:,.0f} MiB) has no parent holding a "
+        f"context (parent {parents.get(learner, '?')}; {len(seen)} process(es) listed): the "
+        "learner's code runs in its supervisor"
+    )
+
+
+def judge_attacks(verdicts: dict[str, dict], after: dict) -> tuple[bool, str]:
+    """Whether every attack on the supervisor got a verdict other than passed, and the correct
+    loop graded next still passes."""
+    held = all(v["status"] != "passed" for v in verdicts.values()) and after["status"] == "passed"
+    seen = [
+        f"{name}: {v['status']} in {v['metrics'].get('sandbox_ms', '?')} ms" for name, v in verdicts.items()
+    ]
+    return held, "; ".join([*seen, f"the correct loop next: {after['status']}"])
+
+
+def judge_handoff(cuda_ms: list[float], cpu_ms: list[float]) -> tuple[bool, str]:
+    """Whether CUDA's median hand-off → verdict is within ``HANDOFF_RATIO`` × the CPU's."""
+    cuda, cpu = statistics.median(cuda_ms), statistics.median(cpu_ms)
+    ratio = cuda / cpu
+    return ratio <= HANDOFF_RATIO, (
+        f"{cuda:,.0f} ms on CUDA, {cpu:,.0f} ms on the CPU: {ratio:.2f}× (medians of {len(cuda_ms)})"
+    )
+
+
 def normal_uuid(uuid: str) -> str:
     uuid = uuid.strip().lower()
     return uuid[4:] if uuid.startswith("gpu-") else uuid
@@ -268,6 +337,44 @@ def judge_memory_stop(verdict: dict, expected: str) -> tuple[bool, str]:
     stopped = verdict["status"] == "error" and expected in messages
     took = verdict["metrics"].get("sandbox_ms", 0) / 1000
     return stopped, f"{verdict['status']} after {took:.1f} s: {messages[:160]}"
+
+
+def watch_contexts(grade: Callable[[], dict], every: float = 0.1):
+    """``grade()`` in a thread while NVML's process list is read here: its verdict, each
+    reading (pid → device bytes, this process's descendants only) and each listed pid's parent."""
+    import threading
+
+    import psutil
+
+    from worker import nvml
+
+    done: dict = {}
+
+    def target() -> None:
+        try:
+            done["verdict"] = grade()
+        except BaseException as exc:  # noqa: BLE001 (raised again below, in this thread)
+            done["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    me = psutil.Process()
+    readings: list[dict[int, int]] = []
+    parents: dict[int, int] = {}
+    while thread.is_alive():
+        with contextlib.suppress(psutil.Error):
+            mine = {child.pid for child in me.children(recursive=True)}
+            seen = {pid: used for pid, used in nvml.processes().items() if pid in mine}
+            for pid in seen:
+                if pid not in parents:
+                    with contextlib.suppress(psutil.Error):
+                        parents[pid] = psutil.Process(pid).ppid()
+            if seen:
+                readings.append(seen)
+        thread.join(every)
+    if "error" in done:
+        raise done["error"]
+    return done["verdict"], readings, parents
 
 
 def host_gpus(dev: str = "/dev") -> list[int]:
@@ -332,7 +439,24 @@ def render(about: dict[str, str], results: list[Result]) -> str:
         if rows:
             lines += ["", f"## {section}", "", "| Check | Result | Measured |", "|---|---|---|"]
             lines += [f"| {_cell(r.name)} | {MARKS[r.status]} | {_cell(r.measured)} |" for r in rows]
-    return "\n".join([*lines, ""])
+    return "\n".join([*lines, "", *KIT_SECTION.splitlines(), ""])
+
+
+KIT_SECTION = """## Running it on a lent machine
+
+A lent GPU machine reaches no package registry and runs its own Python and torch, so the run
+takes its kit along (bench/gpu_kit.py): bubblewrap and its libraries from Debian's packages, and
+wheels of every package the project runs on but torch (the lock's versions, for that machine's
+CPython). Here, then there (the device tool's `run`, carrying `.kit`):
+
+    .venv/bin/python -m bench.gpu_kit build     # .kit/: bubblewrap, the wheels, manifest.json
+    python3 -m bench.gpu_kit run                # there: $OUT/gpu.md (this page), $OUT/gpu-check.log
+
+`run` unpacks the kit under /tmp/treino-kit only (bubblewrap named by `TREINO_BWRAP`, the wheels
+on `PYTHONPATH`), prints what the machine offers a sandbox, grades one solution on the CPU in the
+kit's bubblewrap, then runs `python -m bench.gpu` (`make gpu-check` without `make install`).
+`python -m bench.gpu_kit rehearse` does the same here from a kit alone, in a venv of the system's
+Python with torch only, the system's `/usr/bin/bwrap` replaced by a tripwire."""
 
 
 # ---------------------------------------------------------------- running the checks
@@ -412,6 +536,7 @@ class GpuCheck:
             "driver": driver_version(),
             "torch": f"{torch.__version__} (CUDA {torch.version.cuda}, "
             f"cuDNN {torch.backends.cudnn.version()})",
+            "bubblewrap": bwrap_version(),
             "GPUs on the host": f"{len(host_gpus())}; this run's worker owns /dev/nvidia{self.gpu} "
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
             **about,
@@ -467,54 +592,46 @@ class GpuCheck:
             )
         ]
 
-    def after_fork(self, runs: int = 3) -> list[Result]:
-        """Jobs forked from a template (worker/forkserver.py): the template never touches CUDA
-        (a fork cannot use its parent's context), so each job makes its own after the fork, on
-        its clock. Hand-off → trace of the probe exercise's solution, CUDA beside the CPU."""
-        from worker import forkserver
+    def after_fork(self, runs: int = 5) -> list[Result]:
+        """Jobs forked from a template (worker/forkserver.py), which never touches CUDA: hand-off
+        → verdict of the probe exercise's solution, CUDA beside the CPU, each from a fork server
+        of its own; then the learner's first kernel, whose context was made before the request."""
+        from worker import forkserver, sandbox
+        from worker.grading import Grader
 
         exercise = self.probe_exercise
         code = (Path(exercise.path) / "solution.py").read_bytes()
         took: dict[str, list[float]] = {"cuda": [], "cpu": []}
         facts = {}
         for device in took:
-            server = forkserver.ForkServer(
-                self.setup.isolation, device, self.gpu if device == "cuda" else None
-            )
-            job = {"entry": exercise.entry, "params": exercise.check_params, "device": device}
-            try:
-                for _ in range(runs):
-                    result = server.run(exercise.check_kind, job, code, exercise.limits)
-                    trace = result.trace or {}  # None when the job left none
-                    if result.status != "ok" or trace.get("outcome") != "ok":
-                        raise ProbeError(
-                            f"a job forked on {device}: {result.status} {result.reason} "
-                            f"{trace.get('error')} {result.output[-300:]}"
-                        )
-                    took[device].append(result.wall_ms)
+            setup = self.setup if device == "cuda" else sandbox.Setup(self.setup.isolation, "cpu")
+            server = forkserver.ForkServer(setup.isolation, device, setup.gpu)
+            with Grader(setup, server) as grader:
+                for _ in range(runs + 1):  # the first warms the template's pages up: not counted
+                    started = time.monotonic()
+                    verdict = run_probe(grader, exercise, code.decode())
+                    if verdict["status"] != "passed":
+                        raise ProbeError(f"the solution, forked on {device}: {verdict['status']}")
+                    took[device].append((time.monotonic() - started) * 1000)
                 if device == "cuda":
-                    probe = server.run(exercise.check_kind, job, FACTS_PROBE.encode(), exercise.limits)
-                    facts = probe_facts(
-                        {
-                            "output": (probe.trace or {}).get("output", ""),
-                            "status": probe.status,
-                            "checks": [],
-                        }
-                    )
-            finally:
-                server.close()
-        cuda, cpu = statistics.median(took["cuda"]), statistics.median(took["cpu"])
+                    facts = probe_facts(run_probe(grader, exercise, FACTS_PROBE))
+        held, seen = judge_handoff(took["cuda"][1:], took["cpu"][1:])
         first = facts.get("first_kernel_ms")
         return [
             Result(
                 START_UP,
-                "after a fork of the template: CUDA is initialised in each job, on its clock",
-                ok(facts.get("cuda") is True),
-                f"hand-off → trace {cuda:,.0f} ms on CUDA, {cpu:,.0f} ms on the CPU: "
-                f"+{cuda - cpu:,.0f} ms (median of {runs}, `{PROBE_EXERCISE}`'s solution); "
-                f"the learner's first kernel then "
-                + (f"{first:,.1f} ms" if first is not None else "not run"),
-            )
+                f"after a fork of the template: hand-off → verdict on CUDA within {HANDOFF_RATIO}× "
+                f"the CPU's (`{PROBE_EXERCISE}`'s solution)",
+                ok(held),
+                seen,
+            ),
+            Result(
+                START_UP,
+                f"after a fork of the template: the context was made before the request (the "
+                f"learner's first kernel under {FIRST_KERNEL_MS} ms)",
+                ok(facts.get("cuda") is True and first is not None and first < FIRST_KERNEL_MS),
+                f"first kernel {first:,.1f} ms" if first is not None else f"no kernel ran ({facts})",
+            ),
         ]
 
     # ------------------------------------------------------------ with a warm pool
@@ -532,6 +649,8 @@ class GpuCheck:
             return run_checks(
                 [
                     (SANDBOX, "what a job sees", self.sandbox_view),
+                    (SANDBOX, "the child owns its context", self.contexts),
+                    (SANDBOX, "a child that signals its supervisor", self.attacks),
                     (SANDBOX, "memory limits", self.memory_limits),
                     (START_UP, "CUDA start-up per job in the warm pool", self.per_job),
                     (EXERCISES, "every exercise", self.exercises),
@@ -586,6 +705,47 @@ class GpuCheck:
             )
         expected = minor or (launcher if len(host_gpus()) == 1 else None)
         return rows + judge_sandbox(self.facts, self.gpu, expected)
+
+    def contexts(self) -> list[Result]:
+        """Under each start, the context probe graded while NVML's process list is read here."""
+        from worker import forkserver
+        from worker.grading import Grader
+
+        rows = []
+        for start in ("fork", "exec"):
+            with Grader(self.setup, forkserver.runner(start, self.setup, 1)) as grader:
+                start = "fork" if isinstance(grader.pool, forkserver.ForkServer) else "exec"
+                probe = functools.partial(run_probe, grader, self.probe_exercise, context_source())
+                verdict, readings, parents = watch_contexts(probe)
+            held, seen = judge_contexts(readings, parents)
+            rows.append(
+                Result(
+                    SANDBOX,
+                    f"the learner's code runs in a child with a CUDA context of its own: NVML lists "
+                    f"it and its supervisor ({start} start)",
+                    ok(held and verdict["status"] != "error"),
+                    f"{seen}; the probe: {verdict['status']}",
+                )
+            )
+        return rows
+
+    def attacks(self) -> list[Result]:
+        """A correct loop that first signals its supervisor, once per signal in ``ATTACKS``."""
+        solution = (Path(self.probe_exercise.path) / "solution.py").read_text()
+        verdicts = {
+            name: run_probe(self.grader, self.probe_exercise, attack_source(solution, name), wall_seconds=30)
+            for name in ATTACKS
+        }
+        held, seen = judge_attacks(verdicts, run_probe(self.grader, self.probe_exercise, solution))
+        return [
+            Result(
+                SANDBOX,
+                f"a child that stops or signals its supervisor ({', '.join(ATTACKS)}) does not pass "
+                "on CUDA, and the next job does",
+                ok(held),
+                seen,
+            )
+        ]
 
     def memory_limits(self) -> list[Result]:
         from worker import sandbox
@@ -825,6 +985,19 @@ def figures_rows(found: list[dict], params: dict, bf16: bool) -> list[Result]:
 
 
 # ---------------------------------------------------------------- the machine
+
+
+def bwrap_version() -> str:
+    """Which bubblewrap the sandboxes run (``TREINO_BWRAP``: the kit's, bench/gpu_kit.py)."""
+    import subprocess
+
+    from worker.sandbox import BWRAP
+
+    try:
+        done = subprocess.run([BWRAP, "--version"], capture_output=True, text=True, timeout=10)
+    except OSError as exc:
+        return f"{BWRAP}: {exc.strerror}"
+    return f"{BWRAP}: {done.stdout.strip() or done.stderr.strip()}"
 
 
 def driver_version() -> str:

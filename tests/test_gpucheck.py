@@ -119,7 +119,13 @@ def test_the_report_leads_with_what_failed_and_lists_every_row():
     assert "| lesson 4's model | ✓ passed | saved for backward 1.0 KiB |" in lines
     # sections in their fixed order, each once, whatever order the rows came in
     headings = [line for line in lines if line.startswith("## ")]
-    assert headings == ["## Machine", f"## {gpu.SANDBOX}", f"## {gpu.EXERCISES}", f"## {gpu.FIGURES}"]
+    assert headings == [
+        "## Machine",
+        f"## {gpu.SANDBOX}",
+        f"## {gpu.EXERCISES}",
+        f"## {gpu.FIGURES}",
+        "## Running it on a lent machine",  # how to run it again there, on every page
+    ]
     # the sandbox section holds both of its rows, in the order they were found
     sandbox = lines[lines.index(f"## {gpu.SANDBOX}") : lines.index(f"## {gpu.EXERCISES}")]
     assert [line.split(" | ")[0] for line in sandbox if line.startswith("| ") and "---" not in line] == [
@@ -197,7 +203,8 @@ def test_on_cuda_the_report_is_written_and_a_failed_row_fails_the_run(tmp_path, 
     assert gpu.main(["--output", str(output)]) == code
     lines = output.read_text().splitlines()
     assert "| card | Fake |" in lines and f"| seccomp | {gpu.MARKS[status]} | 2 |" in lines
-    assert any(line.startswith("| the whole check within 8 minutes | ✓ passed |") for line in lines)
+    within = f"| the whole check within {gpu.LIMIT_SECONDS // 60} minutes | ✓ passed |"
+    assert any(line.startswith(within) for line in lines)
 
 
 # ---------------------------------------------------------------- judging what a job saw
@@ -308,6 +315,68 @@ def test_the_figures_compare_the_devices():
     ]
     assert rows[2].name.endswith("float32, autocast bfloat16 on CUDA")
     assert gpu.figures_rows(found[:1], params, bf16=False)[-1].status == "n/a"
+
+
+MIB = 1024**2
+
+
+def test_the_learners_code_in_a_child_with_its_own_context_passes():
+    """NVML's readings (pid → bytes): the probe's process holds the most; its parent, the
+    supervisor, is listed too. Another job's lone context beside it changes nothing."""
+    readings = [
+        {40: 600 * MIB},  # the child made its context before the request
+        {40: 856 * MIB, 39: 500 * MIB, 77: 500 * MIB},  # the probe's 256 MiB; 77: a waiting job
+    ]
+    held, seen = gpu.judge_contexts(readings, {40: 39, 39: 38, 77: 76})
+    assert held, seen
+    assert seen == (
+        "2 contexts: the learner's pid 40 (856 MiB, the probe's 256 in it), its supervisor pid 39 (500 MiB)"
+    )
+
+
+@pytest.mark.parametrize(
+    "readings, parents, says",
+    [
+        ([], {}, "NVML listed no process"),
+        # inline: the learner's code in the supervisor, whose parent (the sandbox's init) has none
+        ([{39: 856 * MIB}], {39: 38}, "the probe's pid 39 (856 MiB) has no parent holding a context"),
+        # a context in the parent, but the probe's memory there: the learner is not the child
+        ([{39: 856 * MIB, 40: 500 * MIB}], {40: 39, 39: 38}, "pid 39"),
+        ([{40: 856 * MIB, 77: 500 * MIB}], {40: 39, 77: 76}, "parent 39"),
+    ],
+)
+def test_a_learner_without_a_supervisor_holding_a_context_beside_it_fails(readings, parents, says):
+    held, seen = gpu.judge_contexts(readings, parents)
+    assert not held and says in seen, seen
+
+
+def test_the_context_probe_holds_what_the_judge_looks_for():
+    source = gpu.context_source(2.5)
+    assert f"torch.empty({gpu.CONTEXT_PROBE_MIB} << 20" in source and "time.sleep(2.5)" in source
+    compile(source, "probe", "exec")
+
+
+def test_an_attack_on_the_supervisor_must_not_pass_and_the_next_job_must():
+    error = {"status": "error", "metrics": {"sandbox_ms": 120}}
+    passed = {"status": "passed", "metrics": {"sandbox_ms": 90}}
+    assert gpu.judge_attacks({"SIGSTOP": error, "SIGKILL": error}, passed) == (
+        True,
+        "SIGSTOP: error in 120 ms; SIGKILL: error in 120 ms; the correct loop next: passed",
+    )
+    assert not gpu.judge_attacks({"SIGSTOP": passed, "SIGKILL": error}, passed)[0]
+    assert not gpu.judge_attacks({"SIGSTOP": error}, {"status": "timeout", "metrics": {}})[0]
+    source = gpu.attack_source("def train(*a):\n    pass\n", "SIGSTOP")
+    assert source.splitlines()[:2] == ["import os, signal", "os.kill(os.getppid(), signal.SIGSTOP)"]
+    compile(source, "attack", "exec")
+
+
+def test_the_hand_off_on_cuda_passes_within_its_ratio_of_the_cpus():
+    assert gpu.judge_handoff([150, 140, 900], [100, 100, 100]) == (
+        True,
+        "150 ms on CUDA, 100 ms on the CPU: 1.50× (medians of 3)",
+    )
+    held, seen = gpu.judge_handoff([700, 700, 700], [100, 100, 100])
+    assert not held and "7.00×" in seen
 
 
 def test_solution_figures_name_what_differs_between_the_devices():

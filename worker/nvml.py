@@ -36,13 +36,19 @@ def _library() -> ctypes.CDLL | None:
 
 def used_by(pids: set[int]) -> int:
     """Device memory, in bytes, held by ``pids`` on every GPU this process can see."""
+    return sum(used for pid, used in processes().items() if pid in pids) if pids else 0
+
+
+def processes() -> dict[int, int]:
+    """Every process holding a CUDA context on a GPU this process can see (host pids) → the
+    device memory it holds, in bytes, summed over the GPUs; empty without the library."""
     lib = _library()
-    if lib is None or not pids:
-        return 0
+    if lib is None:
+        return {}
     count = ctypes.c_uint()
     if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-        return 0
-    total = 0
+        return {}
+    found: dict[int, int] = {}
     for index in range(count.value):
         device = ctypes.c_void_p()
         if lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(device)) != 0:
@@ -51,9 +57,7 @@ def used_by(pids: set[int]) -> int:
         infos = (_ProcessInfo * size.value)()
         if lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(size), infos) != 0:
             continue
-        total += sum(
-            info.usedGpuMemory
-            for info in infos[: size.value]
-            if info.pid in pids and info.usedGpuMemory != 2**64 - 1
-        )  # NVML_VALUE_NOT_AVAILABLE
-    return total
+        for info in infos[: size.value]:
+            used = info.usedGpuMemory if info.usedGpuMemory != 2**64 - 1 else 0  # NOT_AVAILABLE
+            found[info.pid] = found.get(info.pid, 0) + used
+    return found

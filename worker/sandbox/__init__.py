@@ -118,7 +118,7 @@ def bwrap_problem() -> str | None:
     """Why bubblewrap cannot run sandboxes here, or None; probed once per process, through the
     same launcher (uid, private view, seccomp filter) that every sandbox gets."""
     if shutil.which(BWRAP) is None:
-        return "bubblewrap (bwrap) is not installed"
+        return f"bubblewrap ({BWRAP}) is not installed"
     try:
         seccomp.program()
     except seccomp.Unavailable as exc:

@@ -12,7 +12,9 @@ from worker import seccomp
 from worker.sandbox.host import HARNESS, TMPFS_BYTES, SandboxUnavailable, environment, readonly_paths
 from worker.sandbox.identity import Identity, new_session_keyring
 
-BWRAP = "bwrap"
+# The bubblewrap program: TREINO_BWRAP, an absolute path (a bundle's, bench/gpu_kit.py), read
+# from the environment as CUDA_VISIBLE_DEVICES is; else ``bwrap`` on the sandbox's PATH.
+BWRAP = os.environ.get("TREINO_BWRAP") or "bwrap"
 # /proc entries that are host knobs or host information: read-only, or hidden behind /dev/null
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 PROC_HIDDEN = (

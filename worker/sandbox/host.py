@@ -43,7 +43,7 @@ def readonly_paths() -> list[str]:
     paths = []
     for prefix in (sys.base_prefix, sys.prefix):
         if prefix in ("/", "/usr"):  # a system Python: its stdlib is under /usr/lib
-            paths.append(os.path.realpath(sys.executable))
+            paths += [p for p in executable_chain(sys.executable) if p not in paths]
         elif prefix not in paths:
             paths.append(prefix)
     paths += [
@@ -51,3 +51,17 @@ def readonly_paths() -> list[str]:
     ]
     paths.append("/etc/ld.so.cache")
     return paths
+
+
+def executable_chain(path: str) -> list[str]:
+    """``path`` and each symbolic link it goes through to the real file, outside a venv: a venv
+    of the system's Python starts through ``venv/bin/python3 -> /usr/bin/python3 -> python3.11``,
+    and every hop must exist in the sandbox."""
+    chain: list[str] = []
+    while path not in chain:
+        chain.append(path)
+        if not os.path.islink(path):
+            break
+        path = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+    inside = sys.prefix + "/" if sys.prefix != sys.base_prefix else None  # the venv, bound whole
+    return [p for p in chain if inside is None or not p.startswith(inside)]
