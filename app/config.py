@@ -72,8 +72,10 @@ class Settings(BaseSettings):
     # /metrics answers only requests that send this as `Authorization: Bearer <token>`; unset:
     # open to anyone who can reach it (keep it off the public network then).
     metrics_token: SecretStr | None = None
-    # Fair use: code sent for grading per client IP (proxy-aware) in 10 minutes, over all the
-    # learners behind it; each learner also has at most one submission waiting at a time.
+    # Fair use: code sent for grading in 10 minutes by each signed-in learner (per account: a
+    # classroom behind one address is many learners), and by all the anonymous visitors behind
+    # one client IP (proxy-aware) together; each learner also has one submission waiting at most.
+    submissions_per_account: int = Field(default=30, ge=1)
     submissions_per_ip: int = Field(default=30, ge=1)
     # Jobs waiting at once from one anonymous client (an IPv4 address or an IPv6 /64), whatever
     # its cookies: a signed-in learner has one each, so signing in lifts this.
@@ -88,8 +90,9 @@ class Settings(BaseSettings):
     tutor_max_tokens: int = Field(default=400, ge=16, le=4096)
     tutor_first_token_seconds: float = Field(default=30, gt=0)
     tutor_timeout_seconds: float = Field(default=120, gt=0)
-    # Fair use per hour: questions and tokens (sent and received) per learner, and per client IP
-    # (proxy-aware; raise it for a classroom behind one address).
+    # Fair use per hour: questions and tokens (sent and received) per learner, and for all the
+    # anonymous visitors behind one client IP together (proxy-aware; signed-in learners count
+    # as themselves only).
     tutor_messages_per_hour: int = Field(default=30, ge=1)
     tutor_tokens_per_hour: int = Field(default=60_000, ge=1)
     tutor_messages_per_ip_hour: int = Field(default=120, ge=1)

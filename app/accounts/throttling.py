@@ -2,7 +2,9 @@
 
 The uses are ThrottleHit rows, so limits hold across web processes. A use is counted in the
 caller's transaction: a caller that answers with an error and still wants it counted commits
-first (see the sign-in routes).
+first (see the sign-in routes). Reading a key's uses locks the key until that transaction ends
+(app/locks.py), so a check and the hit after it are one step: a burst of requests at once is
+counted one after another, never all let through on the same count.
 """
 
 from datetime import timedelta
@@ -11,6 +13,7 @@ from math import ceil
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from app import locks
 from app.accounts.models import ThrottleHit
 from app.db import aware, utcnow
 from app.i18n import ngettext
@@ -53,7 +56,8 @@ def check(session: Session, key: str, limit: int, window: timedelta) -> None:
 
 
 def retry_after(session: Session, key: str, limit: int, window: timedelta) -> int | None:
-    """Seconds until `key` may be used again, or None when it is under its limit."""
+    """Seconds until `key` may be used again, or None when it is under its limit. Locks `key`."""
+    locks.hold(session, f"throttle:{key}")
     now = utcnow()
     times = session.scalars(
         select(ThrottleHit.created_at)
@@ -68,7 +72,8 @@ def retry_after(session: Session, key: str, limit: int, window: timedelta) -> in
 def delay(session: Session, key: str, free: int, window: timedelta, longest: timedelta) -> int | None:
     """Seconds to wait before `key` may be tried again, or None: after `free` uses within `window`,
     each further try waits twice as long after the latest use as the one before (1, 2, 4… s, at
-    most `longest`). Slows guessing from everywhere at once without a lockout."""
+    most `longest`). Slows guessing from everywhere at once without a lockout. Locks `key`."""
+    locks.hold(session, f"throttle:{key}")
     now = utcnow()
     times = session.scalars(
         select(ThrottleHit.created_at).where(ThrottleHit.key == key, ThrottleHit.created_at > now - window)

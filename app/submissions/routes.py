@@ -6,6 +6,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app import locks
 from app.accounts.auth import LearnerDep
 from app.accounts.ownership import Learner
 from app.accounts.throttling import Throttled, spend
@@ -35,28 +36,33 @@ QUEUED_RETRY = 30  # seconds: about a quick job's verdict, when a place may be f
 
 
 def _fair_use(request: Request, session: Session) -> None:
-    """Throttled past TREINO_SUBMISSIONS_PER_IP from one client IP (proxy-aware): every cookie-less
-    request is a new learner, so the per-learner limit alone lets one client flood the queue.
-    Anonymous, a client (an IPv4 address, an IPv6 /64) also holds at most
-    TREINO_QUEUED_PER_CLIENT jobs waiting or running at once."""
+    """Throttled past TREINO_SUBMISSIONS_PER_ACCOUNT in ten minutes for a signed-in learner,
+    counted per account (a classroom behind one address is not one learner); anonymous, past
+    TREINO_SUBMISSIONS_PER_IP from one client IP (proxy-aware), since every cookie-less request
+    is a new learner, and at most TREINO_QUEUED_PER_CLIENT jobs of that client (an IPv4
+    address, an IPv6 /64) waiting or running at once. Each count is locked until the
+    submission's insert commits (app/locks.py): a burst cannot pass on one count."""
     settings = request.app.state.settings
     client = client_ip(request)
-    if request.state.auth.user is None:
-        waiting = session.scalar(
-            select(func.count()).where(
-                Submission.client == client,
-                Submission.active_owner.is_not(None),
-                Submission.user_id.is_(None),
-            )
+    if user := request.state.auth.user:
+        spend(session, f"submit-user:{user.id}", settings.submissions_per_account, SUBMIT_WINDOW)
+        return
+    locks.hold(session, f"queue:{client}")
+    waiting = session.scalar(
+        select(func.count()).where(
+            Submission.client == client,
+            Submission.active_owner.is_not(None),
+            Submission.user_id.is_(None),
         )
-        if (waiting or 0) >= settings.queued_per_client:
-            raise Throttled(
-                QUEUED_RETRY,
-                _(
-                    "Too much code from your network is waiting to be graded already. Wait for "
-                    "a verdict, or sign in: each signed-in learner has a place of their own."
-                ),
-            )
+    )
+    if (waiting or 0) >= settings.queued_per_client:
+        raise Throttled(
+            QUEUED_RETRY,
+            _(
+                "Too much code from your network is waiting to be graded already. Wait for "
+                "a verdict, or sign in: each signed-in learner has a place of their own."
+            ),
+        )
     spend(session, f"submit-ip:{client}", settings.submissions_per_ip, SUBMIT_WINDOW)
 
 

@@ -1,20 +1,20 @@
 """The tutor's rows: conversations per learner and exercise or lesson card, the budgets they
 are counted against, and the figures /metrics gives.
 
-A budget is checked and spent in one transaction that holds a lock on it (`check_budget`), so
-questions asked at once cannot all read "one left" and all be stored: on PostgreSQL an advisory
-lock per budget (the learner's, the client IP's), taken in one order; on SQLite the database's
-write lock, taken before the budget is read (SQLite has a single writer)."""
+A budget is checked and spent in one transaction that holds a lock on it (`check_budget`,
+app/locks.py), so questions asked at once cannot all read "one left" and all be stored. A
+signed-in learner has budgets of their own (a classroom behind one address does not share
+one); anonymous visitors, each of whom a fresh cookie makes anew, share their address's."""
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import func, select, text
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
+from app import locks
 from app.accounts.ownership import Learner, owned_by
 from app.config import Settings
 from app.db import aware, utcnow
@@ -71,36 +71,23 @@ def _spent(session: Session, *where) -> Spent:
     return Spent(questions or 0, int(tokens or 0), age)
 
 
-def lock_key(name: str) -> int:
-    """A budget's name as a PostgreSQL advisory lock key (a signed 64-bit number)."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
-
-
-def lock_budgets(session: Session, learner: Learner, client: str) -> None:
-    """Hold this learner's and this client IP's budgets until the session's transaction ends.
-    PostgreSQL: an advisory transaction lock on each, in one order (two learners behind one
-    address never wait for each other in a circle). SQLite: a write that changes nothing takes
-    the database's write lock now, before the budget is read (a deferred transaction would take
-    it only at the question's insert, after every asker had read the same count)."""
-    if session.get_bind().dialect.name == "postgresql":
-        who = f"user:{learner.user.id}" if learner.user else f"visitor:{learner.visitor_id}"
-        for key in sorted({lock_key(f"tutor:{who}"), lock_key(f"tutor-ip:{client}")}):
-            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
-    else:
-        session.execute(text("UPDATE tutor_messages SET id = id WHERE 0 = 1"))
-
-
 def check_budget(session: Session, settings: Settings, learner: Learner, client: str) -> None:
-    """OverBudget when this learner, or everyone behind this client IP, asked too many questions
-    or used too many tokens in the last hour. Locks both budgets first (lock_budgets): the caller
-    stores the question (`ask`) in the same transaction, and the lock goes with its commit."""
-    lock_budgets(session, learner, client)
-    mine = _spent(session, owned_by(TutorMessage, learner))
-    ours = _spent(session, TutorMessage.client == client)
-    for spent, messages, tokens in (
-        (mine, settings.tutor_messages_per_hour, settings.tutor_tokens_per_hour),
-        (ours, settings.tutor_messages_per_ip_hour, settings.tutor_tokens_per_ip_hour),
-    ):
+    """OverBudget when this learner asked too many questions or used too many tokens in the
+    last hour, or, anonymous, everyone anonymous behind this client IP did. Locks the budgets
+    first (app/locks.py): the caller stores the question (`ask`) in the same transaction, and
+    the locks go with its commit."""
+    who = f"user:{learner.user.id}" if learner.user else f"visitor:{learner.visitor_id}"
+    budgets = [
+        (owned_by(TutorMessage, learner), settings.tutor_messages_per_hour, settings.tutor_tokens_per_hour)
+    ]
+    names = [f"tutor:{who}"]
+    if learner.user is None:
+        here = and_(TutorMessage.client == client, TutorMessage.user_id.is_(None))
+        budgets.append((here, settings.tutor_messages_per_ip_hour, settings.tutor_tokens_per_ip_hour))
+        names.append(f"tutor-ip:{client}")
+    locks.hold(session, *names)
+    for where, messages, tokens in budgets:
+        spent = _spent(session, where)
         if spent.messages >= messages or spent.tokens >= tokens:
             wait = max(60, int(WINDOW.total_seconds() - (spent.oldest or 0)))
             minutes = math.ceil(wait / 60)

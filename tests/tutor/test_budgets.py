@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from app.main import create_app
 from app.tutor import service
 from app.tutor.models import TutorMessage
-from tests.conftest import arm_csrf
+from tests.conftest import arm_csrf, sign_up
 from tests.tutor.helpers import ASK, STARTER_LIKE
 from tests.tutor.test_cards import LESSON
 
@@ -92,3 +92,18 @@ def test_learners_behind_one_address_asking_at_once_get_exactly_its_budget(tutor
         )
     assert sorted(codes) == [202] * BUDGET + [429] * (ASKERS - BUDGET), codes
     assert _questions(app) == BUDGET
+
+
+def test_signed_in_learners_behind_one_address_have_budgets_of_their_own(tutor_app):
+    """The address's budget is anonymous visitors' (each a fresh cookie away from a new one); a
+    classroom of signed-in learners behind it asks under each learner's own."""
+    app = tutor_app(tutor_messages_per_ip_hour=1, tutor_messages_per_hour=1)
+    with TestClient(app):
+        anonymous = arm_csrf(TestClient(app))
+        assert anonymous.post(ASK, json={"question": "q", "code": STARTER_LIKE}).status_code == 202
+        assert arm_csrf(TestClient(app)).post(ASK, json={"question": "q"}).status_code == 429
+        for n in range(2):
+            learner = arm_csrf(TestClient(app))
+            sign_up(learner, f"learner{n}@class.example")
+            assert learner.post(ASK, json={"question": "q", "code": STARTER_LIKE}).status_code == 202
+            assert learner.post(ASK, json={"question": "again"}).status_code == 429, "their own budget"
