@@ -21,6 +21,7 @@ from app.db import make_engine
 from app.drafts import routes as drafts
 from app.http import is_api
 from app.lessons import routes as lessons
+from app.lessons.course import Course, load_course
 from app.middleware import Body, RequestContext, SecurityHeaders
 from app.offline import routes as offline
 from app.ops import routes as ops
@@ -30,7 +31,6 @@ from app.security import SAFE_METHODS, verify_csrf
 from app.submissions import routes as submissions
 from app.tutor import routes as tutor
 from app.web import templates
-from contracts.course import Course, load_course
 
 
 def create_app(settings: Settings | None = None, *, course: Course | None = None) -> FastAPI:

@@ -177,7 +177,7 @@ def same_verdicts(setup, course) -> tuple[int, list[str]]:
         Grader(setup, single) as exec_grader,
         Grader(setup, ForkServer(setup.isolation, setup.device, setup.gpu)) as fork_grader,
     ):
-        exec_grader.prepare(course.exercises)
+        exec_grader.prepare(list(course.exercises))
         for exercise, path in files:
             code = path.read_bytes()
             one, other = exec_grader.grade(exercise, code), fork_grader.grade(exercise, code)

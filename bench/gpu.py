@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Literal
 from app.config import ROOT
 
 if TYPE_CHECKING:  # imported where used: `make gpu-check` answers at once without CUDA
+    from app.lessons.course import Exercise
     from app.lessons.proofs import Proven
-    from contracts.course import Exercise
     from worker.grading import Grader
 
 LIMIT_SECONDS = 6 * 60  # the whole run, on one GPU: a rerun still fits the lent 15 minutes
@@ -502,7 +502,7 @@ class GpuCheck:
 
     def __init__(self, torch, start_up: dict[str, float]) -> None:
         from app.config import get_settings
-        from contracts.course import load_course
+        from app.lessons.course import load_course
         from worker import sandbox
 
         self.torch = torch

@@ -303,9 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     from app.config import get_settings
-    from contracts.course import load_course
+    from contracts.exercise import load_exercises
 
-    exercise = load_course(get_settings().lessons_dir).exercise(EXERCISE)
+    exercise = load_exercises(get_settings().lessons_dir).exercise(EXERCISE)
     assert exercise is not None, f"the course has lost {EXERCISE}"
     code = (Path(exercise.path) / "solution.py").read_text()
     bursts = []

@@ -118,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     # heavy imports after --help
     from app.config import get_settings
     from bench import machine, report, verdicts
-    from contracts.course import load_course
+    from contracts.exercise import load_exercises
     from worker import sandbox
 
     settings = get_settings()
     setup = sandbox.setup(settings.sandbox, settings.device)
-    course = load_course(settings.lessons_dir)
+    course = load_exercises(settings.lessons_dir)
     exercise = course.exercise(EXERCISE)
     assert exercise is not None, f"the course has lost {EXERCISE}"
     code = (Path(exercise.path) / "solution.py").read_bytes()

@@ -23,7 +23,7 @@ with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import get_settings  # noqa: E402
-from contracts.course import Exercise, load_course  # noqa: E402
+from contracts.exercise import Exercise, load_exercises  # noqa: E402
 from worker import pool, sandbox  # noqa: E402
 from worker.grading import Grader  # noqa: E402
 
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--modes", default="bwrap,process")
     args = parser.parse_args()
-    exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/accumulate")
+    exercise = load_exercises(get_settings().lessons_dir).exercise("gradient-accumulation/accumulate")
     assert exercise is not None, "the course has lost the accumulate exercise"
     code = (Path(exercise.path) / "solution.py").read_bytes()
     start_cost(max(args.runs, 30))

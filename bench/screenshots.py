@@ -26,8 +26,8 @@ from pathlib import Path
 from playwright.sync_api import Browser, FloatRect, Page, ViewportSize, sync_playwright
 
 from app.config import ROOT
+from app.lessons.course import Course, Exercise, load_course
 from bench.stack import Stack
-from contracts.course import Course, Exercise, load_course
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 GRADE_MS = 300_000  # a cold grade on a busy 2-core machine

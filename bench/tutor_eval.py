@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from app.config import ROOT, Settings
+from app.lessons.course import Course, load_course
 from app.submissions import present
 from app.tutor import client, grounding, guard
-from contracts.course import Course, load_course
 
 CACHE = ROOT / "bench" / "tutor_situations.json"
 SITUATIONS = [  # (exercise id, mistake id)

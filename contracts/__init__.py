@@ -8,5 +8,6 @@ package and nothing of app/, and the web imports it without torch (tests/test_la
 - ``verdict``: the verdict record the worker writes and the verdict a reader gets (DESIGN.md,
   "Verdict object").
 - ``limits``: an exercise's ``Limits``, from its exercise.yaml to the sandbox.
-- ``course``: the lesson folders parsed, validated and rendered (DESIGN.md, "Lesson folders").
+- ``exercise``: what grading needs of an exercise (its folder, entry, check and limits), read from
+  its exercise.yaml; the course as pages (texts, quiz, Markdown) is the web's, app/lessons/course.py.
 """

@@ -21,8 +21,8 @@ from sqlalchemy.pool import NullPool
 
 from app.config import ROOT, Settings
 from app.db import upgrade
+from app.lessons.course import Course, load_course
 from app.main import create_app
-from contracts.course import Course, load_course
 
 LESSONS = ROOT / "lessons"
 PG_URL = os.environ.get("TREINO_TEST_DATABASE_URL")

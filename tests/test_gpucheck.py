@@ -14,9 +14,9 @@ with quiet.ignored():
     import torch
 
 from app.config import ROOT, get_settings  # noqa: E402
+from app.lessons.course import load_course  # noqa: E402
 from bench import gpu  # noqa: E402
 from bench.gpu import Result  # noqa: E402
-from contracts.course import load_course  # noqa: E402
 
 NO_CUDA = gpu.no_cuda(torch)
 needs_cuda = pytest.mark.skipif(NO_CUDA is not None, reason=f"needs CUDA: {NO_CUDA}")

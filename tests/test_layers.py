@@ -110,9 +110,22 @@ def test_a_domains_services_know_nothing_of_http_and_leave_the_commit_to_the_req
 # ---------------------------------------------------------------- contracts: what worker and web share
 
 CONTRACTS = ROOT / "contracts"
-# torch is the grader's, the rest the web's (HTTP, the database); app and worker are the two sides
+# torch is the grader's, the rest the web's (HTTP, the database, rendering lesson text); app and
+# worker are the two sides
 NOT_FOR_CONTRACTS = frozenset(
-    {"torch", "fastapi", "starlette", "sqlalchemy", "httpx", "httpx2", "uvicorn", "app", "worker"}
+    {
+        "torch",
+        "fastapi",
+        "starlette",
+        "sqlalchemy",
+        "httpx",
+        "httpx2",
+        "uvicorn",
+        "markdown_it",
+        "pygments",
+        "app",
+        "worker",
+    }
 )
 
 
@@ -130,14 +143,18 @@ def test_contracts_import_neither_side_nor_torch_nor_http():
 
 def test_importing_every_contract_loads_neither_torch_nor_http():
     """What the modules import, followed all the way down, in a fresh interpreter."""
-    modules = sorted(_module(path) for path in CONTRACTS.rglob("*.py"))
+    loaded = _loaded_by(sorted(_module(path) for path in CONTRACTS.rglob("*.py")))
+    assert sorted({name.split(".")[0] for name in loaded} & NOT_FOR_CONTRACTS) == []
+
+
+def _loaded_by(modules: list[str]) -> list[str]:
+    """Every module a fresh interpreter has loaded once it imported `modules`."""
     program = f"import sys, json\nfor m in {modules!r}: __import__(m)\nprint(json.dumps(sorted(sys.modules)))"
-    loaded = json.loads(
+    return json.loads(
         subprocess.run(
             [sys.executable, "-c", program], cwd=ROOT, check=True, capture_output=True, text=True
         ).stdout
     )
-    assert sorted({name.split(".")[0] for name in loaded} & NOT_FOR_CONTRACTS) == []
 
 
 # The worker's modules that may use the app (its settings, its database, its course): the command
@@ -168,3 +185,17 @@ def test_the_grading_core_imports_nothing_of_the_app_but_contracts():
         if name.split(".")[0] == "app"
     }
     assert found == set(), "the grading core imports these from contracts/"
+
+
+# The worker's processes: the runner (with its queue), the grader, the command line. None of
+# them renders lesson text: what grading needs of an exercise is contracts/exercise.py's, and the
+# course as pages (app/lessons/course.py, Markdown in app/lessons/markdown.py) is the web's.
+# (Pygments itself comes with Alembic, whose templates app.db imports, so the renderer's own
+# modules and Markdown are what is looked for.)
+WORKER_PROCESSES = ["worker.runner", "worker.queue", "worker.grading", "worker.cli"]
+THE_RENDERER = ("markdown_it", "app.lessons.course", "app.lessons.markdown")
+
+
+def test_the_worker_grades_without_the_lesson_renderer():
+    loaded = _loaded_by(WORKER_PROCESSES)
+    assert [name for name in loaded if name.split(".")[0] in THE_RENDERER or name in THE_RENDERER] == []

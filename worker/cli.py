@@ -11,12 +11,16 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from app import logs
 from app.config import Settings, get_settings
-from contracts.course import ContentError, Course, load_course
+from contracts.exercise import ContentError, load_exercises
 from contracts.languages import LANGS
 from worker.harness import linux, quiet
+
+if TYPE_CHECKING:
+    from app.lessons.course import Course
 
 WORKER_NICENESS = 10  # `treino worker` and its sandboxes yield the CPU to the web (docs/deploy.md)
 
@@ -128,7 +132,7 @@ def _check(settings: Settings, args: argparse.Namespace) -> int:
     from contracts.verdict import render
     from worker.grading import Grader, format_verdict
 
-    exercise = load_course(settings.lessons_dir).exercise(args.exercise)
+    exercise = load_exercises(settings.lessons_dir).exercise(args.exercise)
     if exercise is None:
         print(f"treino: no exercise {args.exercise!r} (see `treino lessons check`)", file=sys.stderr)
         return 2
@@ -187,6 +191,7 @@ def _reset_password(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
+    from app.lessons.course import load_course  # the whole course, its texts rendered: the web's
     from worker.grading import Grader
 
     course = load_course(settings.lessons_dir)
@@ -217,7 +222,7 @@ def _lessons_check(settings: Settings, _args: argparse.Namespace) -> int:
     return 0
 
 
-def _prove_claims(course: Course) -> int:
+def _prove_claims(course: "Course") -> int:
     """Run every CPU claim's proof (lessons/*/claims.yaml); the CUDA ones wait for `make gpu-check`.
     Returns the number of proofs that failed."""
     from app.lessons.proofs import prove

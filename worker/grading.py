@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from contracts.course import Exercise
+from contracts.exercise import Exercise
 from contracts.languages import language
 from contracts.limits import Limits
 from contracts.messages import Phrase, number, text

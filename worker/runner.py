@@ -21,7 +21,7 @@ from app import logs
 from app.config import Settings
 from app.db import make_engine, utcnow
 from app.ops.models import WorkerBeat
-from contracts.course import Course, load_course
+from contracts.exercise import Catalog, load_exercises
 from contracts.verdict import Record, trouble
 from worker import queue
 from worker.sandbox import Cancel
@@ -40,7 +40,7 @@ class Worker:
         self,
         settings: Settings,
         grade: Grade,
-        course: Course | None = None,
+        course: Catalog | None = None,
         *,
         isolation: str = "process",
         device: str = "cpu",
@@ -50,7 +50,7 @@ class Worker:
         self.settings = settings
         self.isolation, self.device, self.warm, self.limits = isolation, device, warm, limits
         self._last_beat = 0.0
-        self.course = course or load_course(settings.lessons_dir)
+        self.course = course or load_exercises(settings.lessons_dir)
         self.engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
         self.name = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -220,7 +220,7 @@ def main(settings: Settings) -> int:
             limits="cgroup" if sandbox.Cgroup.available() else "watchdog",
         ) as worker,
     ):
-        grader.prepare(worker.course.exercises)  # while the pool warms up
+        grader.prepare(list(worker.course.exercises))  # while the pool warms up
         log.info(
             "worker %s: sandbox %s, device %s, %d warm",
             worker.name,

@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from contracts.course import Course, Exercise, Lesson, load_course
+from app.lessons.course import Course, Exercise, Lesson, load_course
 
 
 async def get_course(request: Request) -> Course:

@@ -16,7 +16,8 @@ from typing import Any
 from babel.messages.pofile import read_po
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.course import ContentError, NonEmpty, _parse_yaml, _read, _validate
+from app.lessons.course import NonEmpty
+from contracts.exercise import ContentError, parse_yaml, read_text, validate
 
 LANG = "pt-BR"
 GLOSSARY_FILE = "glossary.yaml"
@@ -72,7 +73,7 @@ class Glossary:
 
 
 def load(path: Path) -> Glossary:
-    spec = _validate(path, _GlossaryFile, _parse_yaml(path, _read(path)))
+    spec = validate(path, _GlossaryFile, parse_yaml(path, read_text(path)))
     rules = []
     for term in spec.terms:
         for variant in term.refuse:
@@ -90,7 +91,7 @@ def _strip(text: str) -> str:
 
 def _texts(path: Path) -> Iterator[tuple[str, str]]:
     if path.suffix == ".md":
-        text = _strip(_read(path))
+        text = _strip(read_text(path))
         for lineno, line in enumerate(text.splitlines(), start=1):
             yield f"line {lineno}", line
     elif path.suffix == ".po":
@@ -107,7 +108,7 @@ def _texts(path: Path) -> Iterator[tuple[str, str]]:
                 for translation in strings:
                     yield f"msgstr of {msgid[:50]!r}", translation or ""
     else:
-        yield from _yaml_texts(_parse_yaml(path, _read(path)), ())
+        yield from _yaml_texts(parse_yaml(path, read_text(path)), ())
 
 
 def _yaml_texts(node: Any, keys: Iterable[str]) -> Iterator[tuple[str, str]]:

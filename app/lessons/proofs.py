@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.course import Claim
+from app.lessons.course import Claim
 
 MARK = "PROOF "  # a result line from the child: MARK + JSON
 TIMEOUT_SECONDS = 300  # the whole set; it takes a few seconds

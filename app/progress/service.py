@@ -28,11 +28,11 @@ from sqlalchemy.orm import Session
 
 from app.accounts.ownership import Learner, owned_by, owner_clause, owner_params
 from app.db import aware, utcnow
+from app.lessons.course import Course, Exercise, Lesson
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
 from app.submissions import service as submissions
 from app.submissions.models import Mode, Status, Submission
-from contracts.course import Course, Exercise, Lesson
 
 
 @dataclass(frozen=True)

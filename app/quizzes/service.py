@@ -3,8 +3,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.accounts.ownership import Learner, owned_by
+from app.lessons.course import Lesson, Option, Question
 from app.quizzes.models import QuizAttempt
-from contracts.course import Lesson, Option, Question
 
 
 def record_attempt(

@@ -10,17 +10,15 @@ from typing import Any
 from babel.dates import format_timedelta
 from jinja2 import Environment
 from markupsafe import Markup, escape
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import PythonLexer
 
 from app.db import aware, utcnow
 from app.i18n import current_lang, locale_name
 from app.i18n import gettext as _
+from app.lessons import markdown as md
+from app.lessons.course import Course, Exercise, Lesson
 from app.submissions.models import Mode, Status, Submission
 from app.web import status_label
 from contracts import messages
-from contracts.course import Course, Exercise, Lesson, render_markdown
 from contracts.verdict import render
 
 
@@ -58,16 +56,12 @@ def inline_code(text: str) -> Markup:
 
 def markdown(text: str) -> Markup:
     """Course text (a hint) rendered as the lesson cards are: Markdown, raw HTML escaped."""
-    return Markup(render_markdown(text))
-
-
-_FORMATTER = HtmlFormatter(nowrap=True)
+    return Markup(md.render_markdown(text))
 
 
 def python_html(code: str) -> Markup:
     """Python source highlighted the way lesson code is (Pygments classes, no wrapper)."""
-    html = highlight(code, PythonLexer(stripnl=False), _FORMATTER)
-    return Markup(html if code.endswith("\n") else html.removesuffix("\n"))  # Pygments adds one
+    return Markup(md.python_html(code))
 
 
 @lru_cache(maxsize=64)

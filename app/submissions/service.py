@@ -13,7 +13,7 @@ from app.accounts.ownership import Learner, owned_by
 from app.db import aware, utcnow
 from app.drafts import service as drafts
 from app.submissions.models import Mode, Status, Submission
-from contracts.course import Exercise
+from contracts.exercise import Exercise
 
 NOTIFY_CHANNEL = "treino_jobs"  # worker/queue.py listens on it
 MAX_PLACES = 10_000  # a queue longer than this shows no place for the jobs beyond it

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from contracts.course import Exercise
+from app.lessons.course import Exercise
 
 MAX_CODE = 12_000  # characters of the learner's code sent (the editor allows more)
 MAX_OUTPUT = 2_000  # characters of their program's output

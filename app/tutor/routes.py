@@ -27,6 +27,7 @@ from app.config import Settings
 from app.db import SessionDep
 from app.http import client_ip
 from app.i18n import gettext as _
+from app.lessons.course import Card, Exercise, Lesson
 from app.lessons.dependencies import ExerciseDep, LessonDep
 from app.security import TEXT_PATTERN
 from app.submissions import present
@@ -35,7 +36,6 @@ from app.submissions.models import Mode, Status
 from app.tutor import client, grounding, guard, service
 from app.tutor.models import TutorMessage
 from app.web import templates
-from contracts.course import Card, Exercise, Lesson
 from contracts.languages import LANGS
 
 router = APIRouter()

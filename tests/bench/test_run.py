@@ -59,8 +59,8 @@ def test_the_in_process_floor_grades_the_solution_through_the_harness_as_it_is_t
     """`make bench`'s first row calls the harness's runtime directly; a change of its entry point
     must not leave the bench broken until someone runs it."""
     from app.config import get_settings
+    from app.lessons.course import load_course
     from bench import verdicts
-    from contracts.course import load_course
 
     exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/accumulate")
     assert exercise is not None

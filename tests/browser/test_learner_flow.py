@@ -38,7 +38,7 @@ def answer(page, question, option_id: str, verdict: str) -> None:
 
 def test_a_learner_reads_checks_fails_is_told_why_fixes_and_passes(new_page):
     from app.config import get_settings
-    from contracts.course import load_course
+    from app.lessons.course import load_course
 
     lesson = load_course(get_settings().lessons_dir).lesson("gradient-accumulation")
     page = new_page(viewport={"width": 1280, "height": 900})

@@ -274,7 +274,7 @@ def test_a_right_answer_says_so_once(new_page, lang, width, scheme):
     """Cheap: every language and size, each scheme (MATRIX). Lesson 4's first question, whose right answer's
     English explanation opens "Right: four copies…", said "Right." twice (issue 29)."""
     from app.config import get_settings
-    from contracts.course import load_course
+    from app.lessons.course import load_course
 
     lesson = load_course(get_settings().lessons_dir).lesson("gpu-memory")
     question = lesson.questions[0]
@@ -392,7 +392,7 @@ def test_a_lesson_read_and_checked_with_its_exercise_undone_is_two_thirds_done(n
     """Reading the core cards, the quick check and each exercise weigh the same: lesson 1 read and
     its quick check passed, its one exercise not yet, is 2 of 3 steps (67 %), not ~92 %."""
     from app.config import get_settings
-    from contracts.course import load_course
+    from app.lessons.course import load_course
 
     lesson = load_course(get_settings().lessons_dir).lesson("mixed-precision")
     assert len(lesson.exercises) == 1

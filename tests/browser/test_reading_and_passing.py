@@ -13,9 +13,9 @@ import pytest
 
 from app.config import ROOT
 from app.i18n import set_lang
+from app.lessons.course import load_course
 from app.submissions.present import pass_meaning
 from app.submissions.routes import WAIT_SECONDS
-from contracts.course import load_course
 from tests.browser.conftest import shot
 from tests.browser.test_learner_flow import EXERCISE, GRADE_MS, SOLUTION, replace_code
 from tests.browser.test_loop import overflow, too_wide

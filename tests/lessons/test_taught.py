@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from app.lessons.course import ContentError, load_course
 from app.lessons.proofs import prove
-from contracts.course import ContentError, load_course
 from contracts.languages import LANGS
 from tests.conftest import LESSONS
 

@@ -2,8 +2,8 @@
 
 from datetime import UTC, datetime, timedelta
 
+from app.lessons.course import load_course
 from app.progress.service import CourseProgress, LessonProgress
-from contracts.course import load_course
 from tests.conftest import LESSONS
 
 COURSE = load_course(LESSONS)

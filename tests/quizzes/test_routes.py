@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.lessons.course import load_course
 from app.quizzes.models import QuizAttempt
-from contracts.course import load_course
 from contracts.languages import LANGS
 from tests.conftest import LESSONS, html
 

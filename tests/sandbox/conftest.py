@@ -24,7 +24,7 @@ with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import ROOT, get_settings  # noqa: E402
-from contracts.course import load_course  # noqa: E402
+from app.lessons.course import load_course  # noqa: E402
 from contracts.verdict import render  # noqa: E402
 from worker import forkserver, pool, sandbox  # noqa: E402
 from worker.grading import Grader  # noqa: E402

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from app.config import get_settings
-from contracts.course import load_course
+from app.lessons.course import load_course
 from tests.sandbox.conftest import ANY_START
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.config import get_settings
-from contracts.course import load_course
+from app.lessons.course import load_course
 from tests.sandbox.conftest import fork_strays, template_pids
 from worker import forkserver, sandbox
 from worker.harness import quiet

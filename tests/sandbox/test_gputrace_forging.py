@@ -5,7 +5,7 @@ child holds no order to read, and every slice it asks for is counted."""
 import pytest
 
 from app.config import get_settings
-from contracts.course import load_course
+from app.lessons.course import load_course
 from tests.sandbox.conftest import ANY_START
 
 SOLUTION = (

@@ -413,7 +413,7 @@ def test_a_cold_single_use_sandbox_grades_an_exercise_bank(isolation):
     if isolation == "bwrap" and (why := sandbox.bwrap_problem()) is not None:
         pytest.skip(f"bwrap unavailable here: {why}")
     from app.config import get_settings
-    from contracts.course import load_course
+    from app.lessons.course import load_course
     from worker.grading import Grader
 
     exercise = load_course(get_settings().lessons_dir).exercise("gradient-accumulation/token-loss")

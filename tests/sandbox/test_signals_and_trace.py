@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from app.config import get_settings
-from contracts.course import load_course
+from app.lessons.course import load_course
 from contracts.limits import Limits
 from contracts.verdict import render
 from tests.sandbox.conftest import ANY_START, DB_SECRET, SECRET
@@ -364,7 +364,7 @@ from worker.harness import quiet
 with quiet.ignored():
     import torch
 from app.config import get_settings
-from contracts.course import load_course
+from app.lessons.course import load_course
 from contracts.verdict import render
 from worker import forkserver, grading, pool, sandbox
 

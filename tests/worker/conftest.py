@@ -14,7 +14,7 @@ with quiet.ignored():
     import torch  # noqa: F401
 
 from app.config import get_settings  # noqa: E402
-from contracts.course import load_course  # noqa: E402
+from app.lessons.course import load_course  # noqa: E402
 from contracts.verdict import render  # noqa: E402
 from tests.worker.cases import CASES  # noqa: E402
 from worker import forkserver, sandbox  # noqa: E402

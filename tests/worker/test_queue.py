@@ -16,9 +16,9 @@ from sqlalchemy.orm import sessionmaker
 from app.accounts.ownership import Learner
 from app.config import ROOT, Settings
 from app.db import make_engine
+from app.lessons.course import load_course
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.service import AlreadyActive, QueueOrder, enqueue, queue_position
-from contracts.course import load_course
 from contracts.verdict import Record, record
 from tests.conftest import LESSONS
 from worker import queue

@@ -1,4 +1,7 @@
-"""The course as data: lesson, quiz and exercise files parsed, validated and rendered once.
+"""The course as the web shows it: lesson, quiz and exercise files parsed, validated and rendered
+once (Markdown and Pygments: app/lessons/markdown.py). What grading needs of an exercise is
+contracts/exercise.py's, which the worker reads alone; this module's `Exercise` is that one with
+its page added.
 
 Layout (see docs/architecture.md, "Lesson folders"):
     lessons/<NN>-<slug>/lesson.<lang>.md    front matter + one `##` section per card
@@ -24,83 +27,41 @@ The course ends with lessons/course.yaml: a recap of every lesson, in order, and
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Literal
 
-import yaml
-from markdown_it import MarkdownIt
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    field_validator,
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from app.lessons.markdown import render_inline, render_markdown
+from contracts.exercise import (
+    EXERCISE_FILE,
+    LESSON_DIR,
+    SLUG,
+    ContentError,
+    GradedFile,
+    Slug,
+    exercise_folders,
+    graded_fields,
+    load_yaml,
+    parse_yaml,
+    read_text,
+    validate,
 )
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexer import Lexer
-from pygments.lexers import get_lexer_by_name
-from pygments.util import ClassNotFound
-
+from contracts.exercise import Exercise as GradedExercise
 from contracts.languages import LANGS
-from contracts.limits import Limits
 
-LESSON_DIR = re.compile(r"^(\d{2})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
-SLUG = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 CARD_REF = r"^(?:[a-z0-9]+(?:-[a-z0-9]+)*#)?[a-z0-9]+(?:-[a-z0-9]+)*$"  # anchor, or lesson-slug#anchor
 COURSE_FILE = "course.yaml"
 CLAIMS_FILE = "claims.yaml"
 FENCE = re.compile(r"^(```|~~~)")
 FURTHER = re.compile(r"\s*\{\.further\}\s*$")
-M = TypeVar("M", bound="BaseModel")
-# libyaml's parser when PyYAML was built with it: ten times faster at start-up
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class ContentError(Exception):
-    """A lesson file is broken; str() is one line that names the file and the problem."""
-
-
-# ---------------------------------------------------------------- rendering
-
-_FORMATTER = HtmlFormatter(nowrap=True)
-
-
-@cache
-def _lexer(lang: str) -> Lexer:
-    try:
-        return get_lexer_by_name(lang or "text")
-    except ClassNotFound:
-        return get_lexer_by_name("text")
-
-
-def _highlight(code: str, lang: str, _attrs: str) -> str:
-    body = highlight(code, _lexer(lang), _FORMATTER)
-    lang_class = html.escape(lang or "text")
-    return f'<pre class="highlight" tabindex="0"><code class="language-{lang_class}">{body}</code></pre>'
-
-
-_md = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable("table")
-
-
-# markdown-it types render() as Any since a renderer can be swapped; ours is its RendererHTML: str.
-def render_markdown(text: str) -> str:
-    return cast(str, _md.render(text))
-
-
-def render_inline(text: str) -> str:
-    return cast(str, _md.renderInline(text))
 
 
 # ---------------------------------------------------------------- file schemas
 
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
-Slug = Annotated[str, StringConstraints(pattern=SLUG)]
 CardRefText = Annotated[str, StringConstraints(pattern=CARD_REF)]
 TaughtIn = Annotated[list[CardRefText], Field(min_length=1, max_length=6)]
 
@@ -159,19 +120,14 @@ class QuizFile(_Strict):
         return questions
 
 
-class CheckFile(_Strict):
-    kind: Slug
-    params: dict[str, Any] = Field(default_factory=dict)
+class ExerciseFile(GradedFile):
+    """exercise.yaml whole: what grading reads (contracts/exercise.py) and the page's texts."""
 
-
-class ExerciseFile(_Strict):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     title: Texts
     prompt: Texts
     hints: list[Texts] = Field(min_length=3, max_length=3)
     taught_in: TaughtIn
-    entry: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-    check: CheckFile
-    limits: Limits = Field(default_factory=Limits)
 
 
 class ClaimFile(_Strict):
@@ -291,18 +247,12 @@ class Question:
 
 
 @dataclass(frozen=True)
-class Exercise:
-    id: str
-    lesson: str
-    slug: str
-    path: Path
+class Exercise(GradedExercise):
+    """An exercise as grading reads it (contracts/exercise.py), with what its page shows."""
+
     title: dict[str, str]
     prompt: dict[str, str]
     hints: list[dict[str, str]]
-    entry: str
-    check_kind: str
-    check_params: dict[str, Any]
-    limits: Limits
     starter: str
     prompt_html: dict[str, str] = field(compare=False, repr=False, default_factory=dict)
     taught_in: tuple[CardRef, ...] = ()
@@ -372,7 +322,7 @@ def load_course(root: Path) -> Course:
 
 
 def _load_closing(path: Path) -> Closing:
-    spec = _load_yaml(path, CourseFile)
+    spec = load_yaml(path, CourseFile)
     return Closing(
         next_title=_inline_texts(spec.next_title),
         next=tuple(_inline_texts(t) for t in spec.next),
@@ -410,7 +360,7 @@ def _load_lesson(path: Path, number: int, slug: str, earlier: list[Lesson]) -> L
         _check_parallel(path / f"lesson.{lang}.md", texts[first], texts[lang])
     own = (slug, texts[first])
     quiz_path = path / "quiz.yaml"
-    quiz = _load_yaml(quiz_path, QuizFile)
+    quiz = load_yaml(quiz_path, QuizFile)
     questions = tuple(
         Question(
             id=q.id,
@@ -425,18 +375,13 @@ def _load_lesson(path: Path, number: int, slug: str, earlier: list[Lesson]) -> L
         )
         for i, q in enumerate(quiz.questions)
     )
-    ex_root = path / "exercises"
-    exercises = (
-        tuple(_load_exercise(p, own, earlier) for p in sorted(ex_root.iterdir()) if p.is_dir())
-        if ex_root.is_dir()
-        else ()
-    )
+    exercises = tuple(_load_exercise(p, own, earlier) for p in exercise_folders(path))
     return Lesson(number, slug, path, texts, questions, exercises, _load_claims(path, own))
 
 
 def _load_claims(path: Path, own: tuple[str, LessonText]) -> tuple[Claim, ...]:
     claims_path = path / CLAIMS_FILE
-    spec = _load_yaml(claims_path, ClaimsFile)
+    spec = load_yaml(claims_path, ClaimsFile)
     claims = []
     for i, c in enumerate(spec.claims):
         proof = path / c.proof
@@ -453,13 +398,13 @@ def _load_claims(path: Path, own: tuple[str, LessonText]) -> tuple[Claim, ...]:
 
 
 def _load_lesson_text(path: Path) -> LessonText:
-    source = _read(path)
+    source = read_text(path)
     if not source.startswith("---\n"):
         raise ContentError(f"{path}: must start with a '---' front matter block")
     end = source.find("\n---\n", 4)
     if end < 0:
         raise ContentError(f"{path}: front matter is not closed by a '---' line")
-    meta = _validate(path, LessonMeta, _parse_yaml(path, source[4:end]))
+    meta = validate(path, LessonMeta, parse_yaml(path, source[4:end]))
     body = source[end + 5 :]
     sections = _split_cards(path, body)
     cards: list[Card] = []
@@ -549,25 +494,18 @@ def _load_exercise(path: Path, own: tuple[str, LessonText], earlier: list[Lesson
     lesson_slug = own[0]
     if not re.match(SLUG, path.name):
         raise ContentError(f"{path}: exercise folders are named with a lowercase slug")
-    spec_path = path / "exercise.yaml"
-    spec = _load_yaml(spec_path, ExerciseFile)
+    spec_path = path / EXERCISE_FILE
+    spec = load_yaml(spec_path, ExerciseFile)
     taught_in = tuple(_resolve(spec_path, "taught_in", ref, own, earlier) for ref in spec.taught_in)
     for required in ("starter.py", "solution.py"):
         if not (path / required).is_file():
             raise ContentError(f"{path / required}: missing")
     return Exercise(
-        id=f"{lesson_slug}/{path.name}",
-        lesson=lesson_slug,
-        slug=path.name,
-        path=path,
+        **graded_fields(spec, path, lesson_slug),
         title=_plain_texts(spec.title),
         prompt=_plain_texts(spec.prompt),
         hints=[_plain_texts(h) for h in spec.hints],
-        entry=spec.entry,
-        check_kind=spec.check.kind,
-        check_params=dict(spec.check.params),
-        limits=spec.limits,
-        starter=_read(path / "starter.py"),
+        starter=read_text(path / "starter.py"),
         prompt_html={lang: render_markdown(spec.prompt.get(lang)) for lang in LANGS},
         taught_in=taught_in,
     )
@@ -579,35 +517,3 @@ def _plain_texts(texts: Texts) -> dict[str, str]:
 
 def _inline_texts(texts: Texts) -> dict[str, str]:
     return {lang: render_inline(texts.get(lang)) for lang in LANGS}
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ContentError(f"{path}: missing") from None
-    except UnicodeDecodeError as e:
-        raise ContentError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
-
-
-def _parse_yaml(path: Path, text: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_YAML_LOADER)
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        line = f" line {where.line + 1}" if where else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ContentError(f"{path}:{line} invalid YAML: {problem}") from None
-
-
-def _load_yaml(path: Path, model: type[M]) -> M:
-    return _validate(path, model, _parse_yaml(path, _read(path)))
-
-
-def _validate(path: Path, model: type[M], data: Any) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "top level"
-        raise ContentError(f"{path}: {where}: {err['msg']}") from None
