@@ -40,7 +40,9 @@ def _locale(lang: str) -> str:
 
 def _scientific(value: float, locale: str) -> str:
     """Two decimals where they say enough, else a short mantissa: 1.1e-15 / 1,1e-15."""
-    if value == 0 or 1e-2 <= abs(value) < 1e4:
+    if value == 0:
+        return "0"
+    if 1e-2 <= abs(value) < 1e4:
         return format_decimal(value, format="#,##0.00", locale=locale)
     mantissa, exponent = f"{value:.1e}".split("e")
     return f"{format_decimal(float(mantissa), format='0.0', locale=locale)}e{int(exponent)}"
@@ -65,6 +67,19 @@ def number(value: Any, lang: str) -> str:
     return str(value)
 
 
+def size(value: Any, lang: str) -> str:
+    """Bytes as every page writes them, one unit system (1024): exact bytes below ten thousand,
+    then KiB, then MiB: 58,324 bytes read "57.0 KiB" in a message and in a chart alike."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return number(value, lang)
+    locale = _locale(lang)
+    if abs(value) < 10_000:
+        return f"{format_decimal(value, format='#,##0', locale=locale)} B"
+    if abs(value) < 10 * 1024 * 1024:
+        return f"{format_decimal(value / 1024, format='#,##0.0', locale=locale)} KiB"
+    return f"{format_decimal(value / 1024 / 1024, format='#,##0.0', locale=locale)} MiB"
+
+
 def text(key: str, lang: str) -> str:
     entry = catalogue()[key]
     return entry[language(lang)]
@@ -78,6 +93,8 @@ class _Filler(string.Formatter):
         self.lang = lang
 
     def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec == "bytes":
+            return size(value, self.lang)
         if "|" not in format_spec:
             return number(value, self.lang)
         one, other = format_spec.split("|", 1)

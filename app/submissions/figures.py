@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.i18n import current_lang, ngettext, number
 from app.i18n import gettext as _
-from app.i18n import ngettext, number
+from contracts import messages
 
 # Below this relative spread, bars of the values would look the same: say it in words instead.
 VISIBLE = 0.001
@@ -47,12 +48,8 @@ class Figures:
 
 
 def size(n: float) -> str:
-    """Bytes as KB/MB (1024) beyond ten thousand; exact bytes below."""
-    if n < 10_000:
-        return f"{number(n, 0)} B"
-    if n < 10 * 1024 * 1024:
-        return f"{number(n / 1024, 1)} KB"
-    return f"{number(n / 1024 / 1024, 1)} MB"
+    """Bytes as the verdict's messages write them (contracts.messages.size: B, KiB, MiB)."""
+    return messages.size(n, current_lang())
 
 
 def seconds(ms: float) -> str:
@@ -199,7 +196,7 @@ def figures(verdict: dict[str, Any]) -> Figures:
     elif peak is not None:
         facts.append((_("Peak activation memory"), size(peak)))
     lesson5, counted = _gradients(metrics)
-    charts += lesson5 + _configurations(metrics)
+    charts += lesson5 + _configurations(metrics) + _timing(metrics)
     facts += counted
     if (ms := _num(metrics, "sandbox_ms")) is not None:
         facts.append((_("Running your code"), seconds(ms)))
@@ -466,3 +463,36 @@ def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
             )
         )
     return charts, facts
+
+
+def _timing(metrics: dict) -> list[Figure]:
+    """ "Time a step": each run's time per step as the learner measured it beside what the
+    grader's device really took, with the loader and on one batch (bars from zero)."""
+    charts = []
+    for run in metrics.get("timing_runs") or []:
+        if not isinstance(run, dict) or not all(
+            _num(run, k) is not None for k in ("step_ms", "true_step_ms")
+        ):
+            continue
+        device = run.get("scenario") == "device"
+        rows = [
+            (_("Yours, with the loader"), _num(run, "step_ms"), "yours"),
+            (_("Really, with the loader"), _num(run, "true_step_ms"), "reference"),
+            (_("Yours, one batch"), _num(run, "same_batch_ms"), "yours"),
+            (_("Really, one batch"), _num(run, "true_same_batch_ms"), "reference"),
+        ]
+        shown = [(label, v, f"{number(v)} ms", kind) for label, v, kind in rows if v is not None]
+        charts.append(
+            Figure(
+                f"timing-{run.get('scenario')}",
+                _("Where the device was the slower") if device else _("Where loading was the slower"),
+                _from_zero(shown),
+                _("Milliseconds per step; “really” is what the grader saw its device and loader take."),
+                _("You measured %(yours)s ms per step with the loader; each step really took %(truth)s ms.")
+                % {
+                    "yours": number(_num(run, "step_ms") or 0),
+                    "truth": number(_num(run, "true_step_ms") or 0),
+                },
+            )
+        )
+    return charts

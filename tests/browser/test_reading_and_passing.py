@@ -128,6 +128,7 @@ KINDS = {  # one exercise per check kind
     "phases": "bottleneck/find-the-bottleneck",
     "pipeline": "bottleneck/input-pipeline",
     "gputrace": "bottleneck/read-the-gpu-trace",
+    "timing": "bottleneck/time-a-step",
     "checkpointing": "gpu-memory/fit-the-budget",
     "measure": "gpu-memory/measure-it",
     "hookstep": "model-memory/step-in-backward",

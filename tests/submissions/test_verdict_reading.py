@@ -246,7 +246,7 @@ def test_measure_it_draws_time_and_memory_by_configuration():
         "float32 took the least time, 2.05 ms per step, in one timed run each: too few to tell "
         "a real difference from noise."
     )
-    assert memory.summary == "The smallest peak was all three, with 21.9 KB."
+    assert memory.summary == "The smallest peak was all three, with 21.9 KiB."
     assert "no GPU" in memory.note
     assert "CPU" in time.note and "GPU;" not in time.note, "says what the worker measured on"
     on_gpu = [

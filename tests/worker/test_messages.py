@@ -49,7 +49,7 @@ def test_tiny_and_huge_numbers_read_well_in_both_languages():
     assert number(Sci(1.1e-15), "pt-BR") == "1,1e-15"
     assert number(Sci(3.0), "pt-BR") == "3,00"  # not 3,0E0
     assert number(Sci(4194304.0), "en") == "4.2e6"
-    assert number(Sci(0.0), "en") == "0.00"
+    assert number(Sci(0.0), "en") == "0"  # not 0.00 beside 1.1e-15 (issue 44)
     assert number(float("nan"), "pt-BR") == "NaN"
     assert number(float("inf"), "en") == "∞"
 
@@ -81,3 +81,20 @@ def test_counted_words_agree_with_their_numbers():
     assert render("diagnosis.step-every-micro-batch.explanation", "pt-BR", once | {"steps": 0}).startswith(
         "optimizer.step() rodou 0 vez"
     ), "pt-BR: 0 takes the singular, as the page's own plurals do"
+
+
+def test_bytes_read_in_one_unit_system_in_messages_and_charts():
+    """Issue 44: "58,324 bytes" in a message beside "57.0 KB" (KiB) in its chart."""
+    from app.submissions.figures import size
+
+    assert render("check.memory.passed", "en", {"peak": 58_324, "reference": 58_324}) == (
+        "Peak activations saved for backward: 57.0 KiB; one micro-batch needs 57.0 KiB."
+    )
+    assert "57,0 KiB" in render("check.memory.passed", "pt-BR", {"peak": 58_324, "reference": 58_324})
+    assert size(58_324) == "57.0 KiB"  # the chart's words, from the same function
+    assert render("check.memory.passed", "en", {"peak": 512, "reference": 20 << 20}).endswith(
+        "512 B; one micro-batch needs 20.0 MiB."
+    )
+    for key, entry in catalogue().items():
+        for lang in ("en", "pt-BR"):
+            assert not re.search(r"\{\w+\} bytes", entry[lang]), f"{key} ({lang}) quotes raw bytes"

@@ -1,0 +1,93 @@
+"""The "timing" kind (lesson 3, time-a-step): what the check computes from what the supervisor
+saw, on made-up traces (the exercise's solution and mistakes are graded for real by
+`treino lessons check`)."""
+
+import pytest
+
+from worker.checks import Interfered
+from worker.checks import timing as check
+
+PARAMS = {
+    "runs": 2,
+    "item_ms": 16,
+    "kernel_ms": 5,
+    "slow_ms": 27,
+    "warmup_ms": 80,
+    "warmup_kernels": 3,
+    "min_syncs": 8,
+}
+KERNEL = {"kernel": 32.0, "idle": 5.0}  # the device's time per step in each run, as the supervisor answered
+
+
+def _events(number, kernel_ms, kernels=60, syncs=20):
+    events, t = [], 0.0
+    for i in range(kernels):
+        length = kernel_ms + (80 if i < 3 else 0)
+        events += [["begin", number, t, -1], ["kernel", number, t + length, -1]]
+        t += length + 0.2
+    return events + [["synchronize", number, t, -1]] * syncs
+
+
+def _data(answers, slowed=("kernel", "idle"), **events):
+    seen = [e for n, label in enumerate(slowed) for e in _events(n, KERNEL[label], **events)]
+    observed = {"events": seen, "events_dropped": 0, "slowed": list(slowed), "interfered": None}
+    return {"runs": answers, "observed": observed}
+
+
+def _honest(label):
+    step = max(16.0, KERNEL[label])
+    bound = "compute" if label == "kernel" else "input"
+    return {
+        "type": "dict",
+        "step_ms": step * 1.05,
+        "spread_ms": [step, step * 1.1],
+        "same_batch_ms": KERNEL[label],
+        "bound": bound,
+    }
+
+
+def test_honest_figures_pass_whichever_order_the_supervisor_drew():
+    for slowed in (("kernel", "idle"), ("idle", "kernel")):
+        result = check.evaluate(PARAMS, _data([_honest(s) for s in slowed], slowed), "cpu")
+        assert result.passed, [c for c in result.checks if not c.passed]
+        assert {r["scenario"] for r in result.metrics["timing_runs"]} == {"device", "loading"}
+
+
+def test_the_truth_is_the_supervisor_s_kernels_after_the_warm_up():
+    runs = check._runs(PARAMS, _data([_honest("kernel"), _honest("idle")]))
+    assert [round(r["kernel_ms"], 3) for r in runs] == [32.2, 5.2]  # each kernel, and the 0.2 ms between
+    assert [round(r["step_ms"], 3) for r in runs] == [32.2, 16.0]  # max(loading, kernel)
+    assert [r["bound"] for r in runs] == ["compute", "input"]
+
+
+def _diagnosed(answers, **events):
+    result = check.evaluate(PARAMS, _data(answers, **events), "cpu")
+    assert not result.passed
+    return result.diagnosis.id if result.diagnosis else None
+
+
+def test_each_mistake_is_named_from_what_the_supervisor_counted_and_made():
+    device, loading = _honest("kernel"), _honest("idle")
+    assert _diagnosed([device, loading], syncs=0) == "no-synchronize"
+    assert _diagnosed([device | {"same_batch_ms": 0.01}, loading]) == "host-launch-only"
+    assert (
+        _diagnosed([device | {"step_ms": 48.0, "spread_ms": [47.0, 49.0]}, loading], syncs=60)
+        == "sync-every-step"
+    )
+    assert _diagnosed([device | {"spread_ms": [33.6, 33.6]}, loading], syncs=4) == "one-run-no-spread"
+    assert _diagnosed([device | {"spread_ms": [32.0, 75.0]}, loading]) == "no-warm-up"
+    assert _diagnosed([device | {"bound": "input"}, loading]) == "bound-from-the-wait"
+
+
+def test_a_report_short_of_its_runs_or_of_its_figures_does_not_pass():
+    short = check.evaluate(PARAMS, _data([_honest("kernel")]), "cpu")
+    assert not short.passed and short.checks[0].message == "check.timing_answer.failed"
+    empty = check.evaluate(PARAMS, _data([{"type": "dict"}, {"type": "dict"}]), "cpu")
+    assert not empty.passed
+
+
+def test_runs_the_supervisor_did_not_draw_are_interference():
+    data = _data([_honest("kernel"), _honest("idle")])
+    data["observed"]["slowed"] = ["kernel"]
+    with pytest.raises(Interfered):
+        check.evaluate(PARAMS, data, "cpu")

@@ -1,0 +1,267 @@
+"""Checks of the "timing" kind (lesson 3): time a step honestly, and the same-batch test.
+
+The device, its kernels' lengths, the loading of each batch and which run has the slow device are
+the sandbox's supervisor's (``worker/harness/timing.py``); it observed every kernel begin and end
+and counted every ``synchronize()``. From those, for each run: the kernel's time (the median of
+the observed kernels after the warm-up ones), what a step of the loop over the loader takes
+(max(loading, kernel): the device runs while the next batch loads), what a step on one batch takes
+(the kernel's time) and which one bounds the loop. The learner's figures pass when they are these,
+within ``TOLERANCE``; its spread when it holds its own median, is not one number, and leaves out
+the warm-up; and the measurement must have synchronised at least ``min_syncs`` times in each run
+(two measurements of several repeats). Nothing the learner's process reports makes a check pass
+on its own: every figure is compared with what the supervisor made and saw.
+"""
+
+import statistics
+from typing import Any
+
+from contracts.messages import Phrase
+from worker.checks import Check, Diagnosis, Evaluation, Interfered, agree, observed
+
+TOLERANCE = 0.35  # of the true figure; measured (2 cores, loaded): honest loops 0.97–1.17×, a
+# synchronised-per-step loop 1.5× in the device-bound run, no synchronize 0.00–0.6×
+BACK_TO_BACK = 0.25  # a gap between kernels shorter than this share of one: the queue was not empty
+SPREAD_MAX = 1.35  # the slowest repeat against the true step: the warm-up makes it 1.8× and more
+HOST_ONLY = 0.5  # a same-batch figure below half the kernel: the clock stopped before the device
+
+
+def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
+    """Per run: what the supervisor made and saw, beside what the learner's function returned."""
+    seen = observed(data)
+    runs = data.get("runs") or []
+    wanted = int(params["runs"])
+    slowed = seen.get("slowed") or []
+    if len(slowed) != wanted or not isinstance(runs, list) or len(runs) > wanted:
+        raise Interfered("missing", detail="the runs the supervisor drew are missing")
+    if seen["events_dropped"]:
+        agree(0, seen["events_dropped"], "events")
+    warmup, item_ms = int(params["warmup_kernels"]), float(params["item_ms"])
+    out = []
+    for number, answer in enumerate(runs):
+        events = [e for e in seen["events"] if e[1] == number]
+        begins = [e[2] for e in events if e[0] == "begin"]
+        ends = [e[2] for e in events if e[0] == "kernel"]
+        if len(begins) != len(ends) or len(ends) <= warmup:
+            raise Interfered("missing", detail="a run without its kernels")
+        lengths = [end - begin for begin, end in zip(begins, ends, strict=True)][warmup:]
+        # the device's own turn-around between back-to-back kernels is part of a step's time
+        gaps = [
+            b - e
+            for e, b in zip(ends[warmup:], begins[warmup + 1 :], strict=False)
+            if b - e < BACK_TO_BACK * statistics.median(lengths)
+        ]
+        kernel_ms = statistics.median(lengths) + (statistics.median(gaps) if gaps else 0.0)
+        device_bound = slowed[number] == "kernel"
+        out.append(
+            {
+                "answer": answer if isinstance(answer, dict) else {},
+                "scenario": "device" if device_bound else "loading",
+                "kernel_ms": kernel_ms,
+                "step_ms": max(item_ms, kernel_ms),
+                "item_ms": item_ms,
+                "bound": "compute" if device_bound else "input",
+                "syncs": sum(1 for e in events if e[0] == "synchronize"),
+                "kernels": len(ends),
+            }
+        )
+    if len(out) < wanted:  # the learner's function stopped the runs short (an error, reported)
+        return out
+    return out
+
+
+def _near(value: object, truth: float) -> bool:
+    return isinstance(value, float) and abs(value / truth - 1) <= TOLERANCE
+
+
+def _scenario(run: dict) -> Phrase:
+    return Phrase(
+        f"timing.scenario.{run['scenario']}",
+        {"kernel": round(run["kernel_ms"], 1), "loading": round(run["item_ms"], 1)},
+    )
+
+
+def _spread_ok(run: dict) -> bool:
+    answer, spread = run["answer"], run["answer"].get("spread_ms")
+    step = answer.get("step_ms")
+    if not isinstance(spread, list) or not all(isinstance(v, float) for v in spread) or step is None:
+        return False
+    low, high = spread
+    return low <= step <= high and high > low and high <= SPREAD_MAX * run["step_ms"]
+
+
+def _first(runs: list[dict], ok) -> dict | None:
+    return next((run for run in runs if not ok(run)), None)
+
+
+def evaluate(params: dict, data: dict, device: str) -> Evaluation:
+    runs = _runs(params, data)
+    wanted, min_syncs = int(params["runs"]), int(params["min_syncs"])
+    checks: list[Check] = []
+    complete = len(runs) == wanted and all(r["answer"].get("type") == "dict" for r in runs)
+    if not complete:
+        bad = next((r for r in runs if r["answer"].get("type") != "dict"), None)
+        got = bad["answer"].get("type", "nothing") if bad else "nothing"
+        checks.append(Check("timing_answer", False, "check.timing_answer.failed", {"type": got}))
+        return Evaluation(checks, None, _metrics(runs))
+
+    def quote(run: dict, **more: Any) -> dict[str, Any]:
+        return {"scenario": _scenario(run), **more}
+
+    missing = _first(runs, lambda r: r["syncs"] >= min_syncs)
+    checks.append(
+        Check("timing_syncs", True, "check.timing_syncs.passed", {"least": min(r["syncs"] for r in runs)})
+        if missing is None
+        else Check(
+            "timing_syncs",
+            False,
+            "check.timing_syncs.failed",
+            quote(missing, syncs=missing["syncs"], least=min_syncs),
+        )
+    )
+    for name, key, truth in (
+        ("timing_step", "step_ms", "step_ms"),
+        ("timing_same", "same_batch_ms", "kernel_ms"),
+    ):
+        off = _first(runs, lambda r, k=key, t=truth: _near(r["answer"].get(k), r[t]))
+        if off is None:
+            values = {
+                "runs": wanted,
+                "worst": round(max(abs(r["answer"][key] / r[truth] - 1) for r in runs) * 100),
+            }
+            checks.append(Check(name, True, f"check.{name}.passed", values))
+        else:
+            got = off["answer"].get(key)
+            checks.append(
+                Check(
+                    name,
+                    False,
+                    f"check.{name}.failed",
+                    quote(
+                        off,
+                        yours=round(got, 2) if isinstance(got, float) else "—",
+                        truth=round(off[truth], 1),
+                    ),
+                )
+            )
+    bad_spread = _first(runs, _spread_ok)
+    if bad_spread is None:
+        checks.append(Check("timing_spread", True, "check.timing_spread.passed", {"most": SPREAD_MAX}))
+    else:
+        spread = bad_spread["answer"].get("spread_ms") or [None, None]
+        shown = [round(v, 2) if isinstance(v, float) else "—" for v in spread]
+        checks.append(
+            Check(
+                "timing_spread",
+                False,
+                "check.timing_spread.failed",
+                quote(
+                    bad_spread,
+                    low=shown[0],
+                    high=shown[1],
+                    truth=round(bad_spread["step_ms"], 1),
+                    most=SPREAD_MAX,
+                ),
+            )
+        )
+    wrong = _first(runs, lambda r: r["answer"].get("bound") == r["bound"])
+    if wrong is None:
+        checks.append(Check("timing_bound", True, "check.timing_bound.passed", {}))
+    else:
+        checks.append(
+            Check(
+                "timing_bound",
+                False,
+                "check.timing_bound.failed",
+                quote(wrong, yours=str(wrong["answer"].get("bound") or "—"), truth=wrong["bound"]),
+            )
+        )
+    diagnosis = None if all(c.passed for c in checks) else diagnose(runs, min_syncs)
+    return Evaluation(checks, diagnosis, _metrics(runs))
+
+
+def diagnose(runs: list[dict], min_syncs: int) -> Diagnosis | None:
+    """The known mistake the supervisor's counts and the figures show, or None."""
+    never = next((r for r in runs if r["syncs"] == 0), None)
+    if never is not None:
+        return Diagnosis("no-synchronize", {"scenario": _scenario(never), "kernels": never["kernels"]})
+    for run in runs:
+        same = run["answer"].get("same_batch_ms")
+        if isinstance(same, float) and same < HOST_ONLY * run["kernel_ms"]:
+            return Diagnosis(
+                "host-launch-only",
+                {"scenario": _scenario(run), "yours": round(same, 2), "kernel": round(run["kernel_ms"], 1)},
+            )
+    for run in runs:
+        step = run["answer"].get("step_ms")
+        if (
+            run["syncs"] >= run["kernels"] // 2
+            and isinstance(step, float)
+            and step > (1 + TOLERANCE) * run["step_ms"]
+        ):
+            return Diagnosis(
+                "sync-every-step",
+                {
+                    "scenario": _scenario(run),
+                    "syncs": run["syncs"],
+                    "kernels": run["kernels"],
+                    "yours": round(step, 1),
+                    "truth": round(run["step_ms"], 1),
+                    "sum": round(run["item_ms"] + run["kernel_ms"], 1),
+                },
+            )
+    for run in runs:
+        spread = run["answer"].get("spread_ms")
+        degenerate = not isinstance(spread, list) or None in spread or spread[1] <= spread[0]
+        if run["syncs"] < min_syncs or degenerate:
+            return Diagnosis("one-run-no-spread", {"syncs": run["syncs"], "least": min_syncs})
+    for run in runs:
+        if not _spread_ok(run):
+            return Diagnosis(
+                "no-warm-up",
+                {
+                    "scenario": _scenario(run),
+                    "high": round(run["answer"]["spread_ms"][1], 1),
+                    "truth": round(run["step_ms"], 1),
+                    "times": round(run["answer"]["spread_ms"][1] / run["step_ms"], 2),
+                },
+            )
+    figures_right = all(
+        _near(r["answer"].get("step_ms"), r["step_ms"])
+        and _near(r["answer"].get("same_batch_ms"), r["kernel_ms"])
+        for r in runs
+    )
+    wrong = next((r for r in runs if r["answer"].get("bound") != r["bound"]), None)
+    if figures_right and wrong is not None:
+        answer = wrong["answer"]
+        return Diagnosis(
+            "bound-from-the-wait",
+            {
+                "scenario": _scenario(wrong),
+                "yours": str(answer.get("bound")),
+                "truth": wrong["bound"],
+                "step": round(answer["step_ms"], 1),
+                "same": round(answer["same_batch_ms"], 1),
+                "loading": round(wrong["item_ms"], 1),
+            },
+        )
+    return None
+
+
+def _metrics(runs: list[dict]) -> dict[str, Any]:
+    return {
+        "timing_runs": [
+            {
+                "scenario": r["scenario"],
+                "step_ms": r["answer"].get("step_ms"),
+                "true_step_ms": round(r["step_ms"], 2),
+                "same_batch_ms": r["answer"].get("same_batch_ms"),
+                "true_same_batch_ms": round(r["kernel_ms"], 2),
+                "syncs": r["syncs"],
+            }
+            for r in runs
+        ]
+    }
+
+
+def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
+    return None
