@@ -26,7 +26,6 @@ from app.middleware import Body, RequestContext, SecurityHeaders
 from app.offline import routes as offline
 from app.ops import routes as ops
 from app.progress import routes as progress
-from app.quizzes import routes as quizzes
 from app.security import SAFE_METHODS, verify_csrf
 from app.submissions import routes as submissions
 from app.tutor import routes as tutor
@@ -67,7 +66,6 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     app.state.reader = sessionmaker(reader, expire_on_commit=False)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.include_router(lessons.router)
-    app.include_router(quizzes.router)
     app.include_router(accounts.router)
     app.include_router(progress.router)
     app.include_router(submissions.router)

@@ -2,10 +2,10 @@
 
 from app.accounts.models import AuthSession, ThrottleHit, User
 from app.drafts.models import Draft
-from app.ops.models import WorkerBeat
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
+from app.submissions.workers import WorkerBeat
 from app.tutor.models import TutorMessage
 
 __all__ = [

@@ -86,6 +86,22 @@ def test_the_modules_of_a_package_import_one_another_without_a_cycle(package):
     assert list(TopologicalSorter(graph).static_order())
 
 
+def test_the_domain_folders_of_app_import_one_another_without_a_cycle():
+    """A folder of app/ is one node: an import anywhere in its modules, inside functions too, is
+    an edge to the folder it names. A cycle (lessons → progress → lessons) fails, named."""
+    graph: dict[str, set[str]] = {domain: set() for domain in DOMAINS}
+    for path, tree in _trees().items():
+        if path.parent == APP:
+            continue
+        domain = path.relative_to(APP).parts[0]
+        for name in _imported(tree):
+            parts = name.split(".")
+            if parts[0] == "app" and len(parts) > 1 and parts[1] in DOMAINS and parts[1] != domain:
+                graph[domain].add(parts[1])
+    assert {"lessons", "progress", "submissions", "ops"} <= graph.keys()
+    assert list(TopologicalSorter(graph).static_order())
+
+
 HTTP_SIDE = frozenset({"routes.py", "auth.py", "dependencies.py", "schemas.py"})
 
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app import logs
 from app.config import Settings
 from app.db import make_engine, utcnow
-from app.ops.models import WorkerBeat
+from app.submissions.workers import WorkerBeat
 from contracts.exercise import Catalog, load_exercises
 from contracts.verdict import Record, trouble
 from worker import queue

@@ -1,33 +1,12 @@
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+"""The course as data for programs: `/api/lessons`. The pages that show it with a learner's
+progress are app/progress/routes.py's."""
 
-from app.accounts.auth import LearnerDep
-from app.accounts.ownership import Learner
-from app.db import SessionDep
-from app.lessons.dependencies import CourseDep, LessonDep
+from fastapi import APIRouter, Request
+
+from app.lessons.dependencies import CourseDep
 from app.lessons.schemas import CourseOut, ExerciseOut, LessonOut
-from app.progress.service import course_progress
-from app.web import render
 
 router = APIRouter()
-
-
-@router.get("/", response_class=HTMLResponse, include_in_schema=False)
-def course_page(request: Request, course: CourseDep, session: SessionDep, learner: LearnerDep):
-    progress = course_progress(session, learner, course)
-    return render(request, "course.html", {"course": course, "progress": progress})
-
-
-@router.get("/lessons/{slug}", response_class=HTMLResponse, include_in_schema=False)
-def lesson_page(
-    request: Request, lesson: LessonDep, course: CourseDep, session: SessionDep, learner: LearnerDep
-):
-    return render(request, "lesson.html", lesson_context(session, learner, course, lesson))
-
-
-def lesson_context(session, learner: Learner, course, lesson) -> dict:
-    progress = course_progress(session, learner, course).of(lesson)
-    return {"course": course, "lesson": lesson, "answers": progress.answers, "progress": progress}
 
 
 @router.get("/api/lessons", response_model=CourseOut, tags=["lessons"])

@@ -9,6 +9,7 @@ from app.db import SessionDep
 from app.errors import ApiError, documented
 from app.i18n import gettext as _
 from app.ops import service
+from app.submissions import workers
 from app.tutor import client as tutor_client
 from app.tutor import service as tutor_service
 
@@ -55,7 +56,7 @@ def readyz(request: Request, session: SessionDep) -> JSONResponse:
         ReadyOut(
             ready=all(checks.values()),
             **checks,
-            job_limits=service.job_limits(session),
+            job_limits=workers.job_limits(workers.live(session)),
             tutor="absent" if tutor is None else "reachable" if tutor else "unreachable",
         ).model_dump(),
         status_code=200 if all(checks.values()) else 503,

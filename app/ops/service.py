@@ -1,19 +1,15 @@
 """Operations: liveness, readiness and the figures Prometheus scrapes, all from the database so
 every web replica answers the same."""
 
-from datetime import timedelta
-from typing import Literal
-
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from app.db import alembic_config, aware, utcnow
-from app.ops.models import WorkerBeat
+from app.db import alembic_config, aware
+from app.submissions import workers
 from app.submissions.models import Status, Submission
 
-WORKER_FRESH = timedelta(seconds=60)
 LATENCY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300)
 
 
@@ -28,35 +24,8 @@ def readiness(session: Session, database_url: str) -> dict[str, bool]:
     head = ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
     current = MigrationContext.configure(session.connection()).get_current_revision()
     checks["migrations"] = current == head
-    checks["worker"] = bool(
-        session.scalar(
-            select(func.count()).select_from(WorkerBeat).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)
-        )
-    )
+    checks["worker"] = bool(workers.live(session))
     return checks
-
-
-def job_limits(session: Session) -> Literal["cgroup", "watchdog"] | None:
-    """How live workers hold a job's whole tree to its memory: "cgroup" when every one has a
-    cgroup, "watchdog" when any sums the tree's memory itself (no cgroup could be made: weaker,
-    a fast allocation can overshoot between two looks); None when no worker is live."""
-    fresh = set(
-        session.scalars(select(WorkerBeat.limits).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH))
-    )
-    if not fresh:
-        return None
-    return "watchdog" if "watchdog" in fresh else "cgroup"
-
-
-def grading_notice(session: Session) -> str | None:
-    """What a learner should know before sending code: "not-isolated" when a live worker runs
-    code without a sandbox, "no-worker" when none is running; None when all is well."""
-    fresh = list(
-        session.scalars(select(WorkerBeat.isolation).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH))
-    )
-    if not fresh:
-        return "no-worker"
-    return "not-isolated" if "process" in fresh else None
 
 
 def metrics(session: Session) -> str:
@@ -94,7 +63,7 @@ def metrics(session: Session) -> str:
     lines.append(f"treino_grading_latency_seconds_sum {sum(latencies):.3f}")
     lines.append(f"treino_grading_latency_seconds_count {len(latencies)}")
 
-    fresh = list(session.scalars(select(WorkerBeat).where(WorkerBeat.seen_at > utcnow() - WORKER_FRESH)))
+    fresh = workers.live(session)
     family("treino_workers", "gauge", "Workers seen in the last minute, by sandbox isolation.")
     for isolation in ("bwrap", "process"):
         lines.append(

@@ -17,13 +17,13 @@ from app.http import client_ip, here, is_htmx
 from app.i18n import gettext as _
 from app.lessons.dependencies import CourseDep, ExerciseDep, LessonDep
 from app.offline.idempotency import key_of
-from app.ops.service import grading_notice
 from app.security import TEXT_PATTERN
 from app.submissions import present, service, watch
 from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.schemas import SubmissionCreated, SubmissionId, SubmissionIn, SubmissionOut
+from app.submissions.workers import grading_notice
 from app.web import render, templates
 from contracts.verdict import Verdict
 

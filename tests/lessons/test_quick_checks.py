@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from contracts.course import load_course
+from app.lessons.course import load_course
 from contracts.languages import LANGS
 from tests.conftest import LESSONS
 

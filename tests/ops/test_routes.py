@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from app.db import utcnow
-from app.ops.models import WorkerBeat
+from app.submissions.workers import WorkerBeat
 
 API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 

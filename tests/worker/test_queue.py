@@ -360,7 +360,7 @@ def test_notify_wakes_an_idle_worker_before_its_poll_interval(postgres_url):
 
 
 def test_a_worker_reports_itself_while_it_runs_and_leaves_when_it_stops(sessions, database_url):
-    from app.ops.models import WorkerBeat
+    from app.submissions.workers import WorkerBeat
 
     def beats():
         with sessions() as session:
