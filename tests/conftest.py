@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bs4 import BeautifulSoup
@@ -36,7 +37,9 @@ def html(response) -> BeautifulSoup:
 
 def csrf_token(client: TestClient) -> str:
     """The CSRF token of this client's pages, as htmx reads it from <body hx-headers>."""
-    return json.loads(html(client.get("/sign-up")).body["hx-headers"])["X-CSRF-Token"]
+    body = html(client.get("/sign-up")).body
+    assert body is not None
+    return json.loads(str(body["hx-headers"]))["X-CSRF-Token"]
 
 
 def arm_csrf(client: TestClient) -> TestClient:
@@ -130,7 +133,7 @@ def _throwaway_postgres(bindir: Path) -> Iterator[str]:
     there (no TCP port, so nothing to collide with), fsync off, removed at the end. Postgres refuses
     to run as root: as root, it runs as nobody."""
     root = Path(tempfile.mkdtemp(prefix="treino-pg-"))
-    as_user = {}
+    as_user: dict[str, Any] = {}
     if os.geteuid() == 0:
         nobody = pwd.getpwnam("nobody")
         os.chown(root, nobody.pw_uid, nobody.pw_gid)
@@ -210,6 +213,7 @@ def _pg_server() -> Iterator[str]:
     if PG_URL:
         yield PG_URL
         return
+    assert PG_BINDIR is not None  # else the tier was left out at collection
     with _throwaway_postgres(PG_BINDIR) as url:
         yield url
 
@@ -239,7 +243,9 @@ def empty_postgres_url(_pg_server: str) -> Iterator[str]:
 def _postgres_template(_pg_server: str) -> Iterator[str]:
     with _pg_database(_pg_server) as url:
         upgrade(url)
-        yield make_url(url).database
+        name = make_url(url).database
+        assert name is not None
+        yield name
 
 
 @pytest.fixture
