@@ -32,8 +32,9 @@ PORT ?= 8000
 # Debian packages, each after the command (or file pattern) that shows it is there: bubblewrap (the
 # sandbox), chromium (browser tests), postgresql (the server the test suite starts for its
 # PostgreSQL tier; Debian keeps initdb in /usr/lib/postgresql/*/bin) and python3-seccomp
-# (libseccomp's own bindings, for the system Python: tests/worker/test_seccomp.py holds the pinned
-# pyseccomp to them). Installed when root; otherwise named, and the tutor still runs (with a
+# (libseccomp's own bindings, for the system Python: tests/worker/test_seccomp.py and
+# test_childfilter.py hold the harness's ctypes bindings, which build both seccomp filters, to
+# them). Installed when root; otherwise named, and the tutor still runs (with a
 # process-only sandbox, said on its pages) and the suite skips what needs them.
 SYSTEM_PACKAGES := bwrap:bubblewrap chromium:chromium initdb:postgresql \
 	/usr/lib/python3/dist-packages/seccomp.*.so:python3-seccomp

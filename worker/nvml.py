@@ -1,37 +1,32 @@
-"""GPU memory per process, from the NVIDIA driver's management library (NVML), over ctypes.
+"""GPU memory per process, from the NVIDIA driver's management library (NVML), through NVIDIA's
+own bindings (nvidia-ml-py, module ``pynvml``: pure Python, ctypes over libnvidia-ml.so.1).
 
 The worker never creates a CUDA context of its own (a sandbox does, for its job), so it asks
 NVML, which talks to the driver without one: how much device memory each running process
 holds. No cgroup counts GPU memory, so this is how a job's tree is held to its memory limit on
-a GPU (``sandbox.tree_memory``). Without the library (a CPU machine) every answer is 0.
+a GPU (``sandbox.tree_memory``). ``pynvml`` loads the driver's library only at ``nvmlInit``:
+without it (a CPU machine) the import works and every answer is 0.
 """
 
-import ctypes
 import functools
 import logging
+
+import pynvml
 
 log = logging.getLogger("treino.nvml")
 
 
-class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2), as the _v3 query fills it
-    _fields_ = [
-        ("pid", ctypes.c_uint),
-        ("usedGpuMemory", ctypes.c_ulonglong),
-        ("gpuInstanceId", ctypes.c_uint),
-        ("computeInstanceId", ctypes.c_uint),
-    ]
-
-
 @functools.cache
-def _library() -> ctypes.CDLL | None:
+def _ready() -> bool:
+    """NVML initialised, once per process; False without the driver's library."""
     try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    if lib.nvmlInit_v2() != 0:
-        log.warning("nvml: the driver's library did not initialise: GPU memory is not watched")
-        return None
-    return lib
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        return False
+    except pynvml.NVMLError as exc:
+        log.warning("nvml: the driver's library did not initialise (%s): GPU memory is not watched", exc)
+        return False
+    return True
 
 
 def used_by(pids: set[int]) -> int:
@@ -41,23 +36,21 @@ def used_by(pids: set[int]) -> int:
 
 def processes() -> dict[int, int]:
     """Every process holding a CUDA context on a GPU this process can see (host pids) → the
-    device memory it holds, in bytes, summed over the GPUs; empty without the library."""
-    lib = _library()
-    if lib is None:
+    device memory it holds, in bytes, summed over the GPUs; empty without the library. A GPU
+    NVML cannot answer for is passed over; memory NVML cannot tell (None) counts 0."""
+    if not _ready():
         return {}
-    count = ctypes.c_uint()
-    if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError:
         return {}
     found: dict[int, int] = {}
-    for index in range(count.value):
-        device = ctypes.c_void_p()
-        if lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(device)) != 0:
+    for index in range(count):
+        try:
+            device = pynvml.nvmlDeviceGetHandleByIndex(index)
+            infos = pynvml.nvmlDeviceGetComputeRunningProcesses(device)
+        except pynvml.NVMLError:
             continue
-        size = ctypes.c_uint(64)
-        infos = (_ProcessInfo * size.value)()
-        if lib.nvmlDeviceGetComputeRunningProcesses_v3(device, ctypes.byref(size), infos) != 0:
-            continue
-        for info in infos[: size.value]:
-            used = info.usedGpuMemory if info.usedGpuMemory != 2**64 - 1 else 0  # NOT_AVAILABLE
-            found[info.pid] = found.get(info.pid, 0) + used
+        for info in infos:
+            found[info.pid] = found.get(info.pid, 0) + (info.usedGpuMemory or 0)
     return found

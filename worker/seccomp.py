@@ -12,13 +12,13 @@ touches one of them, so the GPU path stays an explicit, checked part of the filt
 look inside an ioctl's argument struct: the driver's own ioctl surface is what remains (see
 docs/security.md).
 
-The bindings: ``pyseccomp``, pinned at 0.1.2 (its last release, 2021). It is ctypes over the
-system's libseccomp.so.2 (Debian's libseccomp2, security-maintained), with the API of libseccomp's
-own Python bindings, which are not on PyPI (upstream ships them only with its source; Debian's
-python3-seccomp is built for the system Python, not a venv's). Every rule is compiled to BPF by
-libseccomp itself; pyseccomp only passes the calls. tests/worker/test_seccomp.py builds
-the filter with both and finds the same program, byte for byte; a new pyseccomp, or a move to
-libseccomp's bindings once a venv can install them, has to pass that and tests/sandbox/test_hostile.py.
+The bindings: the harness's own, ``worker/harness/libseccomp.py`` (ctypes over the system's
+libseccomp.so.2, Debian's libseccomp2, security-maintained), which the child's filter is built
+with too; they have the API of libseccomp's own Python bindings, which are not on PyPI (upstream
+ships them only with its source; Debian's python3-seccomp is built for the system Python, not a
+venv's). Every rule is compiled to BPF by libseccomp itself; the bindings only pass the calls.
+tests/worker/test_seccomp.py builds the filter with both and finds the same program, byte for
+byte; a change to the bindings has to pass that and tests/sandbox/test_hostile.py.
 """
 
 import errno
@@ -26,7 +26,7 @@ import functools
 import os
 from typing import Any
 
-from worker.harness import linux
+from worker.harness import libseccomp, linux
 
 # Refused outright (EPERM). Grouped by what they would give a job.
 DENIED = (
@@ -127,7 +127,7 @@ TIOCLINUX = 0x541C
 
 
 class Unavailable(RuntimeError):
-    """libseccomp (or its Python bindings) is missing: bwrap sandboxes cannot be filtered."""
+    """libseccomp is missing: bwrap sandboxes cannot be filtered."""
 
 
 # What a fork-server template (worker.forkserver) may still call, and only its own code does:
@@ -141,10 +141,9 @@ def program(allow: tuple[str, ...] = ()) -> bytes:
     """The filter as a BPF program, built once per process; ``allow`` takes calls off the deny
     list (only ever ``TEMPLATE_ALLOWS``)."""
     try:
-        import pyseccomp
-    except (ImportError, OSError) as exc:  # the bindings, or libseccomp.so.2 under them
-        raise Unavailable(f"libseccomp is not available ({exc})") from exc
-    return build(pyseccomp, allow)
+        return build(libseccomp, allow)
+    except OSError as exc:  # libseccomp.so.2 missing, or a call of it refused
+        raise Unavailable(f"libseccomp cannot build the filter ({exc})") from exc
 
 
 def build(seccomp: Any, allow: tuple[str, ...] = ()) -> bytes:

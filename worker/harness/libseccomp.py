@@ -1,7 +1,8 @@
-"""libseccomp through ctypes, for the harness: the few calls the child's filter needs
-(``childfilter``), under the names of libseccomp's own Python bindings (``seccomp``), which
-pyseccomp, the worker's (``worker/seccomp.py``), copies. So one build function takes any of the
-three, and tests/worker/test_childfilter.py finds the same program, byte for byte, with each.
+"""libseccomp through ctypes: the few calls the child's filter (``childfilter``) and the
+sandbox's (``worker/seccomp.py``, which imports this module as ``worker.harness.libseccomp``)
+need, under the names of libseccomp's own Python bindings (``seccomp``). So each build function
+takes either, and tests/worker/test_childfilter.py and tests/worker/test_seccomp.py find the same
+program, byte for byte, with both.
 
 Standard library only (the harness runs with nothing else): the system's libseccomp.so.2,
 which bubblewrap sandboxes see under the read-only /usr/lib, as the process sandbox sees the
