@@ -4,9 +4,12 @@ The model is the seeded float64 MLP (``Linear(6, 16)``, ``Tanh``, ``Linear(16, 3
 learner trains two matrices beside its last layer, which then computes ``layer(h) + h @ (A @ B)``
 (A ``16 × rank``, B ``rank × 3``, or the transposed weights of two bias-free ``nn.Linear``).
 Passing means: the model's weights never move (read by the sandbox's supervisor) and never get a
-gradient; the optimizer keeps state for the adapter only; the adapter adds nothing at step 0; and
-the adapter's values after every step equal a trusted float64 replay of Adam on the CPU, from the
-values the learner's adapter started with.
+gradient; the optimizer keeps state for the adapter only; the adapter has the rank the exercise
+asks for (``params["rank"]``); it adds nothing at step 0; its values after every step equal a
+trusted float64 replay of Adam on the CPU, from the values the learner's adapter started with;
+and it moved. The last one is not implied by the replay: an adapter whose ``A`` and ``B`` both
+start at zero gets zero gradients, and Adam from there stays put too, so the replay agrees with
+an adapter that never trained (and so would one of rank 0, two empty matrices).
 
 The adapter is made inside the learner's process, so its values are what that process reported:
 the replay proves they are the ones such a training gives, not that the child told the truth.
@@ -39,17 +42,18 @@ D_IN, D_OUT = 16, 3
 Delta = Callable[[list[torch.Tensor]], torch.Tensor]
 
 
-def _delta(shapes: list[list[int]]) -> tuple[list[int], Delta] | None:
-    """How two matrices of these shapes make the ``16 × 3`` update ``h @ delta``: A @ B, or
-    ``nn.Linear`` weights (``rank × 16`` then ``3 × rank``) as ``A.T @ B.T``; None otherwise."""
+def _delta(shapes: list[list[int]]) -> tuple[int, Delta] | None:
+    """How two matrices of these shapes make the ``16 × 3`` update ``h @ delta``, and their rank:
+    A @ B, or ``nn.Linear`` weights (``rank × 16`` then ``3 × rank``) as ``A.T @ B.T``; None
+    otherwise."""
     if len(shapes) != 2 or any(len(s) != 2 for s in shapes):
         return None
     for order in itertools.permutations(range(2)):
         first, second = (shapes[i] for i in order)
         if first[0] == D_IN and first[1] == second[0] and second[1] == D_OUT:
-            return list(order), lambda ps, o=order: ps[o[0]] @ ps[o[1]]
+            return first[1], lambda ps, o=order: ps[o[0]] @ ps[o[1]]
         if first[1] == D_IN and first[0] == second[1] and second[0] == D_OUT:
-            return list(order), lambda ps, o=order: ps[o[0]].T @ ps[o[1]].T
+            return first[0], lambda ps, o=order: ps[o[0]].T @ ps[o[1]].T
     return None
 
 
@@ -149,11 +153,13 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     shapes = steps[0]["shapes"] if steps else []
     found = _delta(shapes)
     start_size = None
+    rank, asked, moved_by = None, int(params["rank"]), 0.0
     if found is None:
         checks.append(Check("starts-unchanged", False, "check.adapter.shapes", {"shapes": str(shapes)}))
         checks.append(Check("adapter-trajectory", False, "check.adapter.shapes", {"shapes": str(shapes)}))
     else:
-        _order, delta = found
+        rank, delta = found
+        checks.append(_rank_check(rank, asked))
         start = _shaped(steps[0]["before"], shapes)
         start_size = float(delta(start).abs().max().nan_to_num(nan=float("inf")))
         zero = start_size == 0
@@ -166,6 +172,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
             )
         )
         checks.append(_trajectory(params, steps, start, delta, shapes, n_batches, device))
+        moved_by = _moved(steps)
+        checks.append(_moved_check(moved_by, len(steps)))
     adapter_numbers = sum(s[0] * s[1] for s in shapes) if found else 0
     model_numbers = int(initial.numel())
     handed = {i for owned in data["optimizers"] for i in owned if 0 <= i < len(sizes)}
@@ -182,7 +190,54 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = _diagnose(moved, graded, in_optimizer, base_state, start_size, bool(shapes))
+        if diagnosis is None and rank is not None:
+            diagnosis = _diagnose_adapter(rank, asked, moved_by, steps)
     return Evaluation(checks, diagnosis, metrics)
+
+
+def _rank_check(rank: int, asked: int) -> Check:
+    """The adapter's rank against the exercise's: a rank of its own (8 where 2 was asked, or
+    0: two empty matrices) is not the adapter asked for, however well it trains."""
+    values = {"rank": rank, "asked": asked}
+    if rank == asked:
+        return Check("adapter-rank", True, "check.adapter-rank.passed", values)
+    return Check("adapter-rank", False, "check.adapter-rank.failed", values)
+
+
+def _moved(steps: list[dict]) -> float:
+    """The largest change of any adapter number, from where it started to its last step."""
+    start = tensors.vector(steps[0]["before"])
+    end = tensors.vector(steps[-1]["after"])
+    if not start.numel():
+        return 0.0
+    return float((end - start).abs().max().nan_to_num(nan=float("inf")))
+
+
+def _moved_check(moved_by: float, steps: int) -> Check:
+    """A trained parameter must have moved: the replay alone agrees with an adapter that
+    never could (zero gradients leave Adam where it started)."""
+    values = {"moved": Sci(moved_by), "steps": steps}
+    if moved_by > 0:
+        return Check("adapter-moved", True, "check.adapter-moved.passed", values)
+    return Check("adapter-moved", False, "check.adapter-moved.failed", values)
+
+
+def _diagnose_adapter(rank: int, asked: int, moved_by: float, steps: list[dict]) -> Diagnosis | None:
+    """The adapter's own mistakes, once the model is frozen right: its rank, or no training."""
+    if rank == 0:
+        return Diagnosis("empty-adapter", {"asked": asked, "asked_numbers": asked * (D_IN + D_OUT)})
+    if rank != asked:
+        values = {
+            "rank": rank,
+            "asked": asked,
+            "numbers": rank * (D_IN + D_OUT),
+            "asked_numbers": asked * (D_IN + D_OUT),
+        }
+        return Diagnosis("adapter-wrong-rank", values)
+    start = tensors.vector(steps[0]["before"])
+    if moved_by == 0 and bool((start == 0).all()):
+        return Diagnosis("adapter-never-trains", {"steps": len(steps), "numbers": int(start.numel())})
+    return None
 
 
 def _trajectory(params, steps, start, delta, shapes, n_batches, device):

@@ -74,12 +74,16 @@ PHASE_OF = {label: phase for phase, label in LABELS.items()}
 
 def _observed(params, data):
     """The runs with the phase the supervisor made slow in each (``slow``), after checking that
-    the timeline the learner's process reported holds as many fetches, forwards, backwards and
-    steps as the supervisor counted in each run."""
+    the learner's process reported exactly the runs the exercise asked for (one per slow phase:
+    a shorter report, none at all included, would pass every check vacuously) and that each
+    run's timeline holds as many fetches, forwards, backwards and steps as the supervisor
+    counted in it."""
     seen = observed(data)
     slowed = seen.get("slowed") or []
-    if sorted(slowed) != sorted(LABELS[p] for p in params["slow"]) or len(data["runs"]) > len(slowed):
+    if sorted(slowed) != sorted(LABELS[p] for p in params["slow"]):
         raise Interfered("missing", detail="the slow phases the supervisor drew are missing")
+    runs = data.get("runs")
+    agree(len(runs) if isinstance(runs, list) else None, len(slowed), "calls")
     for number, run in enumerate(data["runs"]):
         for phase, label in LABELS.items():
             count = sum(1 for e in seen["events"] if e[0] == label and e[1] == number)

@@ -14,7 +14,7 @@ mistake.
 
 import torch
 
-from worker.checks import Check, Diagnosis, Evaluation, Interfered, observed
+from worker.checks import Check, Diagnosis, Evaluation, Interfered, agree, observed
 from worker.checks.tensors import flat, vector
 from worker.harness import scenarios
 
@@ -27,9 +27,10 @@ def expected_batches(params):
 
 
 def _runs(seen, attempts):
-    """``[(ms, start parameters, end parameters, seed)]`` of the baseline and each attempt, from
-    the supervisor's events; ``Interfered`` unless they are one ``run`` and one ``done`` each,
-    in order, with a seed drawn for each."""
+    """``[(ms, start parameters, end parameters, seed)]`` of the baseline and each of the
+    ``attempts`` the exercise asks for, from the supervisor's events; ``Interfered`` unless they
+    are one ``run`` and one ``done`` each, in order, with a seed drawn for each (fewer attempts,
+    none included, are not a pass: a speed-up and "right batches" over no attempt are vacuous)."""
     marks = [e for e in seen["events"] if e[0] in ("run", "done")]
     wanted = [[label, k] for k in range(attempts + 1) for label in ("run", "done")]
     seeds = (seen.get("items") or {}).get("seeds") or []
@@ -80,7 +81,9 @@ def _right(params, run):
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
-    runs = _runs(observed(data), int(data["attempts"]))
+    attempts = int(params["attempts"])
+    agree(data.get("attempts"), attempts, "calls")
+    runs = _runs(observed(data), attempts)
     expected = expected_batches(params)
     got = data["batches"]
     flat_got = [i for batch in got for i in batch]

@@ -8,11 +8,11 @@ make them, nor shorten the wait; it can only ask for many at once, which is the 
 
 The same training loop (``scenarios.pipeline_step``) runs over the same dataset, in this process:
 first on the baseline ``DataLoader(dataset, batch_size)`` (loading in the main process), before
-the learner's file is imported; then three times on the learner's ``make_loader(dataset,
-batch_size)`` (the call is timed too). Each run begins with a ``run`` sync and ends with a
-``done`` sync, where the supervisor reads the model's parameters and the time: the checks redo
-each run's steps from its seed and call the loader right only where they end on the same
-parameters. Reported, for the diagnoses: the sample indices of every batch the learner's
+the learner's file is imported; then ``params["attempts"]`` times (three) on the learner's
+``make_loader(dataset, batch_size)`` (the call is timed too). Each run begins with a ``run``
+sync and ends with a ``done`` sync, where the supervisor reads the model's parameters and the
+time: the checks redo each run's steps from its seed and call the loader right only where they
+end on the same parameters. Reported, for the diagnoses: the sample indices of every batch the learner's
 loader gave, and what kind of loader it was.
 """
 
@@ -27,7 +27,6 @@ from instrument import name_limits
 from torch.utils.data import DataLoader, Dataset
 
 MAX_BATCHES = 200
-ATTEMPTS = 3
 ASK = struct.Struct("!I")
 
 
@@ -129,10 +128,10 @@ def run(job, api):
             api.sync("done", state["attempts"] + 1, snapshot=True)
             state["attempts"] += 1
 
-        # three times, keeping the fastest: load elsewhere on the machine (another sandbox
+        # several times, keeping the fastest: load elsewhere on the machine (another sandbox
         # warming up) delays worker processes as they start and wake
         error = None
-        for attempt in range(1, ATTEMPTS + 1):
+        for attempt in range(1, int(params["attempts"]) + 1):
             if error is None:
                 api.sync("run", attempt, snapshot=True)
                 error = api.call(learners, [])
