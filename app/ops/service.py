@@ -6,7 +6,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from app.db import alembic_config, aware
+from app.db import alembic_config
+from app.prometheus import family, histogram, seconds_between
 from app.submissions import workers
 from app.submissions.models import Status, Submission
 
@@ -29,54 +30,43 @@ def readiness(session: Session, database_url: str) -> dict[str, bool]:
 
 
 def metrics(session: Session) -> str:
-    """Prometheus text exposition."""
-    lines: list[str] = []
-
-    def family(name: str, kind: str, help_text: str) -> None:
-        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
-
+    """Prometheus text exposition, from aggregates: a scrape reads a row per status and per live
+    worker, never the submissions themselves."""
     by_status = dict(
         session.execute(select(Submission.status, func.count()).group_by(Submission.status)).all()
     )
-    family("treino_queue_depth", "gauge", "Submissions waiting to be graded.")
+    lines = family("treino_queue_depth", "gauge", "Submissions waiting to be graded.")
     lines.append(f"treino_queue_depth {by_status.get(Status.QUEUED, 0)}")
-    family("treino_submissions_running", "gauge", "Submissions being graded now.")
+    lines += family("treino_submissions_running", "gauge", "Submissions being graded now.")
     lines.append(f"treino_submissions_running {by_status.get(Status.RUNNING, 0)}")
-    family("treino_verdicts_total", "counter", "Final verdicts, by status.")
+    lines += family("treino_verdicts_total", "counter", "Final verdicts, by status.")
     for status in Status:
         if status.final:
             lines.append(f'treino_verdicts_total{{status="{status}"}} {by_status.get(status, 0)}')
 
-    family(
+    lines += histogram(
+        session,
         "treino_grading_latency_seconds",
-        "histogram",
         "From submission to verdict, for every final submission.",
+        seconds_between(session, Submission.created_at, Submission.finished_at),
+        Submission.finished_at.is_not(None),
+        LATENCY_BUCKETS,
     )
-    rows = session.execute(
-        select(Submission.created_at, Submission.finished_at).where(Submission.finished_at.is_not(None))
-    ).all()
-    latencies = [(aware(done) - aware(made)).total_seconds() for made, done in rows if done]
-    for bound in LATENCY_BUCKETS:
-        count = sum(1 for s in latencies if s <= bound)
-        lines.append(f'treino_grading_latency_seconds_bucket{{le="{bound}"}} {count}')
-    lines.append(f'treino_grading_latency_seconds_bucket{{le="+Inf"}} {len(latencies)}')
-    lines.append(f"treino_grading_latency_seconds_sum {sum(latencies):.3f}")
-    lines.append(f"treino_grading_latency_seconds_count {len(latencies)}")
 
     fresh = workers.live(session)
-    family("treino_workers", "gauge", "Workers seen in the last minute, by sandbox isolation.")
+    lines += family("treino_workers", "gauge", "Workers seen in the last minute, by sandbox isolation.")
     for isolation in ("bwrap", "process"):
         lines.append(
             f'treino_workers{{isolation="{isolation}"}} {sum(1 for w in fresh if w.isolation == isolation)}'
         )
-    family(
+    lines += family(
         "treino_workers_without_cgroup",
         "gauge",
         "Workers that cannot put jobs in a cgroup (memory watched by the worker instead).",
     )
     lines.append(f"treino_workers_without_cgroup {sum(1 for w in fresh if w.limits == 'watchdog')}")
-    family("treino_warm_pool_size", "gauge", "Warm sandboxes ready, over all workers.")
+    lines += family("treino_warm_pool_size", "gauge", "Warm sandboxes ready, over all workers.")
     lines.append(f"treino_warm_pool_size {sum(w.warm for w in fresh)}")
-    family("treino_gpus_in_use", "gauge", "GPUs grading a job now.")
+    lines += family("treino_gpus_in_use", "gauge", "GPUs grading a job now.")
     lines.append(f"treino_gpus_in_use {sum(w.busy for w in fresh if w.device.startswith('cuda'))}")
     return "\n".join(lines) + "\n"

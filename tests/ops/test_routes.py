@@ -1,8 +1,15 @@
 """Operations endpoints: alive, ready (database, migrations, a worker), Prometheus metrics."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
 from app.db import utcnow
+from app.submissions.models import Status, Submission
 from app.submissions.workers import WorkerBeat
 
 API_URL = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
@@ -82,6 +89,67 @@ def test_metrics_report_the_queue_verdicts_latency_and_workers(db_client, db_app
     assert _metric(text, 'treino_workers{isolation="bwrap"}') == 1
     assert _metric(text, "treino_warm_pool_size") == 3
     assert _metric(text, "treino_gpus_in_use") == 1
+
+
+def _graded(app, latencies: list[float]) -> None:
+    """Final submissions, each taking its latency from submission to verdict."""
+    now = utcnow()
+    with app.state.sessionmaker.begin() as session:
+        session.add_all(
+            Submission(
+                exercise="gradient-accumulation/accumulate",
+                code="x",
+                lang="en",
+                visitor_id="v",
+                status=Status.PASSED,
+                created_at=now - timedelta(seconds=seconds),
+                finished_at=now,
+            )
+            for seconds in latencies
+        )
+
+
+@contextmanager
+def _submission_reads() -> Iterator[dict[str, int]]:
+    """The statements sent within the block that read the submissions table, and the rows they
+    return (each run again on a cursor of its own, to count them)."""
+    seen = {"statements": 0, "rows": 0}
+
+    def after(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "submissions" in statement:
+            again = cursor.connection.cursor()
+            again.execute(statement, parameters)
+            seen["statements"] += 1
+            seen["rows"] += len(again.fetchall())
+            again.close()
+
+    event.listen(Engine, "after_cursor_execute", after)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "after_cursor_execute", after)
+
+
+def test_the_latency_histogram_is_counted_by_the_database_in_the_same_reads_however_many_rows(
+    db_client, db_app
+):
+    _graded(db_app, [0.5, 3, 45, 400])
+    with _submission_reads() as few:
+        text = db_client.get("/metrics").text
+    bucket = 'treino_grading_latency_seconds_bucket{{le="{}"}}'.format
+    assert [_metric(text, bucket(le)) for le in ("1", "2", "5", "60", "300", "+Inf")] == [1, 1, 2, 3, 3, 4]
+    assert _metric(text, "treino_grading_latency_seconds_sum") == pytest.approx(448.5, abs=0.002)
+    assert _metric(text, "treino_grading_latency_seconds_count") == 4
+    assert few["statements"] > 0
+
+    _graded(db_app, [9.0] * 200)
+    with _submission_reads() as many:
+        text = db_client.get("/metrics").text
+    assert _metric(text, "treino_grading_latency_seconds_count") == 204
+    assert _metric(text, bucket("10")) == 202 and _metric(text, bucket("5")) == 2
+    assert _metric(text, 'treino_verdicts_total{status="passed"}') == 204
+    assert many == few  # the same statements and rows for 204 finished submissions as for 4
+    assert many["rows"] <= len(Status) + 1  # a row per status, and the histogram's one
 
 
 def test_the_exercise_page_says_plainly_when_code_is_not_isolated_or_nobody_grades(client, app):
