@@ -24,6 +24,7 @@ from worker.checks import (  # noqa: E402
     Evaluation,
     Interfered,
     agree,
+    kernel_memory,
     observed,
     snapshots,
     tensors,
@@ -49,6 +50,13 @@ HIDDEN = 0.5
 # update from where they began were moved by something else
 MOVED = 0.01
 MAX_STEPS = 64  # the harness records the first 64 steps
+# The memory run (one cycle of large micro-batches, ``memory.run_params``), as the kernel counts
+# the process: a right loop's peak rises by ~1.1× what one micro-batch saves for backward (as the
+# meter counts it: its input and outputs shared by two layers count twice), a loop that holds
+# the whole cycle by ~2.3× (measured, 4 micro-batches of 60,000 samples: 22 and 48 MiB over
+# 20.6); the line between them, with room for a right loop's extra tensors (a checkpointed one:
+# +0.2×).
+KERNEL_FACTOR = 1.7
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,37 @@ def _reference(key: str) -> Reference:
     )
 
 
+@dataclass(frozen=True)
+class MemoryReference:
+    params: torch.Tensor  # after the memory run's one step, from its model's first parameters
+    travelled: float  # how far that step moves them
+    micro_saved: int  # what one of its micro-batches saves for backward
+
+
+@lru_cache(maxsize=8)
+def _memory_reference(key: str) -> MemoryReference | None:
+    params = json.loads(key)
+    sized = memory.run_params(params)
+    if sized is None:
+        return None
+    scenario = scenarios.build(sized, torch.float64)
+    weights = list(scenario.model.parameters())
+    micro_saved = _saved(scenario, [scenario.micro_batches[0]]).peak
+    last = tensors.flat(weights)
+    optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
+    optimizer.zero_grad()
+    scenario.batch_loss(scenario.model, scenario.micro_batches).backward()
+    optimizer.step()
+    after = tensors.flat(weights)
+    return MemoryReference(after, tensors.norm(after - last), micro_saved)
+
+
+def memory_reference(params: dict) -> MemoryReference | None:
+    """The memory run's reference, where the exercise has one (cached, built under SEEDING)."""
+    with SEEDING:
+        return _memory_reference(json.dumps(params, sort_keys=True))
+
+
 def reference(params: dict) -> Reference:
     """The large-batch reference of ``params`` (cached: it depends on nothing else). Built under
     SEEDING: the builders seed torch's global generator, shared by concurrent grades."""
@@ -114,6 +153,7 @@ def reference(params: dict) -> Reference:
 
 def prepare(params: dict, device: str) -> None:
     reference(params)
+    memory_reference(params)
 
 
 def tolerance(params: dict, device: str) -> float:
@@ -124,25 +164,57 @@ def tolerance(params: dict, device: str) -> float:
 # ---------------------------------------------------------------- outcome
 
 
-def observations(data: dict) -> tuple[list, int, list, dict]:
+def observations(data: dict, size: int) -> tuple[list, int, list, dict]:
     """What the supervisor read: the parameters after each step, the number of steps, the final
     parameters and the memory meter's counts (its peak kept by the supervisor). The child's own
-    report must say the same, or the run was interfered with."""
+    report must say the same, or the run was interfered with. ``size``: how many values the
+    scenario's parameters hold (the memory run's model, shared too, comes after them)."""
     seen = observed(data)
-    steps = snapshots(seen, "step")
+    steps = [s[:size] for s in snapshots(seen, "step")]
     taken = int(seen["counts"].get("step", 0))
     meter = (seen["meters"] or [None])[0] or {"peak": 0, "packed": 0}
+    final = seen["final_params"][:size]
     agree(data["steps_total"], taken, "steps")
     agree(len(data["steps"]), min(taken, MAX_STEPS), "steps")
     agree([s["params"] for s in data["steps"]], steps[: len(data["steps"])], "parameters")
-    agree(data["final_params"], seen["final_params"], "parameters")
+    agree(data["final_params"], final, "parameters")
     agree(int(data["peak_saved_bytes"]), meter["peak"], "memory")
-    return steps, taken, seen["final_params"], meter
+    return steps, taken, final, meter
+
+
+def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | None:
+    """The memory run as the supervisor saw it (None where the exercise has none, or on CUDA,
+    where no child is watched): its one update where the large batch puts it, read from the
+    parameters, and the rise of the process's memory, as the kernel counted it, within
+    ``KERNEL_FACTOR`` × what one of its micro-batches saves for backward. A loop that did not
+    train there (or trained otherwise) has no memory figure to go by: not a pass."""
+    mem = memory_reference(params)
+    seen = observed(data)
+    if mem is None or not kernel_memory.watched(seen):
+        return None
+    rise = kernel_memory.rise(seen, "memory-start", "memory-end")
+    ends = snapshots(seen, "memory-end")
+    error = math.inf
+    if ends and len(ends[0]) == size + mem.params.numel():
+        error = tensors.norm(tensors.vector(ends[0][size:]).nan_to_num() - mem.params) / mem.travelled
+    micro = int(params["memory_run"]["micro_batch"])
+    values = {
+        "rise": rise,
+        "limit": int(KERNEL_FACTOR * mem.micro_saved),
+        "micro_saved": mem.micro_saved,
+        "k": int(params["accum_steps"]),
+        "micro": micro,
+    }
+    if not error <= tolerance(params, device):
+        return Check("memory_kernel", False, "check.memory_kernel.untrained", values)
+    if rise > KERNEL_FACTOR * mem.micro_saved:
+        return Check("memory_kernel", False, "check.memory_kernel.failed", values)
+    return Check("memory_kernel", True, "check.memory_kernel.passed", values)
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
-    seen_steps, taken, seen_final, meter = observations(data)
+    seen_steps, taken, seen_final, meter = observations(data, ref.initial.numel())
     steps = [tensors.vector(s) for s in seen_steps]
     expected = len(ref.trajectory)
     final = tensors.vector(seen_final)
@@ -182,6 +254,9 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         )
     peak = int(meter["peak"])
     checks.append(memory_check(params, ref, data, peak))
+    kernel = kernel_check(params, data, device, ref.initial.numel())
+    if kernel is not None:
+        checks.append(kernel)
 
     metrics = {
         "optimizer_steps": taken,
@@ -208,7 +283,7 @@ MAX_LOSSES = 64
 def summarize(params: dict, data: dict) -> dict:
     """What a plain run did (no verdict): steps, memory, and the loss on all the exercise's
     data with the parameters at the start and after each step, computed here, not trusted."""
-    seen_steps, taken, _, meter = observations(data)
+    seen_steps, taken, _, meter = observations(data, reference(params).initial.numel())
     with SEEDING:
         scenario = scenarios.build(params, torch.float64)
     weights = list(scenario.model.parameters())

@@ -10,6 +10,7 @@ graph) for the checks' decomposition; and peak bytes saved for backward.
 
 import memory
 import scenarios
+import supervise
 import torch
 from instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
@@ -192,12 +193,40 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
     patch_clip(on_clip)
 
 
+def _memory_run(api, fn, names, model, available, batches, params):
+    """The learner's loop once more, on ``batches`` (one cycle of large micro-batches) with
+    the memory scenario's own model (a fresh one: what the loop did to the first, its hooks
+    for one, stays there) and a plain SGD: the supervisor reads the parameters at its start and end
+    and the kernel's figures of the process's memory at both (``Observer.watch``): what a pass
+    on memory rests on. No meter, no recording."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
+
+    def synced(result):
+        api.sync("memory-step", snapshot=False)
+
+    wrap_step(optimizer, after=synced)
+    given = {**available, "loader": scenarios.Loader(batches), "optimizer": optimizer}
+    api.sync("memory-start", snapshot=True)
+    error = api.call(fn, [given[name] for name in names])
+    api.sync("memory-end", snapshot=True)
+    return error
+
+
+def _ignore(*item):
+    pass
+
+
 def run(job, api):
     """The scenario is built here, in the supervisor, and its parameters shared; the rest runs
     in the child (``learner``)."""
     params = job["params"]
     dtype = getattr(torch, params.get("dtype", "float64"))
     device = job.get("device", "cpu")
+    sized = memory.run_params(params)
+    if sized is not None:
+        sized = scenarios.build(sized, dtype)
+        supervise.exact_malloc()
+        big = [(x.to(device), y.to(device)) for x, y in sized.micro_batches]
     scenario = scenarios.build(params, dtype)
     model = scenario.model.to(device)
     batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
@@ -212,7 +241,8 @@ def run(job, api):
         )
     rec = Recorder(model, scaler)
     initial = flat(rec.params)
-    api.share(rec.params)
+    # the memory run's parameters after the maths run's (``observations`` parts them)
+    api.share(rec.params + (list(sized.model.parameters()) if sized is not None else []))
 
     def learner():
         _instrument(model, optimizer, scaler, batches, rec, api)
@@ -226,6 +256,8 @@ def run(job, api):
             "max_norm": params.get("max_norm"),
         }
         names = params.get("signature", DEFAULT_SIGNATURE)
+        if sized is not None:
+            api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, names)
@@ -236,18 +268,24 @@ def run(job, api):
         data = {
             "initial_params": initial,
             "final_params": flat(rec.params),
-            "events": rec.events,
+            "events": list(rec.events),
             "events_dropped": rec.events_dropped,
-            "steps": rec.steps,
+            "steps": list(rec.steps),
             "steps_total": rec.steps_total,
-            "clips": rec.clips,
+            "clips": list(rec.clips),
             "clips_total": rec.clips_total,
-            "calls": rec.calls,
+            "calls": list(rec.calls),
             "forwards": rec.forwards,
             "backwards": rec.backwards,
             "peak_saved_bytes": meter.peak,
             "final_scale": rec.scale(),
         }
+        if sized is not None and error is None:
+            rec.event = _ignore  # the maths run's record is complete
+            rec.meter = None
+            available["loss_fn"] = sized.loss_fn
+            available["model"] = sized.model
+            error = _memory_run(api, fn, names, sized.model, available, big, params)
         return data, error
 
     return api.supervise(learner, alone=True)  # its meters see this thread of this process only

@@ -24,6 +24,23 @@ BLIND = 1  # it saw work it could not count: interference
 RECOMPUTED = 2  # a forward recomputed by torch's checkpoint: it saved in the meter's place
 
 
+def run_params(params):
+    """The accumulation kind's memory run (``params["memory_run"]``): the scenario's parameters
+    for one cycle of micro-batches large enough that the kernel's count of the process's memory
+    tells one micro-batch's activations alive from a whole cycle's (the maths run's are a few
+    KiB); None where the exercise has none. The harness runs the learner's loop on it, the checks
+    build its reference from it."""
+    run = params.get("memory_run")
+    if not run:
+        return None
+    return {
+        **{k: v for k, v in params.items() if k != "memory_run"},
+        "n_micro": int(params["accum_steps"]),
+        "micro_batch": int(run["micro_batch"]),
+        "seed": int(params.get("seed", 0)) + 1,
+    }
+
+
 class _Held:
     __slots__ = ("tensor", "__weakref__")
 

@@ -13,7 +13,27 @@ from link import Interference
 MAX_SNAPSHOTS = 256
 MAX_EVENTS = 4096
 MAX_METERS = 64
+MAX_MEMORY = 1024
+WATCH = "watch-memory"  # the sync that has the supervisor watch the child's memory
 ALIGN = 64
+
+
+def process_memory(pid):
+    """``(rss, hwm)``: the bytes of ``pid``'s resident set now and at its highest (VmRSS,
+    VmHWM of /proc/PID/status, as the kernel accounts them), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    found = {}
+    for line in raw.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"VmRSS", b"VmHWM"):
+            found[key] = int(value.split()[0]) * 1024
+    if len(found) != 2:
+        return None
+    return found[b"VmRSS"], found[b"VmHWM"]
 
 
 class Shared:
@@ -72,6 +92,35 @@ class Observer:
         self.slow = None  # (labels, seconds): one label made slow per run, drawn after the fork
         self.slowed = []  # the label made slow in run 0, 1, …: its syncs are answered late
         self.hooks = {}  # label → called with the index, before the parameters are read
+        self.child = None  # the child's pid, once forked
+        self.watched = False  # whether its memory is read (``watch``)
+        self.memory = []  # [label, index, rss, peak] at each sync once watched: the kernel's bytes
+        self.memory_peak = 0  # the most the child's resident set held, of every reading
+        self.memory_lowered = 0  # the most its high-water mark fell between two readings
+        self._hwm = 0
+
+    def watch(self):
+        """From now on, read the child's memory from the kernel (``process_memory``) at every
+        sync and at every ``poll`` (the supervisor's, at least every ``MEMORY_POLL`` s): its
+        high-water mark, and its resident set as a floor where the child lowered that mark
+        (``/proc/self/clear_refs``): how far it fell is kept (``memory_lowered``; the kernel's
+        own count, summed per CPU, wavers by some KiB), for the checks. Asked by the harness with a
+        ``WATCH`` sync before the learner's file is imported (so it cannot be left out)."""
+        self.watched = self.child is not None
+        self.poll()
+
+    def poll(self):
+        """One reading of the watched child's memory, its peak kept here; its resident set."""
+        if not self.watched:
+            return -1
+        found = process_memory(self.child)
+        if found is None:
+            return -1
+        rss, hwm = found
+        self.memory_lowered = max(self.memory_lowered, self._hwm - hwm)
+        self._hwm = hwm
+        self.memory_peak = max(self.memory_peak, rss, hwm)
+        return rss
 
     def draw_slow(self):
         """Draw which label is slow in each run (sync index): a permutation of the labels, made
@@ -105,6 +154,12 @@ class Observer:
             time.sleep(self.slow[1])  # a slow phase: the supervisor's own time
         if label in self.hooks:
             self.hooks[label](index)
+        if label == WATCH:
+            self.watch()
+        if self.watched:
+            rss = self.poll()
+            if len(self.memory) < MAX_MEMORY:
+                self.memory.append([label, index, rss, self.memory_peak])
         shot = -1
         if message.get("snapshot") and self.shared is not None and len(self.snapshots) < MAX_SNAPSHOTS:
             shot = len(self.snapshots)
@@ -157,4 +212,6 @@ class Observer:
             "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],
             "interfered": list(self.problems) or None,
             "slowed": self.slowed,
+            "memory": self.memory if self.watched else None,
+            "memory_lowered": self.memory_lowered,
         }

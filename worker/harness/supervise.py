@@ -38,14 +38,19 @@ import childfilter
 import linux
 from items import Items
 from link import HEADER, MAX_SYNC, Interference, Link, decode, recv_exact
-from observer import MAX_EVENTS, Observer, Shared
+from observer import MAX_EVENTS, WATCH, Observer, Shared
 
 __all__ = [
-    "MAX_EVENTS", "Died", "Interference", "Items", "Link", "Observer", "Shared", "Supervisor",
-    "harden", "sweep",
+    "MAX_EVENTS", "WATCH", "Died", "Interference", "Items", "Link", "Observer", "Shared", "Supervisor",
+    "exact_malloc", "harden", "sweep",
 ]  # fmt: skip
 
 SWEEP_ROUNDS = 200
+# where the child's memory is watched, the kernel's figures are read at least this often (s):
+# between two readings the high-water mark holds every peak, unless the child lowers it
+MEMORY_POLL = 0.002
+MALLOC_TRIM_THRESHOLD, MALLOC_MMAP_THRESHOLD = -1, -3  # glibc's mallopt options
+EXACT_FROM = 64 * 1024
 # the signals that would end or steer the supervisor and that it can ignore; the child gets
 # their usual dispositions back (SIGCHLD stays: waitpid needs it; SIGXCPU and the faults stay:
 # they are how a limit or a crash ends a run, and end the supervisor without a trace)
@@ -119,6 +124,22 @@ def sweep(spared):
     return len(pids)
 
 
+def exact_malloc():
+    """Have this process's C allocator (and its child's, forked after) map every block of 64 KiB
+    or more on its own and unmap it when freed, instead of keeping freed memory for reuse: then
+    the resident set the kernel accounts (``Observer.watch``) rises and falls with the tensors
+    alive, and its high-water mark is their peak, not the allocator's history."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc: the kernel's figures are only coarser
+        return
+    for option in (MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD):
+        mallopt(option, EXACT_FROM)
+
+
 def _children():
     return set(_descendants(os.getpid(), set()))
 
@@ -148,6 +169,7 @@ class Supervisor:
             parent_end.detach()
             _child(child_end, part, prepared)
         child_end.close()
+        self.observer.child = pid
         report, self._status = None, None
         problem: Interference | None = None
         try:
@@ -180,7 +202,8 @@ class Supervisor:
 
     def _serve(self, sock, pid):
         while True:
-            ready, _, _ = select.select([sock], [], [], 0.2)
+            ready, _, _ = select.select([sock], [], [], MEMORY_POLL if self.observer.watched else 0.2)
+            self.observer.poll()
             if not ready:
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:

@@ -1,0 +1,52 @@
+"""Memory as the kernel accounts it (issue 41): what a pass on memory rests on.
+
+The supervisor reads its child's resident set and high-water mark from /proc (VmRSS, VmHWM)
+at every sync once the harness asked it to watch (``Observer.watch``, before the learner's file
+runs) and every few milliseconds between syncs; the child's C allocator maps and unmaps every
+block of 64 KiB or more on its own (``supervise.exact_malloc``), so the mark follows the tensors
+alive. A memory-graded kind runs the learner's code once more between two syncs on inputs large
+enough that the rise of that mark over the resident set at the first tells a right loop from a
+wrong one by tens of MiB, where the child's own meters (which its code can reach and rewrite)
+only name the mistake.
+"""
+
+from typing import Any
+
+from worker.checks import Interfered
+
+# the kernel's count of a process's pages is summed per CPU and wavers by some KiB between two
+# readings; a high-water mark that fell by more was lowered by the process (/proc/self/clear_refs)
+LOWERED = 4 * 1024 * 1024
+
+
+def watched(seen: dict[str, Any]) -> bool:
+    """Whether the supervisor read the child's memory: a forked child whose harness asked it to.
+    On CUDA the learner's code runs in the supervisor's own process (``mode`` "inline"): no
+    child to watch, and the device's memory is not the kernel's."""
+    return seen.get("mode") == "fork"
+
+
+def rise(seen: dict[str, Any], start: str, end: str) -> int:
+    """How far the child's memory rose, at its peak, between the ``start`` sync and the first
+    ``end`` sync after it: the highest figure the supervisor read by ``end`` minus the resident
+    set at ``start``. Raises ``Interfered`` where the supervisor did not watch, the two syncs are
+    missing, or the high-water mark was lowered."""
+    rows = seen.get("memory")
+    if not isinstance(rows, list):
+        raise Interfered("missing", detail="the supervisor did not read the child's memory")
+    lowered = seen.get("memory_lowered", 0)
+    if not isinstance(lowered, int) or lowered > LOWERED:
+        raise Interfered(
+            "memory_lowered",
+            {"lowered": int(lowered) if isinstance(lowered, int) else 0},
+            "the child's high-water mark fell between two readings",
+        )
+    begun = None
+    for label, _index, rss, peak in rows:
+        if label == start:
+            begun = rss
+        elif label == end and begun is not None:
+            if begun < 0 or peak < 0:
+                break
+            return max(peak - begun, 0)
+    raise Interfered("missing", detail=f"no {start} then {end} in the supervisor's memory readings")
