@@ -80,6 +80,16 @@ class Settings(BaseSettings):
     # Jobs waiting at once from one anonymous client (an IPv4 address or an IPv6 /64), whatever
     # its cookies: a signed-in learner has one each, so signing in lifts this.
     queued_per_client: int = Field(default=4, ge=1)
+    # Free storage: the drafts all the anonymous visitors behind one client (an IPv4 address or
+    # an IPv6 /64) may keep on the server together, by count and by kilobytes (a signed-in
+    # learner's are their account's, not counted here); past either, a save is refused and the
+    # code stays in the browser (app/drafts/service.py).
+    anonymous_drafts_per_client: int = Field(default=200, ge=1)
+    anonymous_draft_kb_per_client: int = Field(default=1024, ge=1)
+    # A visitor without an account whose rows (drafts, answers, progress, submissions, tutor
+    # conversations) were none of them written for this many days loses them all, and
+    # throttling's counts this old go too (app/accounts/retention.py, run by each worker).
+    anonymous_days: int = Field(default=30, ge=1)
     # The AI tutor (docs/tutor.md): any OpenAI-compatible server (vLLM, llama.cpp, Ollama, a
     # hosted one) at TUTOR_URL (its base, with or without /v1), asked for TUTOR_MODEL, with
     # TUTOR_API_KEY as a bearer token when set. Unset URL: no tutor panel anywhere.

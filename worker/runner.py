@@ -17,7 +17,9 @@ from sqlalchemy import delete
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+import app.models  # noqa: F401  (every owned table, for retention.prune to walk)
 from app import logs
+from app.accounts import retention
 from app.config import Settings
 from app.db import make_engine, utcnow
 from app.submissions.workers import WorkerBeat
@@ -32,6 +34,7 @@ Grade = Callable[..., Record]  # Grader.grade: (exercise, code, *, run_only=Fals
 
 
 BEAT_EVERY = 10.0  # seconds between heartbeats while idle; /readyz wants one within a minute
+PRUNE_EVERY = 3600.0  # seconds between two prunes of anonymous data unused for ANONYMOUS_DAYS
 CANCEL_SECONDS = 1.0  # how soon a cancelled job's sandbox is stopped
 
 
@@ -50,6 +53,7 @@ class Worker:
         self.settings = settings
         self.isolation, self.device, self.warm, self.limits = isolation, device, warm, limits
         self._last_beat = 0.0
+        self._last_prune = time.monotonic() - PRUNE_EVERY  # the first at start
         self.course = course or load_exercises(settings.lessons_dir)
         self.engine = make_engine(settings.database_url)
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
@@ -67,6 +71,8 @@ class Worker:
                 try:
                     if time.monotonic() - self._last_beat > BEAT_EVERY:
                         self.beat(busy=False)
+                    if time.monotonic() - self._last_prune > PRUNE_EVERY:
+                        self.prune()
                     handled = self.run_once()
                 except Exception:  # the database went away: say so, wait, carry on
                     log.exception("worker %s: queue unavailable", self.name)
@@ -92,6 +98,22 @@ class Worker:
                 )
             )
         self._last_beat = time.monotonic()
+
+    def prune(self) -> None:
+        """Anonymous visitors' rows unused for TREINO_ANONYMOUS_DAYS go (app/accounts/retention.py),
+        a batch of visitors per transaction, between two jobs."""
+        self._last_prune = time.monotonic()
+        before = utcnow() - timedelta(days=self.settings.anonymous_days)
+        gone = 0
+        while not self.stopping.is_set():
+            with self.sessions.begin() as session:
+                if not (pruned := retention.prune(session, before)):
+                    break
+            gone += pruned
+        if gone:
+            log.info(
+                "pruned the rows of %d visitors without an account, unused since %s", gone, before.date()
+            )
 
     def run_once(self) -> bool:
         """Grade one job if there is one; True when a job was handled. Whatever the job did,
