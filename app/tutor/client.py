@@ -5,9 +5,11 @@ import json
 import threading
 import time
 from collections.abc import AsyncGenerator
+from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anyio
 import httpx2
 
 from app.config import Settings
@@ -42,11 +44,18 @@ def _headers(settings: Settings) -> dict[str, str]:
 
 
 async def chat(
-    settings: Settings, messages: list[dict[str, str]], usage: Usage, *, max_tokens: int | None = None
+    settings: Settings,
+    messages: list[dict[str, str]],
+    usage: Usage,
+    *,
+    max_tokens: int | None = None,
+    deadline: float | None = None,
 ) -> AsyncGenerator[str, None]:
     """The answer's text as it is written. Fills `usage` (the server's count when it gives one,
-    else one token per streamed piece). Raises Unavailable; the caller closes the iterator to
-    stop the generation (the connection closes and the server stops)."""
+    else one token per streamed piece). Raises Unavailable, "slow" at `deadline` (a
+    time.monotonic() time; TUTOR_TIMEOUT_SECONDS from now without one) whatever it is waiting
+    for then; the caller closes the iterator to stop the generation (the connection closes and
+    the server stops)."""
     timeout = httpx2.Timeout(
         connect=min(5.0, settings.tutor_first_token_seconds),
         read=settings.tutor_first_token_seconds,
@@ -60,21 +69,34 @@ async def chat(
         "max_tokens": max_tokens or settings.tutor_max_tokens,
         "temperature": 0.3,
     }
-    deadline = time.monotonic() + settings.tutor_timeout_seconds
+    if deadline is None:
+        deadline = time.monotonic() + settings.tutor_timeout_seconds
+
+    def in_time() -> AbstractContextManager[anyio.CancelScope]:
+        # each wait on its own (never across a yield): the caller's time is not this scope's
+        return anyio.fail_after(max(0.0, deadline - time.monotonic()))
+
     pieces = 0
     try:
-        async with (
-            httpx2.AsyncClient(timeout=timeout) as client,
-            client.stream(
-                "POST", base_url(settings) + "/chat/completions", json=body, headers=_headers(settings)
-            ) as response,
-        ):
-            if response.status_code != 200:
-                detail = (await response.aread())[:300].decode("utf-8", "replace")
-                raise Unavailable("refused", f"HTTP {response.status_code} {detail}")
-            async for line in response.aiter_lines():
-                if time.monotonic() > deadline:
-                    raise Unavailable("slow", f"no end after {settings.tutor_timeout_seconds:g} s")
+        async with httpx2.AsyncClient(timeout=timeout) as client, AsyncExitStack() as stack:
+            with in_time():
+                response = await stack.enter_async_context(
+                    client.stream(
+                        "POST",
+                        base_url(settings) + "/chat/completions",
+                        json=body,
+                        headers=_headers(settings),
+                    )
+                )
+                if response.status_code != 200:
+                    detail = (await response.aread())[:300].decode("utf-8", "replace")
+                    raise Unavailable("refused", f"HTTP {response.status_code} {detail}")
+            lines = response.aiter_lines()
+            while True:
+                with in_time():
+                    line = await anext(lines, None)
+                if line is None:
+                    break
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -97,6 +119,8 @@ async def chat(
                         pieces += 1
                         usage.completion_tokens = max(usage.completion_tokens, pieces)
                         yield text
+    except TimeoutError as e:
+        raise Unavailable("slow", f"no end after {settings.tutor_timeout_seconds:g} s") from e
     except httpx2.TimeoutException as e:
         raise Unavailable("slow", type(e).__name__) from e
     except httpx2.HTTPError as e:

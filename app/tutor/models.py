@@ -15,8 +15,12 @@ class TutorMessage(Owned, Base):
     An answer is made `pending` with the exact messages to send (`prompt`, JSON) when the question
     is asked; the page then streams it (/live/tutor/<id>), and it ends `answered`, `withheld` (it
     reproduced the reference solution: a hint instead), `failed` (the endpoint was down, slow or
-    refused; `content` says so) or `cancelled` (the learner stopped it; what came is kept). The
-    prompt is dropped once answered. Tokens and latency feed the budgets and /metrics."""
+    refused; `content` says so) or `cancelled` (the learner stopped it, or went; what came is
+    kept). The prompt is dropped once answered. Tokens and latency feed the budgets and /metrics.
+
+    A pending or running answer holds `reserved_tokens`: its whole possible cost (the prompt's
+    tokens and the longest answer), counted against the budgets until it ends; then the tokens
+    it really used (`prompt_tokens`, `completion_tokens`) replace it (service.py)."""
 
     __tablename__ = "tutor_messages"
 
@@ -31,6 +35,7 @@ class TutorMessage(Owned, Base):
     client: Mapped[str] = mapped_column(String(64), default="", index=True)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    reserved_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     first_token_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     duration_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)

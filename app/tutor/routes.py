@@ -24,7 +24,7 @@ from app import i18n
 from app.accounts.auth import LearnerDep
 from app.accounts.ownership import Learner
 from app.config import Settings
-from app.db import SessionDep
+from app.db import SessionDep, aware, utcnow
 from app.http import client_ip
 from app.i18n import gettext as _
 from app.lessons.course import Card, Exercise, Lesson
@@ -90,7 +90,7 @@ def ask_tutor(
     request: Request, body: QuestionIn, exercise: ExerciseDep, learner: LearnerDep, session: SessionDep
 ):
     """Store the question and a pending answer; 202 with the URL its answer streams from, 429
-    past a budget, 404 without a tutor."""
+    past a budget, 409 while the learner's previous answer is on its way, 404 without a tutor."""
     settings: Settings = request.app.state.settings
     if not settings.tutor_url:
         raise HTTPException(404)
@@ -101,10 +101,8 @@ def ask_tutor(
             status_code=422,
         )  # fmt: skip
     where = client_ip(request)
-    try:
-        service.check_budget(session, settings, learner, where)
-    except service.OverBudget as e:
-        return _over_budget(e)
+    if refused := _check_budget(session, settings, learner, where):
+        return refused
     lang = request.state.lang
     unlocked = _unlocked(session, learner, exercise)
     history = _history(service.conversation(session, learner, exercise.id))
@@ -120,8 +118,9 @@ def ask_tutor(
     )
     prompt = grounding.messages(situation, grounding.glossary(settings.lessons_dir))
     answer = service.ask(
-        session, learner, exercise.id, situation.question, lang=lang, client=where, prompt=prompt
-    )
+        session, learner, exercise.id, situation.question,
+        lang=lang, client=where, prompt=prompt, max_tokens=settings.tutor_max_tokens,
+    )  # fmt: skip
     stored = {"messages": prompt, "code": body.code, "hints": body.hints, "guard": not unlocked}
     return _queued(request, settings, answer, stored)
 
@@ -142,8 +141,16 @@ def _history(rows: list[TutorMessage]) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in rows if m.content and m.status in ("answered", "withheld")]
 
 
-def _over_budget(e: service.OverBudget) -> JSONResponse:
-    return JSONResponse({"message": str(e)}, status_code=429, headers={"Retry-After": str(e.retry_after)})
+def _check_budget(session, settings: Settings, learner: Learner, where: str) -> JSONResponse | None:
+    """The refusal to send instead of asking (service.check_budget): 429 past a budget, with
+    when to come back; 409 while the learner's previous answer is on its way. None: ask."""
+    try:
+        service.check_budget(session, settings, learner, where)
+    except service.OverBudget as e:
+        return JSONResponse({"message": str(e)}, status_code=429, headers={"Retry-After": str(e.retry_after)})
+    except service.Busy as e:
+        return JSONResponse({"message": str(e)}, status_code=409)
+    return None
 
 
 def card_key(lesson: Lesson, index: int) -> str:
@@ -169,17 +176,16 @@ def ask_tutor_on_card(
     session: SessionDep,
 ):
     """A question about one card of a lesson: 202 with the URL its answer streams from, 429 past
-    a budget (the same budgets as an exercise's), 404 without a tutor or such a card."""
+    a budget (the same budgets as an exercise's), 409 while the learner's previous answer is on
+    its way (on a card or an exercise), 404 without a tutor or such a card."""
     settings: Settings = request.app.state.settings
     if not settings.tutor_url:
         raise HTTPException(404)
     shown = _card(request, lesson, card)
     key = card_key(lesson, card)
     where = client_ip(request)
-    try:
-        service.check_budget(session, settings, learner, where)
-    except service.OverBudget as e:
-        return _over_budget(e)
+    if refused := _check_budget(session, settings, learner, where):
+        return refused
     lang = request.state.lang
     history = _history(service.conversation(session, learner, card=key))
     situation = grounding.CardSituation(
@@ -192,8 +198,9 @@ def ask_tutor_on_card(
     )
     prompt = grounding.card_messages(situation, grounding.glossary(settings.lessons_dir))
     answer = service.ask(
-        session, learner, None, situation.question, lang=lang, client=where, prompt=prompt, card=key
-    )
+        session, learner, None, situation.question,
+        lang=lang, client=where, prompt=prompt, max_tokens=settings.tutor_max_tokens, card=key,
+    )  # fmt: skip
     # the card's answer is guarded too: it must not write the lesson's exercises for the learner
     locked = [ex.id for ex in lesson.exercises if not _unlocked(session, learner, ex)]
     return _queued(request, settings, answer, {"messages": prompt, "guard_exercises": locked})
@@ -204,11 +211,17 @@ def _event(name: str, **data: Any) -> bytes:
 
 
 def _claim(request: Request, answer_id: int) -> TutorMessage | None:
-    """The pending answer, now `running` (so a second reader of the same URL gets nothing)."""
+    """The pending answer, now `running` (so a second reader of the same URL gets nothing);
+    nothing once its time is up (it is settled as abandoned, service.py)."""
+    settings: Settings = request.app.state.settings
     with request.app.state.sessionmaker.begin() as session:
         claimed = session.execute(
             update(TutorMessage)
-            .where(TutorMessage.id == answer_id, TutorMessage.status == "pending")
+            .where(
+                TutorMessage.id == answer_id,
+                TutorMessage.status == "pending",
+                TutorMessage.created_at > utcnow() - service.time_limit(settings),
+            )
             .values(status="running")
         ).rowcount
         row = session.get(TutorMessage, answer_id)
@@ -217,11 +230,9 @@ def _claim(request: Request, answer_id: int) -> TutorMessage | None:
         return row if claimed else None
 
 
-def _save(request: Request, answer_id: int, **values: Any) -> None:
+def _settle(request: Request, answer_id: int, **values: Any) -> None:
     with request.app.state.sessionmaker.begin() as session:
-        session.execute(
-            update(TutorMessage).where(TutorMessage.id == answer_id).values(prompt=None, **values)
-        )
+        service.settle(session, answer_id, **values)
 
 
 def unavailable_message(kind: str) -> str:
@@ -275,11 +286,14 @@ async def _answer(request: Request, settings: Settings, row: TutorMessage) -> As
     watch = guard.Guard(secrets, settings.tutor_overlap_threshold, groups)
     usage = client.Usage()
     start = time.monotonic()
+    # the answer's time counts from its question: what lets an abandoned one be settled then
+    left = aware(row.created_at) + service.time_limit(settings) - utcnow()
+    pieces = client.chat(settings, prompt, usage, deadline=start + left.total_seconds())
     first: int | None = None
     outcome: dict[str, Any] = {"status": "cancelled"}
-    yield b": answering\n\n"  # headers and a first byte at once: the page knows it is on its way
-    pieces = client.chat(settings, prompt, usage)
+    last = b""  # the event that ends the stream, sent once the answer is settled
     try:
+        yield b": answering\n\n"  # headers and a first byte at once: the page knows it is on its way
         async for text in pieces:
             if first is None:
                 first = int((time.monotonic() - start) * 1000)
@@ -293,27 +307,30 @@ async def _answer(request: Request, settings: Settings, row: TutorMessage) -> As
         if watch.withheld:
             message = withheld_message(exercise, row.lang, int(stored.get("hints", 0)))
             outcome = {"status": "withheld", "content": message}
-            yield _event("withheld", text=message)
+            last = _event("withheld", text=message)
         else:
             outcome = {"status": "answered", "content": watch.shown}
-            yield _event("done")
+            last = _event("done")
     except client.Unavailable as e:
         message = unavailable_message(e.kind)
         outcome = {"status": "failed", "content": message}
-        yield _event("failed", text=message, kind=e.kind)
+        last = _event("failed", text=message, kind=e.kind)
     finally:
         if outcome["status"] == "cancelled":
             outcome["content"] = watch.shown
         values = {
             **outcome,
-            "prompt_tokens": usage.prompt_tokens or (service.estimate_tokens(prompt) if first else 0),
+            # however it ended, the prompt was sent: a stream closed before its first token pays it
+            "prompt_tokens": usage.prompt_tokens or service.estimate_tokens(prompt),
             "completion_tokens": usage.completion_tokens,
             "first_token_ms": first,
             "duration_ms": int((time.monotonic() - start) * 1000),
         }
         with anyio.CancelScope(shield=True):
             await pieces.aclose()  # stops the model: the connection closes
-            await anyio.to_thread.run_sync(lambda: _save(request, row.id, **values))
+            await anyio.to_thread.run_sync(lambda: _settle(request, row.id, **values))
+    # settled first: a page that asks again as soon as it reads the end is not told "still answering"
+    yield last
 
 
 # ---------------------------------------------------------------- the panel
