@@ -1,7 +1,8 @@
 import json
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Form, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Form, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
@@ -29,8 +30,20 @@ from app.middleware import rotate_visitor
 from app.security import TEXT_PATTERN
 from app.web import render
 
-router = APIRouter()
+router = APIRouter(tags=["accounts"])  # the API's routes; the pages are not in its schema
 FormText = Annotated[str, Form(pattern=TEXT_PATTERN)]
+
+
+@dataclass
+class SignInForm:
+    """What the sign-up and sign-in forms send: an address, a password, the page to go back to."""
+
+    email: FormText = ""
+    password: FormText = ""
+    next: FormText = "/"
+
+
+SignInFields = Annotated[SignInForm, Depends()]
 
 
 def _form_page(
@@ -56,6 +69,28 @@ def _form_page(
     return response
 
 
+def _refused(
+    request: Request, template: str, error: AccountError | Throttled, invalid: int = 422, **context
+) -> Response:
+    """The form again with its refusal: 429 when throttled, else ``invalid``."""
+    status = 429 if isinstance(error, Throttled) else invalid
+    return _form_page(request, template, status, error=error, **context)
+
+
+def _create_account(
+    request: Request, session: Session, learner: LearnerDep, email: str, password: str
+) -> User:
+    """An account for this browser's learner (the form's and the API's), in the page's language."""
+    return service.create_account(
+        session,
+        email,
+        password,
+        lang=request.state.lang,
+        visitor_id=learner.visitor_id,
+        ip=client_ip(request),
+    )
+
+
 def _signed_in(request: Request, session: Session, user: User, next_url: str) -> Response:
     """A fresh session on every sign-in (the old one, if any, ends), then back to `next_url`."""
     if request.state.auth.via == "cookie":
@@ -74,28 +109,12 @@ def sign_up_page(request: Request, next: str = "/"):
 
 
 @router.post("/sign-up", response_class=HTMLResponse, include_in_schema=False)
-def sign_up(
-    request: Request,
-    session: SessionDep,
-    learner: LearnerDep,
-    email: FormText = "",
-    password: FormText = "",
-    next: FormText = "/",
-):
-    next_url = safe_next(next)
+def sign_up(request: Request, session: SessionDep, learner: LearnerDep, form: SignInFields):
+    next_url = safe_next(form.next)
     try:
-        user = service.create_account(
-            session,
-            email,
-            password,
-            lang=request.state.lang,
-            visitor_id=learner.visitor_id,
-            ip=client_ip(request),
-        )
-    except AccountError as e:
-        return _form_page(request, "sign_up.html", 422, error=e, email=email, next_url=next_url)
-    except Throttled as e:
-        return _form_page(request, "sign_up.html", 429, error=e, email=email, next_url=next_url)
+        user = _create_account(request, session, learner, form.email, form.password)
+    except (AccountError, Throttled) as e:
+        return _refused(request, "sign_up.html", e, email=form.email, next_url=next_url)
     return _signed_in(request, session, user, next_url)
 
 
@@ -113,18 +132,14 @@ def sign_in_page(request: Request, next: str = "/", expired: bool = False, delet
 
 
 @router.post("/sign-in", response_class=HTMLResponse, include_in_schema=False)
-def sign_in(
-    request: Request, session: SessionDep, email: FormText = "", password: FormText = "", next: FormText = "/"
-):
-    next_url = safe_next(next)
+def sign_in(request: Request, session: SessionDep, form: SignInFields):
+    next_url = safe_next(form.next)
     try:
         user = service.check_password(
-            session, email, password, ip=client_ip(request), device=known_device(request)
+            session, form.email, form.password, ip=client_ip(request), device=known_device(request)
         )
-    except AccountError as e:
-        return _form_page(request, "sign_in.html", 400, error=e, email=email, next_url=next_url, notice=None)
-    except Throttled as e:
-        return _form_page(request, "sign_in.html", 429, error=e, email=email, next_url=next_url, notice=None)
+    except (AccountError, Throttled) as e:
+        return _refused(request, "sign_in.html", e, 400, email=form.email, next_url=next_url, notice=None)
     return _signed_in(request, session, user, next_url)
 
 
@@ -160,10 +175,8 @@ def change_password(
             keep_session=request.state.auth.session_id,
             ip=client_ip(request),
         )
-    except AccountError as e:
-        return _form_page(request, "account.html", 422, error=e, notice=None)
-    except Throttled as e:
-        return _form_page(request, "account.html", 429, error=e, notice=None)
+    except (AccountError, Throttled) as e:
+        return _refused(request, "account.html", e, notice=None)
     return RedirectResponse(f"{request.app.url_path_for('account_page')}?changed=1", status_code=303)
 
 
@@ -196,9 +209,7 @@ def forgot_password(request: Request, session: SessionDep, tasks: BackgroundTask
             session, f"reset-ip:{client_ip(request)}", lifecycle.RESETS_PER_IP, lifecycle.RESET_WINDOW
         )
     except Throttled as e:
-        return _form_page(
-            request, "forgot_password.html", 429, error=e, can_mail=True, sent=False, email=email
-        )
+        return _refused(request, "forgot_password.html", e, can_mail=True, sent=False, email=email)
     state = request.app.state
     tasks.add_task(
         lifecycle.mail_reset_link, state.sessionmaker, sender, state.settings, email, request.state.lang
@@ -253,10 +264,8 @@ def delete_account(request: Request, session: SessionDep, user: UserDep, passwor
         lifecycle.delete_account(
             session, user, password, ip=client_ip(request), visitor_id=request.state.visitor_id
         )
-    except AccountError as e:
-        return _form_page(request, "account.html", 422, error=e, notice=None, delete_error=True)
-    except Throttled as e:
-        return _form_page(request, "account.html", 429, error=e, notice=None, delete_error=True)
+    except (AccountError, Throttled) as e:
+        return _refused(request, "account.html", e, notice=None, delete_error=True)
     request.state.auth = sessions.Auth()  # the page that follows is a visitor's
     response = render(request, "account_deleted.html")
     forget_browser(request, response)
@@ -271,7 +280,6 @@ def delete_account(request: Request, session: SessionDep, user: UserDep, passwor
     "/api/accounts",
     status_code=201,
     response_model=AccountOut,
-    tags=["accounts"],
     responses=documented(
         409,
         422,
@@ -286,14 +294,7 @@ def create_account(
 ) -> AccountOut:
     """Create an account. Then get a token from `POST /api/tokens`."""
     try:
-        user = service.create_account(
-            session,
-            body.email,
-            body.password,
-            lang=request.state.lang,
-            visitor_id=learner.visitor_id,
-            ip=client_ip(request),
-        )
+        user = _create_account(request, session, learner, body.email, body.password)
     except EmailTaken as e:
         raise ApiError(409, str(e), code="email_taken") from None
     except AccountError as e:
@@ -307,7 +308,6 @@ def create_account(
     "/api/tokens",
     status_code=201,
     response_model=TokenOut,
-    tags=["accounts"],
     responses=documented(
         401,
         429,
@@ -340,7 +340,6 @@ def create_token(request: Request, body: Credentials, session: SessionDep) -> To
 @router.delete(
     "/api/tokens",
     status_code=204,
-    tags=["accounts"],
     responses=documented(401, s401="No valid bearer token was sent"),
 )
 def revoke_token(request: Request, session: SessionDep, user: UserDep) -> Response:
@@ -359,7 +358,6 @@ def revoke_token(request: Request, session: SessionDep, user: UserDep) -> Respon
 @router.get(
     "/api/account",
     response_model=AccountOut,
-    tags=["accounts"],
     responses=documented(401, s401="Not signed in"),
 )
 def read_account(user: UserDep) -> AccountOut:

@@ -363,6 +363,23 @@ def _against(
     return Figure(name[0], name[1], bars, note, summary)
 
 
+# a chart of two figures of the verdict: their keys (the learner's, the other loop's), (slug,
+# title), how a value is written, the note, and the summary (it says them as %(yours)s and
+# %(full)s; a function of the learner's figure where its wording is plural or singular)
+Compared = tuple[tuple[str, str], tuple[str, str], Callable[[float], str], str, str | Callable[[int], str]]
+
+
+def _compared(metrics: dict, other: str, spec: Compared) -> list[Figure]:
+    """``_against`` the loop labelled ``other``, or no chart where either figure is missing."""
+    keys, name, shown, note, summary = spec
+    yours, theirs = _num(metrics, keys[0]), _num(metrics, keys[1])
+    if yours is None or theirs is None:
+        return []
+    text = summary if isinstance(summary, str) else summary(int(yours))
+    values = {"yours": shown(yours), "full": shown(theirs)}
+    return [_against(name, (yours, theirs, other, shown), note, text % values)]
+
+
 def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
     """Lesson 5's memory before activations, the learner's loop against the plain one: the
     gradients alive at once (step-in-backward), or the gradients, the optimizer's state and the
@@ -411,58 +428,50 @@ def _gradients(metrics: dict) -> tuple[list[Figure], list[tuple[str, str]]]:
                 summary % values,
             )
         )
-        charts.append(
-            _against(
+        charts += _compared(
+            metrics,
+            plain_loop,
+            (
+                ("peak_gradient_bytes", "reference_peak_gradient_bytes"),
                 ("gradients", _("Gradient memory at the peak")),
-                (peak, plain, plain_loop, size),
+                size,
                 gradient_note,
-                _("Your loop's gradients took up to %(yours)s; the plain loop's take %(full)s.")
-                % {"yours": size(peak), "full": size(plain)},
-            )
+                _("Your loop's gradients took up to %(yours)s; the plain loop's take %(full)s."),
+            ),
         )
         if (calls := _num(metrics, "optimizer_step_calls")) is not None:
             facts.append((_("Optimizer step calls"), number(calls, 0)))
         return charts, facts
-    full = _num(metrics, "full_gradient_bytes")
-    if full is None:
+    if _num(metrics, "full_gradient_bytes") is None:
         return [], []
-    whole = _("Full fine-tuning")
-    charts.append(
-        _against(
+    specs: list[Compared] = [
+        (
+            ("peak_gradient_bytes", "full_gradient_bytes"),
             ("gradients", _("Gradient memory at the peak")),
-            (peak, full, whole, size),
+            size,
             gradient_note,
-            _("Your loop's gradients took up to %(yours)s; training the whole model takes %(full)s.")
-            % {"yours": size(peak), "full": size(full)},
-        )
-    )
-    state, full_state = _num(metrics, "optimizer_state_bytes"), _num(metrics, "full_optimizer_state_bytes")
-    if state is not None and full_state is not None:
-        charts.append(
-            _against(
-                ("optimizer-state", _("Optimizer state")),
-                (state, full_state, whole, size),
-                _("Adam keeps two numbers (exp_avg and exp_avg_sq) for every number it trains."),
-                _("Your optimizer kept %(yours)s of state; for the whole model Adam keeps %(full)s.")
-                % {"yours": size(state), "full": size(full_state)},
-            )
-        )
-    trained, numbers = _num(metrics, "trained_parameters"), _num(metrics, "model_parameters")
-    if trained is not None and numbers is not None:
-        charts.append(
-            _against(
-                ("trained", _("Numbers trained")),
-                (trained, numbers, whole, _count),
-                _("Numbers in the tensors handed to the optimizer."),
-                ngettext(
-                    "Your optimizer trained %(yours)s number; the model holds %(full)s.",
-                    "Your optimizer trained %(yours)s numbers; the model holds %(full)s.",
-                    int(trained),
-                )
-                % {"yours": number(trained, 0), "full": number(numbers, 0)},
-            )
-        )
-    return charts, facts
+            _("Your loop's gradients took up to %(yours)s; training the whole model takes %(full)s."),
+        ),
+        (
+            ("optimizer_state_bytes", "full_optimizer_state_bytes"),
+            ("optimizer-state", _("Optimizer state")),
+            size,
+            _("Adam keeps two numbers (exp_avg and exp_avg_sq) for every number it trains."),
+            _("Your optimizer kept %(yours)s of state; for the whole model Adam keeps %(full)s."),
+        ),
+        (
+            ("trained_parameters", "model_parameters"),
+            ("trained", _("Numbers trained")),
+            _count,
+            _("Numbers in the tensors handed to the optimizer."),
+            lambda trained: ngettext(
+                "Your optimizer trained %(yours)s number; the model holds %(full)s.",
+                "Your optimizer trained %(yours)s numbers; the model holds %(full)s.",
+                trained,
+            ),
+        ),
+    ]
+    return [chart for spec in specs for chart in _compared(metrics, _("Full fine-tuning"), spec)], facts
 
 
 def _timing(metrics: dict) -> list[Figure]:
