@@ -14,18 +14,23 @@ from app.web import draft_owner, render
 
 router = APIRouter()
 NO_STORE = {"Cache-Control": "no-store"}
+# The most pages one browser keeps (issue 47), past which the pages kept longest ago go first:
+# the whole course several times over (it saves 20 pages, 0.4 MB; tests/offline/test_routes.py
+# checks that it takes at most a quarter of this), about 6 MB at the largest page's size (57 KB).
+MAX_PAGES = 100
 
 
 @router.get("/sw.js", include_in_schema=False)
 def service_worker(request: Request) -> Response:
-    """The service worker, with this release's version and asset list written in: a deploy changes
-    its bytes, so the browser (which checks it at every visit, past any HTTP cache: no-cache)
-    installs the new one."""
+    """The service worker, with this release's version, asset list and page bound written in: a
+    deploy changes its bytes, so the browser (which checks it at every visit, past any HTTP
+    cache: no-cache) installs the new one."""
     settings = request.app.state.settings
     head = (
         f"const VERSION = {json.dumps(version(settings.lessons_dir))}\n"
         f"const CORE = {json.dumps(core_assets())}\n"
         f'const OFFLINE_URL = "{request.app.url_path_for("offline_page")}"\n'
+        f"const MAX_PAGES = {MAX_PAGES}\n"
     )
     return Response(
         head + WORKER_SOURCE.read_text(encoding="utf-8"),
@@ -104,5 +109,7 @@ def offline_session(request: Request) -> JSONResponse:
 
 @router.get("/offline", response_class=HTMLResponse, include_in_schema=False)
 def offline_page(request: Request):
-    """What a page that was never saved shows without a network (the worker keeps this one)."""
+    """What a page that was never saved shows without a network (the worker keeps this one). It
+    is no one's (issue 43): kept once, it is shown to whoever uses the browser later, so it names
+    no account, offers no sign-in, and tells the worker nothing about whose pages these are."""
     return render(request, "offline.html")

@@ -1,19 +1,26 @@
-// treino's service worker (issue 34), served at /sw.js with VERSION, CORE and OFFLINE_URL written
-// above this line by app/offline/routes.py. Hand-written on purpose (docs/offline.md): no build
-// step, no CDN, about a hundred lines a reader can check.
+// treino's service worker (issue 34), served at /sw.js with VERSION, CORE, OFFLINE_URL and
+// MAX_PAGES written above this line by app/offline/routes.py. Hand-written on purpose
+// (docs/offline.md): no build step, no CDN, a couple of hundred lines a reader can check.
 //
 // - Pages (HTML): network first, so a learner online always reads the newest release; each page
 //   read is kept, and read from here when the network is gone. htmx fragments are never kept.
 // - Static files: network first too (their names carry no version), from here offline; the
 //   vendored libraries, whose names carry their version, cache first.
 // - Never kept: anything but GET, the API, the live status waits, /offline/*, /sw.js, /docs.
-// - A sign-in, sign-up or sign-out, or a page of another owner, empties the page cache: no
-//   account's pages are shown to the next one.
+// - Whose pages (issue 43): every page says whose it is (base.html's data-owner, the digest the
+//   drafts' keys use; the offline page is no one's). Each page the network answers tells the
+//   worker whose pages this browser's are now; when that changes (a sign-in, a sign-out, a
+//   session ended elsewhere) every kept page goes and open pages of the old owner leave. A kept
+//   page carries its owner and is shown only while its owner is the browser's.
+// - At most MAX_PAGES pages are kept (issue 47): the ones kept longest ago go first.
 const STATIC = `treino-static-${VERSION}`
 const PAGES = "treino-pages"
 const META = "treino-meta"
+const OWNER = "/__owner"  // in META: whose pages this browser's are, as the network last said
+const KEPT_FOR = "X-Treino-Owner"  // on a kept page: whose it is
 const NEVER = /^\/(api\/|live\/|offline\/|docs|openapi\.json|metrics|healthz|readyz|sw\.js)/
-const OWNER_CHANGES = /^\/(sign-in|sign-up|sign-out|account\/delete)/
+const OWNER_CHANGES = /^\/(sign-in|sign-up|sign-out|reset-password|account\/delete)/
+const OWNER_MARK = /data-owner="([^"]*)"/  // base.html's, before any of the page's own content
 const SLOW_MS = 4000  // a page the network takes longer than this for comes from the cache
 
 self.addEventListener("install", (event) => {
@@ -52,22 +59,89 @@ async function fromCache(request, name) {
     (await cache.match(request, {ignoreVary: true, ignoreSearch: true}))
 }
 
-async function page(event) {
-  const request = event.request
-  const network = fetch(request).then(async (response) => {
-    if (keepable(response)) {
-      const copy = response.clone()
-      event.waitUntil(caches.open(PAGES).then((cache) => cache.put(request, copy)))
+async function tellPages(message) {
+  for (const client of await self.clients.matchAll({type: "window"})) client.postMessage(message)
+}
+
+// One change of whose pages these are, or of what is kept, at a time: a page of the old owner
+// must never land in the cache after the new owner's came.
+let turn = Promise.resolve()
+function inTurn(work) {
+  const run = turn.then(work, work)
+  turn = run.catch(() => {})
+  return run
+}
+
+async function currentOwner() {
+  const known = await (await caches.open(META)).match(OWNER)
+  return known ? known.text() : null
+}
+
+// The network says this browser's pages are `owner`'s now: another owner's kept pages go, and
+// open pages of another owner are told (offline.js leaves them). Called in turn.
+async function learn(owner) {
+  if (!owner || owner === (await currentOwner())) return
+  await caches.delete(PAGES)
+  await (await caches.open(META)).put(OWNER, new Response(owner))
+  await tellPages({type: "owner", owner})
+}
+
+// At most MAX_PAGES pages: a cache's keys come in the order they were put, the oldest first.
+async function bound(pages) {
+  const keys = await pages.keys()
+  await Promise.all(keys.slice(0, Math.max(0, keys.length - MAX_PAGES)).map((key) => pages.delete(key)))
+}
+
+// A page the network answered: whose it is, learnt; kept as its owner's when it can be. A
+// redirect where a page was kept (the session behind it ended, say) means that copy is no longer
+// this browser's page: it goes, and a tab showing it leaves it. Whether it was kept, said.
+async function seen(request, response) {
+  if (response.type === "opaqueredirect" || response.redirected) {
+    if (await (await caches.open(PAGES)).delete(request, {ignoreVary: true})) {
+      await tellPages({type: "gone", url: request.url})
     }
-    return response
+    return false
+  }
+  const html = (response.headers.get("Content-Type") || "").startsWith("text/html")
+  if (response.type !== "basic" || !html) return false
+  const text = await response.text()
+  const owner = OWNER_MARK.exec(text)?.[1] || ""
+  return inTurn(async () => {
+    await learn(owner)
+    if (!owner || !keepable(response)) return false  // the busy page, an error: no one keeps it
+    const headers = new Headers(response.headers)
+    headers.set(KEPT_FOR, owner)
+    const pages = await caches.open(PAGES)
+    await pages.put(request, new Response(text, {status: 200, statusText: response.statusText, headers}))
+    await bound(pages)
+    return true
   })
+}
+
+// The kept copy of a page, only while its owner is the browser's.
+async function keptPage(request) {
   const kept = await fromCache(request, PAGES)
+  const owner = await currentOwner()
+  return kept && owner && kept.headers.get(KEPT_FOR) === owner ? kept : null
+}
+
+async function answer(request, network) {
+  const kept = await keptPage(request)
   const slow = kept && new Promise((resolve) => setTimeout(() => resolve(kept), SLOW_MS))
   try {
     return await (slow ? Promise.race([network, slow]) : network)
   } catch {
+    // never saved: the offline page, which is no one's (it names no account and changes nothing)
     return kept || (await fromCache(OFFLINE_URL, STATIC)) || Response.error()
   }
+}
+
+function page(event) {
+  const request = event.request
+  const network = fetch(request)
+  // whatever the race below gives, the network's answer is read when it comes
+  event.waitUntil(network.then((response) => seen(request, response.clone()), () => false))
+  return answer(request, network)
 }
 
 async function asset(event, cacheFirst) {
@@ -94,14 +168,14 @@ self.addEventListener("fetch", (event) => {
   if (url.origin !== self.location.origin) return
   if (request.method !== "GET") {
     // whose pages these are is about to change: none of the old owner's stay
-    if (OWNER_CHANGES.test(url.pathname)) event.waitUntil(caches.delete(PAGES))
+    if (OWNER_CHANGES.test(url.pathname)) event.waitUntil(inTurn(() => caches.delete(PAGES)))
     return
   }
   if (NEVER.test(url.pathname) || request.headers.get("HX-Request")) return
   if (url.pathname.startsWith("/static/")) {
     event.respondWith(asset(event, url.pathname.startsWith("/static/vendor/")))
-  } else if (url.pathname === "/manifest.webmanifest") {
-    event.respondWith(asset(event, false))
+  } else if (url.pathname === "/manifest.webmanifest" || url.pathname === OFFLINE_URL) {
+    event.respondWith(asset(event, false))  // no one's: kept beside the static files
   } else if (request.mode === "navigate" || (request.headers.get("Accept") || "").includes("text/html")) {
     event.respondWith(page(event))
   }
@@ -111,14 +185,17 @@ self.addEventListener("fetch", (event) => {
 async function saveAll(urls, client) {
   let done = 0
   let failed = 0
-  const pages = await caches.open(PAGES)
   const statics = await caches.open(STATIC)
   for (const url of urls) {
     try {
       const response = await fetch(url, {credentials: "same-origin"})
-      if (!keepable(response)) throw new Error(String(response.status))
-      await (new URL(url, self.location.origin).pathname.startsWith("/static/") ? statics : pages)
-        .put(url, response)
+      const path = new URL(url, self.location.origin).pathname
+      if (path.startsWith("/static/") || path === OFFLINE_URL) {
+        if (!keepable(response)) throw new Error(String(response.status))
+        await statics.put(url, response)
+      } else if (!(await seen(new Request(url), response))) {
+        throw new Error(String(response.status))
+      }
     } catch {
       failed += 1
     }
@@ -128,24 +205,12 @@ async function saveAll(urls, client) {
   client?.postMessage({type: "saved", done, failed})
 }
 
+// The page the worker first took over came before it: fetched again, kept, and whose it is learnt.
 async function keep(url) {
   if (new URL(url).origin !== self.location.origin) return
-  const pages = await caches.open(PAGES)
-  if (await pages.match(url, {ignoreVary: true})) return
   try {
-    const response = await fetch(url, {credentials: "same-origin"})
-    if (keepable(response)) await pages.put(url, response)
+    await seen(new Request(url), await fetch(url, {credentials: "same-origin"}))
   } catch { /* offline again */ }
-}
-
-async function owner(value) {
-  const meta = await caches.open(META)
-  const known = await meta.match("/__owner")
-  const before = known ? await known.text() : null
-  if (before !== value) {
-    if (before !== null) await caches.delete(PAGES)
-    await meta.put("/__owner", new Response(value))
-  }
 }
 
 async function hello(client) {
@@ -161,13 +226,14 @@ self.addEventListener("message", (event) => {
     event.waitUntil(saveAll(data.urls, event.source))
   } else if (data.type === "keep" && typeof data.url === "string") {
     event.waitUntil(keep(data.url))
-  } else if (data.type === "owner" && typeof data.owner === "string" && data.owner) {
-    event.waitUntil(owner(data.owner))
+  } else if (data.type === "session-owner" && typeof data.owner === "string") {
+    // what GET /offline/session just said (never a page's own word: a kept page's is old)
+    event.waitUntil(inTurn(() => learn(data.owner)))
   } else if (data.type === "hello") {
     event.waitUntil(hello(event.source))
   } else if (data.type === "updated-seen") {
     event.waitUntil(caches.open(META).then((meta) => meta.delete("/__updated")))
   } else if (data.type === "forget") {
-    event.waitUntil(caches.delete(PAGES))
+    event.waitUntil(inTurn(() => caches.delete(PAGES)))
   }
 })

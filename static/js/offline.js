@@ -6,6 +6,8 @@
 // Every text comes from the data attributes of base.html's [data-offline-texts] element.
 
 const OUTBOX = "treino:outbox"
+const SIGNING_IN = "treino:signing-in"  // sessionStorage: this tab's visitor is signing in
+const ADOPT_MS = 10 * 60 * 1000  // the page after a sign-in comes well within this
 const RETRY_MS = 15000
 const MAX_TRIES = 8  // a request the server keeps refusing (not the network) is dropped after this
 
@@ -137,10 +139,38 @@ document.addEventListener("htmx:sendError", (event) => {
   }
 })
 
-// Only the owner who queued it sends it; a visitor's queue goes with them when they sign in
-// (the server adopts a visitor's work at sign-in).
+// An item is sent only under the owner who queued it (issue 43): never under whoever uses this
+// browser next. Another owner's items wait for their owner.
 function mine(item, owner) {
-  return item.owner === owner || (item.owner?.startsWith("v") && owner.startsWith("u"))
+  return Boolean(owner) && item.owner === owner
+}
+
+function waitingHere() {
+  return readOutbox().some((item) => mine(item, texts.owner))
+}
+
+// A visitor who signs in (or up, or through a reset link) in this tab takes their work to the
+// account: the server adopts the visitor's rows then, and this hands the outbox's over likewise,
+// once the page after it is the account's. Only this tab's own sign-in does, only for this
+// visitor's items: nothing queued by someone else goes to an account.
+document.addEventListener("submit", (event) => {
+  const form = event.target
+  if (!(form instanceof HTMLFormElement) || !texts.owner?.startsWith("v")) return
+  const path = new URL(form.action, location.href).pathname
+  if (!(texts.signInUrls || "").split(" ").includes(path)) return
+  try {
+    sessionStorage.setItem(SIGNING_IN, JSON.stringify({from: texts.owner, at: Date.now()}))
+  } catch { /* storage off */ }
+})
+
+function adoptAfterSignIn() {
+  let mark = null
+  try { mark = JSON.parse(sessionStorage.getItem(SIGNING_IN) || "null") } catch { /* storage off */ }
+  if (!mark || !texts.owner) return
+  // the first page after the form decides: a refused sign-in shows the visitor's page again
+  try { sessionStorage.removeItem(SIGNING_IN) } catch { /* storage off */ }
+  if (!texts.owner.startsWith("u") || !(Date.now() - mark.at < ADOPT_MS)) return
+  writeOutbox(readOutbox().map((item) => (item.owner === mark.from ? {...item, owner: texts.owner} : item)))
 }
 
 function apply(item, html) {
@@ -163,10 +193,15 @@ function apply(item, html) {
 let flushing = null
 
 async function currentSession() {
+  let session
   try {
     const response = await fetch(texts.sessionUrl, {credentials: "same-origin", cache: "no-store"})
-    return response.ok ? await response.json() : null
+    session = response.ok ? await response.json() : null
   } catch { return null }  // still offline
+  // the network's word on whose pages these are: the worker learns it too
+  const worker = navigator.serviceWorker?.controller
+  if (session?.owner) worker?.postMessage({type: "session-owner", owner: session.owner})
+  return session
 }
 
 function post(item, session) {
@@ -256,7 +291,7 @@ export function flush() {
 
 window.addEventListener("online", () => { showOffline(false); flush() })
 window.addEventListener("offline", () => showOffline(true))
-setInterval(() => { if (readOutbox().length) flush() }, RETRY_MS)
+setInterval(() => { if (waitingHere()) flush() }, RETRY_MS)
 
 // ------------------------------------------------------------------ the service worker
 
@@ -283,7 +318,16 @@ function fromWorker(event) {
   } else if (data.type === "saved" && state) {
     state.textContent = data.failed ? texts.saveFailed : texts.saved
     if (button) button.disabled = false
+  } else if (data.type === "owner" && texts.owner && data.owner !== texts.owner) {
+    leave()  // this page is another owner's (a session ended, another account signed in)
+  } else if (data.type === "gone" && data.url === location.href.split("#")[0]) {
+    leave()  // the kept copy shown here is no longer this browser's page
   }
+}
+
+// The page again, from the network now (a GET, whatever brought this one).
+function leave() {
+  location.replace(location.href)
 }
 
 async function start() {
@@ -295,10 +339,10 @@ async function start() {
     registration = await navigator.serviceWorker.register(texts.swUrl, {scope: "/"})
   } catch { return }
   await navigator.serviceWorker.ready
-  // the page the worker first took over came before it: it keeps that one too
+  // the page the worker first took over came before it: it keeps that one too (and learns
+  // whose it is from the network's copy, never from a page's word: a kept page's may be old)
   const tell = () => {
     const worker = navigator.serviceWorker.controller
-    worker?.postMessage({type: "owner", owner: texts.owner})
     worker?.postMessage({type: "hello"})
     if (first && navigator.onLine) worker?.postMessage({type: "keep", url: location.href})
   }
@@ -315,5 +359,6 @@ async function start() {
 }
 
 showOffline(!navigator.onLine)
+adoptAfterSignIn()
 start()
-if (readOutbox().length) flush()
+if (waitingHere()) flush()

@@ -303,3 +303,207 @@ def test_a_new_release_replaces_the_cached_lesson(browser, tmp_path):
             assert page.locator("h1").first.inner_text() == "Accumulate, released again"
         finally:
             context.close()
+
+
+# ------------------------------------------------------------------ whose pages (issue 43)
+
+# the owner a kept page carries (X-Treino-Owner) once `want` holds: "*" any owner, None not kept;
+# polls up to `ms` (a slow machine keeps a page late), and says what it found when it gave up
+KEPT_OWNER = """async ([url, want, ms]) => {
+  const deadline = performance.now() + ms
+  for (;;) {
+    const kept = await (await caches.open("treino-pages")).match(url, {ignoreVary: true})
+    const owner = kept ? kept.headers.get("X-Treino-Owner") : null
+    if (want === "*" ? owner !== null : owner === want) return owner
+    if (performance.now() > deadline) return `gave up: ${owner}`
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}"""
+PASSWORD, NEW_PASSWORD = "four unrelated words here", "five other unrelated words"
+OFFLINE_TITLE = {"en": "You are offline", "pt-BR": "Você está sem conexão"}
+PHONE = {"width": 390, "height": 844}
+
+
+def kept_owner(page, path: str, want: str | None = "*") -> str | None:
+    """Wait until `path`'s kept copy is there ("*") or gone (None); its owner."""
+    url = page.url.split("/", 3)[:3]
+    return page.evaluate(KEPT_OWNER, ["/".join(url) + path, want, 30_000])
+
+
+def owner_of(page) -> str:
+    return page.locator("[data-offline-texts]").get_attribute("data-owner") or ""
+
+
+def sign_up(page, email: str) -> None:
+    from tests.browser.test_accounts import submit
+
+    page.goto("/sign-up")
+    submit(page, "/sign-up", email=email, password=PASSWORD)
+    assert owner_of(page).startswith("u"), "signed in"
+
+
+def shows_offline_page(page, lang: str) -> None:
+    """The page never saved for this browser's owner: the offline page, which names no one."""
+    assert page.locator("h1").inner_text() == OFFLINE_TITLE[lang]
+    assert not page.locator(".account-nav").count(), "no sign-in state claimed"
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+def test_an_ended_sessions_pages_are_not_shown_to_the_next_person(open_page, lang):
+    """Issue 43, class 4: A signs in on a shared computer; A's sessions end elsewhere (a password
+    change on A's phone); B, at the same browser, is shown none of A's pages, offline or not,
+    once any response has said the session ended; a tab still showing A's page leaves it."""
+    email = f"shared-{lang.lower()}@example.com"
+    page = open_page(viewport=PHONE, locale=lang)
+    controlled(page, f"/?lang={lang}")
+    sign_up(page, email)
+    page.goto("/account")
+    assert email in page.locator("main").inner_text()
+    page.goto(EXERCISE)
+    page.locator(".cm-editor").wait_for()
+    draft = "# A's own work\nsecret = 1\n"
+    replace_code(page, draft)
+    saved = page.locator("textarea#code").get_attribute("data-draft-saved")
+    page.locator("[data-draft-state]", has_text=saved).wait_for(timeout=15_000)
+    page.goto(EXERCISE)  # kept again, A's draft in it
+    assert page.locator("textarea#code").input_value() == draft
+    owner_a = owner_of(page)
+    assert kept_owner(page, "/account") == owner_a
+    assert kept_owner(page, EXERCISE) == owner_a
+    # A, offline: A's own pages are there (what follows is not the cache being empty)
+    page.context.set_offline(True)
+    page.goto("/account")
+    assert email in page.locator(".account-email").inner_text()
+    page.context.set_offline(False)
+    other_tab = page.context.new_page()
+    other_tab.goto("/account")
+    assert email in other_tab.locator("main").inner_text()
+
+    # A's phone: the password changes, and every other session of A's ends
+    from tests.browser.test_accounts import submit
+
+    phone = open_page(viewport=PHONE, locale=lang, service_workers="block")
+    phone.goto("/sign-in")
+    submit(phone, "/sign-in", email=email, password=PASSWORD)
+    phone.goto("/account")
+    submit(phone, "/account/password", current_password=PASSWORD, new_password=NEW_PASSWORD)
+
+    # B sits down at the same browser: the first response says A's session ended
+    page.goto("/")
+    assert "/sign-in" in page.url, page.url
+    owner_b = owner_of(page)
+    assert owner_b.startswith("v") and owner_b != owner_a
+    assert kept_owner(page, "/account", None) is None, "A's pages went"
+    assert kept_owner(page, EXERCISE, None) is None
+    other_tab.wait_for_url("**/sign-in**")  # the tab still showing A's account page left it
+    assert email not in other_tab.content()
+
+    page.context.set_offline(True)
+    page.goto("/account")
+    shows_offline_page(page, lang)
+    assert email not in page.content()
+    shot(page, f"offline-shared-computer-{lang}", full_page=False)
+    page.goto(EXERCISE)
+    shows_offline_page(page, lang)
+    assert "secret = 1" not in page.content()
+
+
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+def test_a_page_never_saved_leaves_the_saved_course_and_the_sign_in_alone(open_page, lang):
+    """Issue 43, class 5: the offline page was kept while a visitor's; signed in since, with the
+    course saved, a learner offline opens a page never saved (a mistyped address): it names no
+    one, and every saved page still opens, signed in, after it."""
+    email = f"saved-course-{lang.lower()}@example.com"
+    page = open_page(viewport=PHONE, locale=lang)
+    controlled(page, f"/?lang={lang}")  # the worker installs, and keeps the offline page, now
+    sign_up(page, email)
+    saved = page.locator("[data-offline-texts]").get_attribute("data-saved")
+    page.locator("[data-save-offline]").click()
+    page.locator("[data-save-offline-state]", has_text=saved).wait_for(timeout=60_000)
+    assert kept_owner(page, LESSON) == owner_of(page)
+
+    page.context.set_offline(True)
+    page.goto("/lessons/gradient-acumulation")  # mistyped
+    shows_offline_page(page, lang)
+    assert email not in page.content()
+    page.evaluate(CONTROLLED)  # its script has met the worker
+    shot(page, f"offline-page-signed-in-{lang}", full_page=False)
+    page.goto(LESSON)
+    assert page.locator("h1").first.inner_text() != OFFLINE_TITLE[lang], "lesson 2 is still saved"
+    assert page.locator(".account-email").inner_text() == email, "still signed in"
+    page.goto(EXERCISE)
+    page.locator(".cm-editor").wait_for()
+
+
+def outbox_keys(page) -> list[str]:
+    return [item["key"] for item in outbox(page)]
+
+
+def test_the_outbox_sends_an_item_only_under_whoever_queued_it(open_page, offline_server):
+    """Issue 43, class 6: a visitor's answer given offline goes to the account the same visitor
+    signs up for in this tab (as the server adopts the visitor's rows then); an item another
+    visitor of this browser left is never sent under that account, and waits for its owner."""
+    _base, database_url = offline_server
+    page = open_page(viewport=PHONE)
+    controlled(page, LESSON)
+    visitor = owner_of(page)
+    # the network comes back, but the outbox cannot send before the sign-up (its session check fails)
+    page.context.route("**/offline/session", lambda route: route.abort())
+    page.context.set_offline(True)
+    form = page.locator("form.question").first
+    form.locator("input[type=radio]").first.check()
+    form.locator("button[type=submit]").click()
+    page.locator(".queued-offline").wait_for()
+    [mine] = outbox(page)
+    assert mine["owner"] == visitor
+    theirs = {**mine, "key": "another-visitors-key-0001", "owner": "v" + "0" * 16}
+    page.evaluate(
+        "(item) => localStorage.setItem('treino:outbox', JSON.stringify([...JSON.parse("
+        "localStorage.getItem('treino:outbox')), item]))",
+        theirs,
+    )
+    page.context.set_offline(False)
+    page.goto("/sign-up")
+    assert outbox_keys(page) == [mine["key"], theirs["key"]], "nothing sent yet"
+    page.context.unroute("**/offline/session")
+    from tests.browser.test_accounts import submit
+
+    submit(page, "/sign-up", email="outbox-owner@example.com", password=PASSWORD)
+    account = owner_of(page)
+    assert account.startswith("u")
+    for _ in range(400):  # the page after the sign-up sends the visitor's item, now the account's
+        if outbox_keys(page) == [theirs["key"]]:
+            break
+        page.wait_for_timeout(50)
+    assert outbox_keys(page) == [theirs["key"]], outbox(page)
+    assert rows(database_url, QuizAttempt, idempotency_key=mine["key"]) == 1
+    assert rows(database_url, QuizAttempt, idempotency_key=mine["key"], user_id=None) == 0, "the account's"
+    # sent again on purpose: the other visitor's item stays unsent, kept for its owner
+    page.evaluate("async () => (await import('/static/js/offline.js')).flush()")
+    assert outbox(page) == [theirs]
+    assert rows(database_url, QuizAttempt, idempotency_key=theirs["key"]) == 0
+
+
+# ------------------------------------------------------------------ the page cache's bound (issue 47)
+
+KEPT_PATHS = """async () => (await (await caches.open("treino-pages")).keys())
+  .map((request) => new URL(request.url).pathname)"""
+
+
+def test_the_page_cache_keeps_at_most_its_bound_the_oldest_going_first(open_page, monkeypatch):
+    from app.offline import routes
+
+    monkeypatch.setattr(routes, "MAX_PAGES", 3)  # written into /sw.js, which this browser fetches now
+    page = open_page()
+    controlled(page, "/")
+    lessons = [f"/lessons/{slug}" for slug in ("mixed-precision", "gradient-accumulation", "bottleneck")]
+    lessons += ["/lessons/gpu-memory", "/lessons/model-memory"]
+    for path in lessons:
+        page.goto(path)
+        assert kept_owner(page, path) == owner_of(page)
+    assert page.evaluate(KEPT_PATHS) == lessons[-3:]
+    page.context.set_offline(True)
+    page.goto(lessons[0])
+    assert page.locator("h1").inner_text() == OFFLINE_TITLE["en"]
+    page.goto(lessons[-1])
+    assert page.locator("h1").first.inner_text() != OFFLINE_TITLE["en"]

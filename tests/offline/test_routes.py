@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.offline import release
+from app.offline import release, routes
 from app.offline.idempotency import code_hash
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
@@ -110,6 +110,32 @@ def test_the_offline_page_is_in_both_languages(client):
     pt = html(client.get("/offline", params={"lang": "pt-BR"}))
     assert en.h1.get_text() == "You are offline"
     assert pt.h1.get_text() == "Você está sem conexão"
+
+
+def test_the_offline_page_is_no_ones(client):
+    """Kept once and shown to whoever uses the browser later (issue 43, class 5): it names no
+    account, offers no sign-in, and says no owner (the worker would drop every kept page for it)."""
+    for signed_in in (False, True):
+        if signed_in:
+            sign_up(client, "offline-page@example.com")
+        for lang in LANGS:
+            page = html(client.get("/offline", params={"lang": lang}))
+            assert page.select_one("[data-offline-texts]")["data-owner"] == ""
+            assert not page.select(".account-nav"), (signed_in, lang)
+            assert "offline-page@example.com" not in page.get_text()
+        # every other page still says whose it is, and names the account
+        other = html(client.get("/"))
+        assert other.select_one("[data-offline-texts]")["data-owner"][0] == ("u" if signed_in else "v")
+        assert bool(other.select(".account-email")) == signed_in
+
+
+def test_the_worker_keeps_a_bounded_number_of_pages_and_the_course_fits(client):
+    """Issue 47: the page cache has a bound, written into the worker, and "Make available
+    offline" saves the whole course within a quarter of it (browsing keeps room for the rest)."""
+    worker = client.get("/sw.js").text
+    assert f"const MAX_PAGES = {routes.MAX_PAGES}\n" in worker
+    assert "MAX_PAGES" in worker.split("\n", 4)[4], "the worker uses it"
+    assert 4 * len(client.get("/offline/pages").json()["pages"]) <= routes.MAX_PAGES
 
 
 def test_the_session_says_whose_pages_and_the_token_of_now(client):
