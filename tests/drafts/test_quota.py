@@ -136,6 +136,19 @@ def test_another_address_has_its_own_quota(quota_app):
         assert same_64.put(DRAFT_URL, json={"code": "the same /64"}).status_code == 429
 
 
+def test_a_reset_past_the_quota_is_refused_saying_why(quota_app):
+    """Putting the starter back stores it as the draft (the page would otherwise show the last
+    code sent): past the quota that is refused too, on the error page, and nothing is stored."""
+    app = quota_app(anonymous_drafts_per_client=1)
+    with TestClient(app):
+        assert _visitor(app).put(DRAFT_URL, json={"code": "ana = 1"}).status_code == 200
+        bruno = _visitor(app)
+        refused = bruno.post(f"{DRAFT_URL}/reset", data={"confirm": "yes"}, params={"lang": "pt-BR"})
+        assert refused.status_code == 429
+        assert REFUSED["pt-BR"][0] in refused.text and "Nada do que você enviou foi guardado." in refused.text
+        assert bruno.get(DRAFT_URL).status_code == 404
+
+
 # ---------------------------------------------------------------- signed in
 
 
