@@ -16,6 +16,7 @@ from app import models as _every_table  # noqa: F401  (adoption, export and dele
 from app.accounts import auth
 from app.accounts import routes as accounts
 from app.capacity import UNGATED, Gate, Sizes, use_threads
+from app.classes import routes as classes
 from app.config import ROOT, Settings, get_settings
 from app.db import make_engine
 from app.drafts import routes as drafts
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, *, course: Course | None = None
     app.include_router(ops.router)
     app.include_router(tutor.router)
     app.include_router(offline.router)
+    app.include_router(classes.router)
     errors.install(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     # every response, errors too, has a language

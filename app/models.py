@@ -1,6 +1,7 @@
 """Every table, imported in one place so migrations and tests see the whole schema."""
 
 from app.accounts.models import AuthSession, ThrottleHit, User
+from app.classes.models import Classroom, Member
 from app.drafts.models import Draft
 from app.progress.models import CardReached
 from app.quizzes.models import QuizAttempt
@@ -11,7 +12,9 @@ from app.tutor.models import TutorMessage
 __all__ = [
     "AuthSession",
     "CardReached",
+    "Classroom",
     "Draft",
+    "Member",
     "QuizAttempt",
     "Submission",
     "ThrottleHit",

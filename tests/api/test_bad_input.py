@@ -123,6 +123,9 @@ def test_no_route_answers_bad_input_with_a_500(learner, db_app, course):
         "question_id": course.lesson("gradient-accumulation").questions[0].id,
         "submission_id": str(submission),
         "answer_id": "1",  # the tutor's (none here: not configured, so a 404)
+        "class_id": "1",  # no class here: a 404, or a redirect to sign in
+        "user_id": "1",
+        "code": "NOCLASSCODE",
     }
     json_body = _json(**dict.fromkeys(FIELDS, SURROGATE))
     form_body = dict.fromkeys(FIELDS, "a\x00b")
