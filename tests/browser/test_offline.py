@@ -388,9 +388,24 @@ def test_an_ended_sessions_pages_are_not_shown_to_the_next_person(open_page, lan
     phone.goto("/account")
     submit(phone, "/account/password", current_password=PASSWORD, new_password=NEW_PASSWORD)
 
-    # B sits down at the same browser: the first response says A's session ended
-    page.goto("/")
-    assert "/sign-in" in page.url, page.url
+    # B sits down at the same browser, on a slow network: A's kept account page wins the race
+    # after 4 s (nothing has said yet that A's session ended: the browser is still A's)...
+    held = []
+
+    def hold(route) -> None:  # the first answer waits for the test; any later one goes at once
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.context.route("**/account", hold)
+    page.goto("/account")
+    assert held, "the network's answer is held back"
+    assert page.locator(".account-email").inner_text() == email
+    # ... and the network's answer (the session ended: a redirect) takes it away
+    held[0].continue_()
+    page.wait_for_url("**/sign-in**")
+    assert email not in page.content()
     owner_b = owner_of(page)
     assert owner_b.startswith("v") and owner_b != owner_a
     assert kept_owner(page, "/account", None) is None, "A's pages went"
@@ -502,8 +517,13 @@ def test_the_page_cache_keeps_at_most_its_bound_the_oldest_going_first(open_page
         page.goto(path)
         assert kept_owner(page, path) == owner_of(page)
     assert page.evaluate(KEPT_PATHS) == lessons[-3:]
+    # a page read again is kept again, as the newest: the next one to go is another
+    page.goto(lessons[2])
+    page.goto(lessons[1])
+    assert kept_owner(page, lessons[1]) == owner_of(page)
+    assert page.evaluate(KEPT_PATHS) == [lessons[4], lessons[2], lessons[1]]
     page.context.set_offline(True)
-    page.goto(lessons[0])
+    page.goto(lessons[3])
     assert page.locator("h1").inner_text() == OFFLINE_TITLE["en"]
-    page.goto(lessons[-1])
+    page.goto(lessons[4])
     assert page.locator("h1").first.inner_text() != OFFLINE_TITLE["en"]
