@@ -21,15 +21,28 @@ from worker.checks import (
     Evaluation,
     Interfered,
     agree,
+    kernel_memory,
     observed,
     snapshots,
     tensors,
 )
-from worker.harness import scenarios
+from worker.harness import memory, scenarios
 
 # relative parameter error: the hook step is the same Adam arithmetic (0.0 on the CPU); a CUDA
 # float64 run may differ in the last bits; a second step or a stale gradient is off by ≥ 1e-3
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}
+# The memory run (``memory.wide_scenario``: three layers of 16 MiB of weights), as the kernel
+# counts the process: a loop that steps each parameter in its hook and releases its gradient
+# rises by 3.0× the parameters' bytes (Adam's two states, one gradient, Adam's temporaries), one
+# that holds every gradient by 3.67× (measured: 144 and 176 MiB over 48); the line between them
+KERNEL_FACTOR = 3.33
+
+
+@dataclass(frozen=True)
+class WideReference:
+    biases: torch.Tensor  # after the plain loop's one Adam step
+    travelled: float
+    param_bytes: int
 
 
 @dataclass(frozen=True)
@@ -61,14 +74,46 @@ def reference(params: dict) -> Reference:
         return _reference(json.dumps(params, sort_keys=True))
 
 
+@lru_cache(maxsize=4)
+def _wide_reference(key: str) -> WideReference | None:
+    params = json.loads(key)
+    wide = memory.wide_scenario(params)
+    if wide is None:
+        return None
+    model, batches, loss_fn = wide
+    weights = list(model.parameters())
+    before = tensors.flat(memory.biases(model))
+    optimizer = torch.optim.Adam(weights, lr=float(params["lr"]))
+    for x, y in batches:
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    after = tensors.flat(memory.biases(model))
+    nbytes = sum(p.numel() * p.element_size() for p in weights)
+    return WideReference(after, tensors.norm(after - before), nbytes)
+
+
+def wide_reference(params: dict) -> WideReference | None:
+    with SEEDING:
+        return _wide_reference(json.dumps(params, sort_keys=True))
+
+
 def prepare(params: dict, device: str) -> None:
     reference(params)
+    wide_reference(params)
 
 
-def _trajectory(ref, seen, tol):
+def _final(seen, size):
+    """The parameters once the loop returned: read at the end, or as the memory run began."""
+    if seen["counts"].get("memory-start"):
+        return snapshots(seen, "memory-start")[0][:size]
+    return seen["final_params"][:size]
+
+
+def _trajectory(ref, seen, tol, size):
     """The parameters after each batch, as the supervisor read them, against the reference."""
-    before = snapshots(seen, "batch")
-    after = [*before[1:], seen["final_params"]]
+    before = [b[:size] for b in snapshots(seen, "batch")]
+    after = [*before[1:], _final(seen, size)]
     if len(before) != len(ref.params):
         counts = {"batches": len(before), "expected": len(ref.params)}
         return Check("hook-trajectory", False, "check.hook-trajectory.batches", counts)
@@ -119,9 +164,10 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     seen = observed(data)
     _well_formed(data)
-    agree(data["final_params"], seen["final_params"], "parameters")
+    size = len(ref.params[0])
+    agree(data["final_params"], _final(seen, size), "parameters")
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
-    trajectory = _trajectory(ref, seen, tol)
+    trajectory = _trajectory(ref, seen, tol, size)
     stepped, calls, outside = _per_batch(data, ref)
     once = all(all(c == 1 for c in row) for row in stepped) and calls == [ref.n_params] * len(calls)
     in_backward = not any(outside)
@@ -142,6 +188,9 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         {"alive": alive, "params": ref.n_params},
     )
     checks = [trajectory, steps, grads]
+    kernel = kernel_check(params, data, device, size)
+    if kernel is not None:
+        checks.append(kernel)
     metrics = {
         "peak_alive_gradients": alive,
         "reference_peak_alive_gradients": ref.n_params,
@@ -153,6 +202,30 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     if not all(c.passed for c in checks):
         diagnosis = _diagnose(ref, calls, outside, alive)
     return Evaluation(checks, diagnosis, metrics)
+
+
+def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | None:
+    """The memory run as the supervisor saw it (None where the exercise has none, or on CUDA,
+    where no child is watched): the wide model's biases where the plain loop's Adam step puts
+    them, and the rise of the process's memory, as the kernel counted it, within
+    ``KERNEL_FACTOR`` × the parameters' bytes. The lists the loop's process reported (steps,
+    gradients alive) name the mistake; this is what a pass rests on."""
+    wide = wide_reference(params)
+    seen = observed(data)
+    if wide is None or not kernel_memory.watched(seen):
+        return None
+    rise = kernel_memory.rise(seen, "memory-start", "memory-end")
+    ends = snapshots(seen, "memory-end")
+    error = float("inf")
+    if ends and len(ends[0]) == size + wide.biases.numel():
+        error = tensors.norm(tensors.vector(ends[0][size:]).nan_to_num() - wide.biases) / wide.travelled
+    width = int(params["memory_width"])
+    values = {"rise": rise, "limit": int(KERNEL_FACTOR * wide.param_bytes), "params": wide.param_bytes}
+    values |= {"width": width}
+    if not error <= 1e-6:
+        return Check("gradients_kernel", False, "check.gradients_kernel.untrained", values)
+    fits = rise <= KERNEL_FACTOR * wide.param_bytes
+    return Check("gradients_kernel", fits, f"check.gradients_kernel.{'passed' if fits else 'failed'}", values)
 
 
 def _diagnose(ref, calls, outside, alive):

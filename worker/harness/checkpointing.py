@@ -11,6 +11,7 @@ block (G).
 
 import memory
 import scenarios
+import supervise
 import torch
 from instrument import flat, name_limits, wrap_step
 from torch.utils import _python_dispatch
@@ -20,6 +21,20 @@ MAX_EVENTS = 2000
 
 def _backward_running():
     return torch._C._current_autograd_node() is not None
+
+
+def memory_params(params):
+    """The memory run's scenario (``params["memory_batch"]``: one batch that large, on a fresh
+    model seeded apart), or None where the exercise has none. The checks build its reference
+    from it."""
+    if not params.get("memory_batch"):
+        return None
+    return {
+        **{k: v for k, v in params.items() if k != "memory_batch"},
+        "batch_size": int(params["memory_batch"]),
+        "n_batches": 1,
+        "seed": int(params.get("seed", 0)) + 1,
+    }
 
 
 def run(job, api):
@@ -34,7 +49,15 @@ def run(job, api):
     batches = [(x.to(device), y.to(device)) for x, y in batches]
     weights = list(model.parameters())
     optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
-    api.share(weights)
+    sized = memory_params(params)
+    big = None
+    if sized is not None:  # the memory run's model and batch: the kernel's figures go by it
+        supervise.exact_malloc()
+        big_model, [big], _ = scenarios.block_net(sized)
+        big_model = big_model.to(device)
+        big = (big_model, big[0].to(device), big[1].to(device))
+    # the memory run's parameters after the calls' (the checks part them)
+    api.share(weights + (list(big[0].parameters()) if big is not None else []))
 
     def learner():
         events: list = []
@@ -63,6 +86,8 @@ def run(job, api):
                 )
 
         wrap_step(optimizer, recorded_step)
+        if big is not None:
+            api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
@@ -79,6 +104,8 @@ def run(job, api):
             kept.append(sum(p.grad is not None for p in weights))
             if error is not None:
                 break
+        if big is not None and error is None:
+            error = _memory_run(api, fn, big, loss_fn, float(params["lr"]))
         data = {
             "peaks": peaks,
             "grads_kept": kept,
@@ -90,4 +117,16 @@ def run(job, api):
         }
         return data, error
 
-    return api.supervise(learner, alone=True)  # its meters see this thread of this process only
+    return api.supervise(learner, alone=True)
+
+
+def _memory_run(api, fn, big, loss_fn, lr):
+    """``train_step`` once more, on one large batch and a fresh model with a plain SGD, between
+    two syncs where the supervisor reads the parameters and the kernel's figures of the
+    process's memory (``Observer.watch``): what a pass on the budget rests on. No meter."""
+    model, x, y = big
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    api.sync("memory-start", snapshot=True)
+    error = api.call(fn, [model, x, y, loss_fn, optimizer])
+    api.sync("memory-end", snapshot=True)
+    return error  # its meters see this thread of this process only

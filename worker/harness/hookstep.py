@@ -9,7 +9,9 @@ optimizer's parameters had a gradient, and how many gradients (and bytes) were a
 how many were alive as each batch was fetched (after the previous backward).
 """
 
+import memory
 import scenarios
+import supervise
 import torch
 from instrument import flat, name_limits, wrap_step
 
@@ -27,7 +29,14 @@ def run(job, api):
     scenario, weights, index = scenarios.placed(params, device)
     model, batches = scenario.model, scenario.micro_batches
     lr = float(params["lr"])
-    api.share(weights)
+    wide = memory.wide_scenario(params)
+    if wide is not None:  # the memory run's model: the kernel's figures go by it
+        supervise.exact_malloc()
+        wide = (wide[0].to(device), [(x.to(device), y.to(device)) for x, y in wide[1]], wide[2])
+    # after the scenario's parameters, the memory run's biases (its weights, 16 MiB each, would
+    # not fit in a trace): each moves only where its layer's gradient reached it (the checks
+    # part them)
+    api.share(weights + (memory.biases(wide[0]) if wide is not None else []))
 
     def learner():
         steps: list[list] = []
@@ -63,18 +72,38 @@ def run(job, api):
             def __iter__(self):
                 return loader()
 
+        if wide is not None:
+            api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer"])
         error = api.call(fn, [model, Loader(), scenario.loss_fn, make_optimizer])
         between.append(_alive(weights)[0])
+        final = flat(weights)
+        if wide is not None and error is None:
+            error = _memory_run(api, fn, wide, lr)
         data = {
             "steps": steps,
             "between": between,
             "n_params": len(weights),
             "grad_bytes": sum(p.numel() * p.element_size() for p in weights),
-            "final_params": flat(weights),
+            "final_params": final,
         }
         return data, error
 
     return api.supervise(learner)
+
+
+def _memory_run(api, fn, wide, lr):
+    """``train`` once more, on the wide model and its one batch, each ``make_optimizer`` a plain
+    Adam, between two syncs where the supervisor reads the parameters and the kernel's figures
+    of the process's memory (``Observer.watch``): what a pass on live gradients rests on."""
+    model, batches, loss_fn = wide
+
+    def make_optimizer(group):
+        return torch.optim.Adam(list(group), lr=lr)
+
+    api.sync("memory-start", snapshot=True)
+    error = api.call(fn, [model, scenarios.Loader(batches), loss_fn, make_optimizer])
+    api.sync("memory-end", snapshot=True)
+    return error

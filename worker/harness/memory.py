@@ -41,6 +41,28 @@ def run_params(params):
     }
 
 
+def wide_scenario(params):
+    """The hookstep kind's memory run (``params["memory_width"]``), or None: three square
+    ``Linear`` layers that wide (float64, seeded apart), one batch of 8 rows, cross-entropy. Its
+    gradients are tens of MiB each, so the kernel's count of the process's memory tells one
+    gradient alive at a time from all of them (the maths run's are a few hundred bytes)."""
+    width = int(params.get("memory_width") or 0)
+    if not width:
+        return None
+    torch.manual_seed(int(params.get("seed", 0)) + 1)
+    layers = [torch.nn.Linear(width, width) for _ in range(3)]
+    model = torch.nn.Sequential(layers[0], torch.nn.Tanh(), layers[1], torch.nn.Tanh(), layers[2])
+    model = model.to(torch.float64)
+    x = torch.randn(8, width, dtype=torch.float64)
+    y = torch.randint(0, width, (8,))
+    return model, [(x, y)], torch.nn.CrossEntropyLoss()
+
+
+def biases(model):
+    """The wide model's biases (``wide_scenario``), in order: what the supervisor reads of it."""
+    return [layer.bias for layer in model if isinstance(layer, torch.nn.Linear)]
+
+
 class _Held:
     __slots__ = ("tensor", "__weakref__")
 
