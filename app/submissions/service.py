@@ -63,7 +63,8 @@ def enqueue(
         if key and (earlier := with_key(session, learner, key)) is not None:
             return earlier
         raise AlreadyActive from None
-    drafts.save(session, learner, exercise.id, code)  # what was sent is the draft from now on
+    # what was sent is the draft from now on, counted in its address's quota (never refused: it is queued)
+    drafts.save(session, learner, exercise.id, code, client=client)
     if session.get_bind().dialect.name == "postgresql":
         session.execute(
             text("SELECT pg_notify(:channel, :id)"), {"channel": NOTIFY_CHANNEL, "id": str(submission.id)}

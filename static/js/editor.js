@@ -192,6 +192,13 @@ function mount(ta) {
         dirty = again = true
         return
       }
+      if (response.status === 422 || response.status === 429) {
+        // refused (too large, or the address's free storage is full): the server says why, and
+        // the code stays here and in this browser; the same code is not sent again, an edit is
+        const refusal = await response.json().catch(() => ({}))
+        showState(refusal.message || ta.dataset.draftOffline)
+        return
+      }
       if (!response.ok) throw new Error(String(response.status))
       base = draftHash(sent)
       if (ta.value === sent) writeLocal(ta.dataset.draftKey, sent, base, true)

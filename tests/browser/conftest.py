@@ -60,9 +60,10 @@ def browser_settings(database_url: str, **overrides) -> Settings:
 
 
 @contextmanager
-def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
+def serving(database_url: str, poll_seconds: float = 0.3, **overrides) -> Iterator[str]:
     """The app on a free loopback port over ``database_url`` (migrated here), with a real worker
-    grading in a thread (one warm sandbox: the next grade is quick); yields the base URL."""
+    grading in a thread (one warm sandbox: the next grade is quick); yields the base URL.
+    ``overrides``: settings of the module's own (a limit made small to reach it)."""
     import uvicorn
 
     from worker.harness import quiet
@@ -72,7 +73,7 @@ def serving(database_url: str, poll_seconds: float = 0.3) -> Iterator[str]:
     from worker.grading import Grader
     from worker.runner import Worker
 
-    settings = browser_settings(database_url, poll_seconds=poll_seconds)
+    settings = browser_settings(database_url, poll_seconds=poll_seconds, **overrides)
     upgrade(settings.database_url)
     port = _free_port()
     server = uvicorn.Server(
