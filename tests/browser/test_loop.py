@@ -6,6 +6,7 @@ way out; in both languages, light and dark, with axe finding nothing serious."""
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.browser.conftest import shot
 from tests.browser.test_editor import MATRIX
@@ -284,7 +285,9 @@ def test_a_right_answer_says_so_once(new_page, lang, width, scheme):
         for question in lesson.questions
         if question.correct_option.explanation_html["en"].startswith(opening["en"])
     )
-    assert question.correct_option.explanation_html[lang].startswith(opening[lang]), "the case is there in both languages"
+    assert question.correct_option.explanation_html[lang].startswith(opening[lang]), (
+        "the case is there in both languages"
+    )
     page = new_page(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page.goto(f"/lessons/{lesson.slug}?lang={lang}")
     # unanswered, the question shows no empty box
@@ -343,6 +346,10 @@ def test_forgotten_password_without_mail_and_leaving_with_ones_data(new_page, la
     assert download.value.suggested_filename == "treino-account.json"
     assert serious_axe(page) == []
     page.locator("details.delete-account summary").click()
+    page.get_by_label(confirm).fill("not the password")
+    page.get_by_role("button", name=delete).click()
+    refused = page.locator("details.delete-account[open] :is(.form-error, .field-error)")
+    expect(refused).to_be_in_viewport()  # where one looks, not below the fold
     page.get_by_label(confirm).fill("four unrelated words here")
     page.get_by_role("button", name=delete).click()
     assert page.locator("h1").inner_text() == deleted
