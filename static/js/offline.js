@@ -325,9 +325,15 @@ function fromWorker(event) {
   }
 }
 
-// The page again, from the network now (a GET, whatever brought this one).
+// The page again, from the network now (a GET, whatever brought this one); never while this
+// page is already going (a sign-in's answer tells the worker the new owner while the old page
+// may still be on screen: going back to it would undo the sign-in's navigation).
+let going = false
+window.addEventListener("beforeunload", () => { going = true })
+window.addEventListener("pageshow", () => { going = false })
+
 function leave() {
-  location.replace(location.href)
+  if (!going) location.replace(location.href)
 }
 
 async function start() {
