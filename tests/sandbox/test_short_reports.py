@@ -114,6 +114,40 @@ PHASES_ROUTES = {
 }
 
 
+# no record_function at all: the phases measured with a clock of its own, and a range per event
+# written into the report, around each one's reported times (it passed while the labels were
+# judged on the reported ranges; now they are the ranges the supervisor saw open and close)
+UNLABELLED_BUT_REPORTED = """
+import time
+
+def find_bottleneck(model, loader, loss_fn, optimizer):
+    spent = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
+    batches = iter(loader)
+    for _ in range(len(loader)):
+        t = time.perf_counter()
+        x, y = next(batches)
+        spent["data"] += time.perf_counter() - t
+        t = time.perf_counter()
+        loss = loss_fn(model(x), y)
+        spent["forward"] += time.perf_counter() - t
+        t = time.perf_counter()
+        loss.backward()
+        spent["backward"] += time.perf_counter() - t
+        t = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad()
+        spent["optimizer"] += time.perf_counter() - t
+    return max(spent, key=spent.get)
+
+def labelled(data):
+    for run in data["runs"]:
+        run["ranges"] = [[phase, a - 0.001, b + 0.001] for phase, spans in run["points"].items()
+                         for a, b in spans]
+
+rewrite_report(labelled)
+"""
+
+
 class TestFindTheBottleneck:
     @pytest.fixture
     def exercise(self):
@@ -128,6 +162,13 @@ class TestFindTheBottleneck:
         assert outcome.status == "error", outcome.verdict
         message = outcome.verdict["checks"][0]["message"]
         assert "this run cannot be judged" in message and "where the grader counted 4" in message, message
+
+    @pytest.mark.parametrize("hook", ["on-the-link", "on-return"])
+    def test_ranges_written_into_the_report_label_nothing(self, run, mode, hook):
+        outcome = run((ON_THE_LINK if hook == "on-the-link" else ON_RETURN) + UNLABELLED_BUT_REPORTED)
+        assert outcome.status == "failed", outcome.verdict
+        labels = next(c for c in outcome.verdict["checks"] if c["name"] == "Phase labels")
+        assert labels["status"] == "failed" and "Only 0 of 6" in labels["message"], outcome.verdict
 
     def test_the_solution_still_passes(self, run, mode, exercise):
         outcome = run(_solution(exercise))

@@ -1,11 +1,17 @@
 """Checks of the "phases" kind (lesson 3).
 
-Every fetch, forward, backward and optimizer step the harness timed must lie inside a
-``record_function`` range named after its phase; each loop must be one pass over the loader
-(one fetch, forward, backward and step per batch: a sample of the batches can point at the
-wrong phase); and on every loop (each with a different phase made slow on purpose, in an order
-the sandbox's supervisor drew) the learner's answer must name the slow phase. The harness's own
-totals per label back the answer up: they are the learner's ranges, timed.
+Every fetch, forward, backward and optimizer step must lie inside a ``record_function`` range
+named after its phase; each loop must be one pass over the loader (one fetch, forward, backward
+and step per batch: a sample of the batches can point at the wrong phase); and on every loop
+(each with a different phase made slow on purpose, in an order the sandbox's supervisor drew)
+the learner's answer must name the slow phase. The harness's own totals per label back the
+answer up: they are the learner's ranges, timed.
+
+What a pass rests on is the supervisor's: the events are its syncs, counted per loop; a range
+is the span between its ``open:<phase>`` and ``close:<phase>`` syncs, and an event lies inside
+it when the supervisor received it between the two (``_seen``); which phase was slow it drew
+itself. The timeline the learner's process reports (its ranges and points, timed by its own
+clock) must hold as many events, and otherwise only names the mistake and gives the figures.
 """
 
 import bisect
@@ -56,6 +62,26 @@ def _coverage(run, own=True):
     return coverage
 
 
+def _seen(events, number):
+    """Loop ``number``'s timeline as the supervisor received it (``_coverage``'s shape, its
+    position in the supervisor's events for a time): each phase's ranges, an open paired with
+    the latest unclosed one of its name, and each fetch, forward, backward and step as an
+    instant."""
+    ranges, points = [], {phase: [] for phase in PHASES}
+    opened: dict[str, list[int]] = {phase: [] for phase in PHASES}
+    for at, (label, index, *_) in enumerate(events):
+        if index != number:
+            continue
+        edge, _, name = label.partition(":")
+        if label in PHASE_OF:
+            points[PHASE_OF[label]].append((at, at))
+        elif name in opened and edge == "open":
+            opened[name].append(at)
+        elif name in opened and edge == "close" and opened[name]:
+            ranges.append([name, opened[name].pop(), at])
+    return {"ranges": ranges, "points": points}
+
+
 def _totals(run):
     totals = dict.fromkeys(PHASES, 0.0)
     for name, start, end in run["ranges"]:
@@ -90,7 +116,10 @@ def _observed(params, data):
             agree(len(run["points"][phase]), count, "events")
     if seen["events_dropped"]:
         agree(0, seen["events_dropped"], "events")
-    return [{**run, "slow": PHASE_OF[slowed[n]]} for n, run in enumerate(data["runs"])]
+    return [
+        {**run, "slow": PHASE_OF[slowed[n]], "seen": _seen(seen["events"], n)}
+        for n, run in enumerate(data["runs"])
+    ]
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
@@ -98,7 +127,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     checks = []
     uncovered = []
     for run in runs:
-        for phase, (inside, total) in _coverage(run).items():
+        for phase, (inside, total) in _coverage(run["seen"]).items():
             if inside < total:
                 uncovered.append((phase, inside, total))
     if uncovered:

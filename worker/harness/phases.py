@@ -7,8 +7,12 @@ syncs with the supervisor (``fetch``, ``forward``, ``backward`` and ``step``, in
 run); the supervisor draws, once the learner's process exists, which phase is slow in which
 run, and takes ``slow_ms`` before answering that phase's syncs: nothing in this process tells
 which, and the wait cannot be shortened from here. The supervisor counts each run's events
-itself. Recorded per run: every labelled range (name, start, end), when each fetch, forward,
-backward and optimizer step happened, and the answer.
+itself, and sees each range named after a phase open and close (``open:<phase>`` and
+``close:<phase>`` syncs, sent by ``record_function`` as the learner's code enters and leaves it):
+in the order it received them, every event lies inside the ranges open around it, which is what
+the labels are judged on. Recorded per run, for the diagnoses and the figures shown: every
+labelled range (name, start, end), when each fetch, forward, backward and optimizer step
+happened, and the answer.
 """
 
 import time
@@ -86,9 +90,12 @@ def _patch_record_function(state):
     class record_function(real):  # type: ignore[valid-type,misc]  # noqa: N801  (the name the learner imports)
         def __enter__(self):
             self._started = time.perf_counter()
-            return super().__enter__()
+            entered = super().__enter__()
+            self._tell("open")
+            return entered
 
         def __exit__(self, *exc):
+            self._tell("close")
             result = super().__exit__(*exc)
             run = state["run"]
             name = str(self.name)
@@ -99,6 +106,11 @@ def _patch_record_function(state):
             ):
                 run.ranges.append([name[:40], self._started, time.perf_counter()])
             return result
+
+        def _tell(self, edge):
+            """A phase's range opening or closing, told to the supervisor in its order."""
+            if state["run"] is not None and self.name in PHASES:
+                state["sync"](f"{edge}:{self.name}")
 
     # before the learner's file is imported, so `from torch.profiler import …` sees it
     torch.autograd.profiler.record_function = record_function  # type: ignore[misc]
@@ -147,7 +159,7 @@ def run(job, api):
     api.slow_one([LABELS[phase] for phase in params["slow"]], float(params["slow_ms"]) / 1000)
 
     def learner():
-        state: dict[str, Run | None] = {"run": None}
+        state: dict = {"run": None, "sync": None}
         _patch_record_function(state)
         name_limits()
         fn = api.load_entry()
@@ -155,9 +167,12 @@ def run(job, api):
         runs = []
         for number in range(runs_count):
             state["run"] = current = Run()
-            model, loader, loss_fn, optimizer = _build(
-                params, current, lambda label, number=number: api.sync(label, number)
-            )
+
+            def sync(label, number=number):
+                api.sync(label, number)
+
+            state["sync"] = sync
+            model, loader, loss_fn, optimizer = _build(params, current, sync)
             origin = time.perf_counter()
             answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
             state["run"] = None

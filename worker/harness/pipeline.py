@@ -8,12 +8,13 @@ make them, nor shorten the wait; it can only ask for many at once, which is the 
 
 The same training loop (``scenarios.pipeline_step``) runs over the same dataset, in this process:
 first on the baseline ``DataLoader(dataset, batch_size)`` (loading in the main process), before
-the learner's file is imported; then ``params["attempts"]`` times (three) on the learner's
+the learner's file is imported; then ``params["attempts"]`` times (three: the grader sends the
+number the checks judge, ``worker/checks/pipeline.py`` ``job_inputs``) on the learner's
 ``make_loader(dataset, batch_size)`` (the call is timed too). Each run begins with a ``run``
 sync and ends with a ``done`` sync, where the supervisor reads the model's parameters and the
 time: the checks redo each run's steps from its seed and call the loader right only where they
-end on the same parameters. Reported, for the diagnoses: the sample indices of every batch the learner's
-loader gave, and what kind of loader it was.
+end on the same parameters. Reported, for the diagnoses: the sample indices of every batch the
+learner's loader gave, and what kind of loader it was.
 """
 
 import os
