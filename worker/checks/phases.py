@@ -67,7 +67,8 @@ def _seen(events, number):
     position in the supervisor's events for a time): each phase's ranges, an open paired with
     the latest unclosed one of its name, and each fetch, forward, backward and step as an
     instant."""
-    ranges, points = [], {phase: [] for phase in PHASES}
+    ranges: list[list] = []
+    points: dict[str, list[tuple[int, int]]] = {phase: [] for phase in PHASES}
     opened: dict[str, list[int]] = {phase: [] for phase in PHASES}
     for at, (label, index, *_) in enumerate(events):
         if index != number:
