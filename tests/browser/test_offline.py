@@ -16,9 +16,11 @@ from app.config import Settings
 from app.db import upgrade
 from app.drafts.models import Draft
 from app.main import create_app
+from app.offline import routes
 from app.quizzes.models import QuizAttempt
 from app.submissions.models import Submission
 from tests.browser.conftest import LESSONS, _free_port, serving, shot
+from tests.browser.test_accounts import FIRST, SECOND, submit
 from tests.browser.test_learner_flow import GRADE_MS, SOLUTION, replace_code
 
 pytestmark = pytest.mark.browser
@@ -319,7 +321,6 @@ KEPT_OWNER = """async ([url, want, ms]) => {
     await new Promise((resolve) => setTimeout(resolve, 50))
   }
 }"""
-PASSWORD, NEW_PASSWORD = "four unrelated words here", "five other unrelated words"
 OFFLINE_TITLE = {"en": "You are offline", "pt-BR": "Você está sem conexão"}
 PHONE = {"width": 390, "height": 844}
 
@@ -335,10 +336,8 @@ def owner_of(page) -> str:
 
 
 def sign_up(page, email: str) -> None:
-    from tests.browser.test_accounts import submit
-
     page.goto("/sign-up")
-    submit(page, "/sign-up", email=email, password=PASSWORD)
+    submit(page, "/sign-up", email=email, password=FIRST)
     assert owner_of(page).startswith("u"), "signed in"
 
 
@@ -380,13 +379,11 @@ def test_an_ended_sessions_pages_are_not_shown_to_the_next_person(open_page, lan
     assert email in other_tab.locator("main").inner_text()
 
     # A's phone: the password changes, and every other session of A's ends
-    from tests.browser.test_accounts import submit
-
     phone = open_page(viewport=PHONE, locale=lang, service_workers="block")
     phone.goto("/sign-in")
-    submit(phone, "/sign-in", email=email, password=PASSWORD)
+    submit(phone, "/sign-in", email=email, password=FIRST)
     phone.goto("/account")
-    submit(phone, "/account/password", current_password=PASSWORD, new_password=NEW_PASSWORD)
+    submit(phone, "/account/password", current_password=FIRST, new_password=SECOND)
 
     # B sits down at the same browser, on a slow network: A's kept account page wins the race
     # after 4 s (nothing has said yet that A's session ended: the browser is still A's)...
@@ -481,9 +478,7 @@ def test_the_outbox_sends_an_item_only_under_whoever_queued_it(open_page, offlin
     page.goto("/sign-up")
     assert outbox_keys(page) == [mine["key"], theirs["key"]], "nothing sent yet"
     page.context.unroute("**/offline/session")
-    from tests.browser.test_accounts import submit
-
-    submit(page, "/sign-up", email="outbox-owner@example.com", password=PASSWORD)
+    submit(page, "/sign-up", email="outbox-owner@example.com", password=FIRST)
     account = owner_of(page)
     assert account.startswith("u")
     for _ in range(400):  # the page after the sign-up sends the visitor's item, now the account's
@@ -506,8 +501,6 @@ KEPT_PATHS = """async () => (await (await caches.open("treino-pages")).keys())
 
 
 def test_the_page_cache_keeps_at_most_its_bound_the_oldest_going_first(open_page, monkeypatch):
-    from app.offline import routes
-
     monkeypatch.setattr(routes, "MAX_PAGES", 3)  # written into /sw.js, which this browser fetches now
     page = open_page()
     controlled(page, "/")
