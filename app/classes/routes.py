@@ -7,6 +7,8 @@ import csv
 import hashlib
 import hmac
 import io
+from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Annotated, Any
 
 from anyio import CapacityLimiter, to_thread
@@ -28,14 +30,16 @@ from app.classes.schemas import (
     JoinIn,
     ReportOut,
 )
-from app.db import SessionDep, make_engine
+from app.db import SessionDep, aware, make_engine, utcnow
 from app.errors import ApiError, documented
 from app.http import is_htmx
+from app.i18n import current_lang
 from app.i18n import gettext as _
 from app.lessons.course import Course
 from app.lessons.dependencies import CourseDep
 from app.progress.service import course_progress
 from app.security import TEXT_PATTERN
+from app.submissions.present import when
 from app.web import render
 from contracts.verdict import render as render_verdict
 
@@ -159,7 +163,26 @@ def _report_context(
             for exercise_id, row in report.exercises.items()
         },
         "wait_url": _wait_url(request, classroom.id, stamp),
+        "ago": ago,
+        "now": utcnow(),
     }
+
+
+def ago(moment: datetime, now: datetime) -> str:
+    """ "3 minutes ago", as present.when says it, for a grid of hundreds of learners: the time
+    is taken to the minute (to the hour past an hour, to the day past a day), so each wording
+    is made once per language, not once per learner (Babel takes a tenth of a millisecond)."""
+    seconds = max(0, int((now - aware(moment)).total_seconds()))
+    if seconds >= 45:  # under that, "just now"
+        step = 60 if seconds < 3600 else 3600 if seconds < 86400 else 86400
+        seconds -= seconds % step
+    return _worded(seconds, current_lang())
+
+
+@lru_cache(maxsize=1024)
+def _worded(seconds: int, _lang: str) -> str:
+    now = utcnow()
+    return when(now - timedelta(seconds=seconds), now)
 
 
 def _mistake(mistake: service.Mistake, lang: str) -> dict[str, Any]:

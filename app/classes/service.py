@@ -212,7 +212,8 @@ class LearnerRow:
 class Mistake:
     id: str
     learners: int  # how many learners' graded code it was named in
-    example: Submission | None = None  # one such verdict, in the language its learner read it
+    newest: int = 0  # the id of the newest submission it was named in
+    example: Submission | None = None  # that submission: its verdict as its learner read it
 
 
 @dataclass
@@ -245,7 +246,8 @@ NOT_WORK = (Status.CANCELLED, Status.REJECTED)  # sent, but nothing the learner'
 def report(session: Session, classroom: Classroom, course: Course) -> Report:
     """What the class has done: the grid, per exercise the passes and the named mistakes, per
     quick-check question the wrong options chosen. Only the course's current exercises and
-    questions count. Seven queries, whatever the class's size."""
+    questions count. Six queries whatever the class's size; the learners' submissions are read
+    once, grouped per learner, exercise and named mistake."""
     members = session.execute(
         select(Member.user_id, Member.name)
         .where(Member.class_id == classroom.id, Member.role == Role.LEARNER)
@@ -258,9 +260,8 @@ def report(session: Session, classroom: Classroom, course: Course) -> Report:
     exercises = {ex: ExerciseRow() for ex in exercise_ids}
     questions: dict[str, dict[str, int]] = {}
     if rows:
-        _fill_grid(session, classroom, rows)
+        _fill_work(session, classroom, rows, exercises)
         _fill_last(session, classroom, rows)
-        _fill_mistakes(session, classroom, exercises)
         questions = _wrong_answers(session, classroom, course)
     for row in rows.values():
         for exercise_id, cell in row.cells.items():
@@ -269,53 +270,96 @@ def report(session: Session, classroom: Classroom, course: Course) -> Report:
     return Report(classroom, list(rows.values()), exercises, questions)
 
 
-def _fill_grid(session: Session, classroom: Classroom, rows: dict[int, LearnerRow]) -> None:
-    """Per learner and exercise: passed, tried (anything sent that ran or waits), attempts."""
+def _fill_work(
+    session: Session, classroom: Classroom, rows: dict[int, LearnerRow], exercises: dict[str, ExerciseRow]
+) -> None:
+    """The grid's cells (passed, tried: anything sent that ran or waits; attempts) and the named
+    mistakes (learners per exercise and mistake, the newest such submission as its example),
+    from one read of the learners' submissions grouped per learner, exercise and mistake."""
     submitted = Submission.mode == Mode.SUBMIT
 
-    def counted(condition: ColumnElement[bool]) -> Any:
-        return func.sum(case((condition, 1), else_=0))
+    def flag(condition: ColumnElement[bool]) -> Any:
+        return case((condition, 1), else_=0)
 
-    cells = session.execute(
+    # per submission, then grouped outside: PostgreSQL groups by the subquery's column, where a
+    # GROUP BY of the JSON expression itself would not match the one selected
+    each = (
         select(
+            Submission.id,
             Submission.user_id,
             Submission.exercise,
-            counted(submitted & Submission.status.in_((*GRADED, *ACTIVE))),
-            counted(submitted & (Submission.status == Status.PASSED)),
-            counted(Submission.status.not_in(NOT_WORK)),
+            flag(submitted & Submission.status.in_((*GRADED, *ACTIVE))).label("attempt"),
+            flag(submitted & (Submission.status == Status.PASSED)).label("passed"),
+            flag(Submission.status.not_in(NOT_WORK)).label("worked"),
+            # a named mistake is a graded failure's
+            case((submitted & (Submission.status == Status.FAILED), diagnosis_id()), else_=None).label(
+                "mistake"
+            ),
         )
         .where(_of_learners(Submission.user_id, classroom))
-        .group_by(Submission.user_id, Submission.exercise)
+        .subquery()
+    )
+    found = session.execute(
+        select(
+            each.c.user_id,
+            each.c.exercise,
+            each.c.mistake,
+            func.sum(each.c.attempt),
+            func.max(each.c.passed),
+            func.max(each.c.worked),
+            func.max(each.c.id),
+        ).group_by(each.c.user_id, each.c.exercise, each.c.mistake)
     ).all()
+    named: dict[tuple[str, str], Mistake] = {}
+    for user_id, exercise, mistake, attempts, passed, worked, newest in found:
+        cell = rows[user_id].cells.get(exercise)
+        if cell is None:  # an exercise the course no longer has
+            continue
+        cell.attempts += attempts
+        if passed:
+            cell.status = PASSED
+        elif worked and cell.status == NOT_STARTED:
+            cell.status = TRIED
+        if mistake:
+            entry = named.setdefault((exercise, mistake), Mistake(mistake, 0))
+            entry.learners += 1  # a row per learner: grouped by learner
+            entry.newest = max(entry.newest, newest)
     # an error is an attempt only if the learner's code ran (submissions.graded reads its verdict)
     errors = session.execute(
         select(Submission.user_id, Submission.exercise, Submission.verdict).where(
             _of_learners(Submission.user_id, classroom), submitted, Submission.status == Status.ERROR
         )
     ).all()
-    for user_id, exercise, attempts, passed, worked in cells:
-        cell = rows[user_id].cells.get(exercise)
-        if cell is None:  # an exercise the course no longer has
-            continue
-        cell.attempts = attempts
-        cell.status = PASSED if passed else TRIED if worked else NOT_STARTED
     for user_id, exercise, verdict in errors:
         cell = rows[user_id].cells.get(exercise)
         if cell is not None and submissions.graded(Mode.SUBMIT, Status.ERROR, verdict):
             cell.attempts += 1
+    wanted = [m.newest for m in named.values()]
+    examples = {s.id: s for s in session.scalars(select(Submission).where(Submission.id.in_(wanted)))}
+    for (exercise, _), mistake in named.items():
+        mistake.example = examples.get(mistake.newest)
+        exercises[exercise].mistakes.append(mistake)
+    for row in exercises.values():
+        row.mistakes.sort(key=lambda m: (-m.learners, m.id))
 
 
 def _fill_last(session: Session, classroom: Classroom, rows: dict[int, LearnerRow]) -> None:
-    """Each learner's last activity: their latest submission or quick-check answer."""
-    at = union_all(
-        select(Submission.user_id.label("user_id"), Submission.created_at.label("at")).where(
-            _of_learners(Submission.user_id, classroom)
-        ),
-        select(QuizAttempt.user_id, QuizAttempt.created_at).where(
-            _of_learners(QuizAttempt.user_id, classroom)
-        ),
+    """Each learner's last activity: their newest submission or quick-check answer (the newest is
+    the highest id, found in the index on the owner; then one row each is read for its time)."""
+    newest = union_all(
+        *(
+            select(model.created_at.label("at"), model.user_id.label("user_id")).where(
+                model.id.in_(
+                    select(func.max(model.id))
+                    .where(_of_learners(model.user_id, classroom))
+                    .group_by(model.user_id)
+                )
+            )
+            for model in (Submission, QuizAttempt)
+        )
     ).subquery()
-    for user_id, last in session.execute(select(at.c.user_id, func.max(at.c.at)).group_by(at.c.user_id)):
+    found = session.execute(select(newest.c.user_id, func.max(newest.c.at)).group_by(newest.c.user_id))
+    for user_id, last in found:
         if isinstance(last, str):  # SQLite: MAX over a UNION loses the column's type
             last = datetime.fromisoformat(last)
         rows[user_id].last = aware(last) if last else None
@@ -324,39 +368,6 @@ def _fill_last(session: Session, classroom: Classroom, rows: dict[int, LearnerRo
 def diagnosis_id() -> Any:
     """The named mistake of a stored verdict (record and rendered verdict alike keep it there)."""
     return Submission.verdict[("diagnosis", "id")].as_string()
-
-
-def _fill_mistakes(session: Session, classroom: Classroom, exercises: dict[str, ExerciseRow]) -> None:
-    """Per exercise, each named mistake with the learners it was named for, and one example."""
-    named = diagnosis_id()
-    failed = (
-        select(Submission.id, Submission.exercise, Submission.user_id, named.label("mistake"))
-        .where(
-            _of_learners(Submission.user_id, classroom),
-            Submission.mode == Mode.SUBMIT,
-            Submission.status == Status.FAILED,  # a named mistake is a failed verdict's
-        )
-        .subquery()
-    )
-    found = session.execute(
-        select(
-            failed.c.exercise,
-            failed.c.mistake,
-            func.count(func.distinct(failed.c.user_id)),
-            func.max(failed.c.id),
-        )
-        .where(failed.c.mistake.is_not(None))
-        .group_by(failed.c.exercise, failed.c.mistake)
-    ).all()
-    examples = {
-        s.id: s
-        for s in session.scalars(select(Submission).where(Submission.id.in_([row[3] for row in found])))
-    }
-    for exercise, mistake, learners, example in found:
-        if exercise in exercises and mistake:
-            exercises[exercise].mistakes.append(Mistake(mistake, learners, examples.get(example)))
-    for row in exercises.values():
-        row.mistakes.sort(key=lambda m: (-m.learners, m.id))
 
 
 def _wrong_answers(session: Session, classroom: Classroom, course: Course) -> dict[str, dict[str, int]]:

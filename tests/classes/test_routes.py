@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from app.accounts.models import User
 from app.classes.models import Classroom
 from app.submissions.models import Status
-from tests.classes.conftest import EXERCISE, MISTAKE, graded
+from tests.classes.conftest import EXERCISE, MISTAKE, answered, graded
 from tests.conftest import arm_csrf, html, sign_up
 
 
@@ -59,9 +59,18 @@ def test_a_teacher_sees_the_class_work_and_nobody_else_does(db_app):
             "You are already in this class."
             in html(ana.get(f"/classes/join/{classroom.join_code}")).get_text()
         )
+        mine = html(ana.get("/classes"))
+        assert mine.find("button", string="Leave DL 2026") is not None
+        assert "you appear as Ana" in mine.get_text()
+        teaching = html(teacher.get("/classes"))
+        assert teaching.find("a", href=f"/classes/{classroom.id}").get_text() == "DL 2026"
         _record(db_app, "ana@example.com", Status.FAILED, MISTAKE, lang="pt-BR")
         _record(db_app, "bia@example.com", Status.FAILED, MISTAKE)
         _record(db_app, "bia@example.com", Status.PASSED)
+        with db_app.state.sessionmaker.begin() as s:
+            for email in ("ana@example.com", "bia@example.com"):
+                learner = s.query(User).filter_by(email=email).one()
+                answered(s, learner, "gradient-accumulation", "when-to-step", "after-each", False)
 
         page = html(teacher.get(f"/classes/{classroom.id}"))
         rows = {row.th.get_text(strip=True): row for row in page.select(".class-grid tbody tr")}
@@ -72,6 +81,9 @@ def test_a_teacher_sees_the_class_work_and_nobody_else_does(db_app):
         assert mistake.select_one(".mistake-title").get_text() != MISTAKE
         assert mistake.blockquote["lang"] in ("en", "pt-BR") and mistake.blockquote.get_text(strip=True)
         assert "1 of 2 passed · 2 tried" in page.select_one(f'[data-exercise="{EXERCISE}"]').get_text()
+        wrong = page.select_one('[data-question="gradient-accumulation/when-to-step"]')
+        assert wrong.select_one(".mistake-count").get_text() == "2"  # two learners chose it
+        assert "After every micro-batch" in wrong.get_text()  # the option's own words
 
         exported = teacher.get(f"/classes/{classroom.id}/export.csv")
         assert exported.headers["content-type"].startswith("text/csv")
@@ -160,3 +172,16 @@ def test_the_live_wait_answers_when_the_class_changes_and_only_with_the_pages_ke
     assert time.monotonic() - started < 15  # at once, not after the 20 s a quiet class waits
     fragment = client.get(f"/classes/{classroom.id}", headers={"HX-Request": "true"})
     assert html(fragment).find(id="class-report")["hx-trigger"] == "changed"
+
+
+def test_last_activity_reads_as_the_submission_pages_say_it():
+    from datetime import timedelta
+
+    from app.classes.routes import ago
+    from app.db import utcnow
+    from app.submissions.present import when
+
+    now = utcnow()
+    for back in (timedelta(seconds=20), timedelta(minutes=3, seconds=20), timedelta(hours=2, minutes=10)):
+        assert ago(now - back, now) == when(now - back, now)
+    assert ago(now - timedelta(minutes=3, seconds=20), now) == "3 minutes ago"
