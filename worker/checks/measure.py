@@ -8,25 +8,80 @@ accumulation configuration matches the large batch (the "accumulation" kind's re
 and tolerance, on its own float64 scenario); checkpointing lowered the peak.
 """
 
+import json
 import math
 import statistics
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
 
 from contracts.messages import Phrase, Sci
 from worker.checks import (
+    SEEDING,
     Check,
     Diagnosis,
     Evaluation,
     Interfered,
     accumulation,
     agree,
+    kernel_memory,
     observed,
     snapshots,
     tensors,
 )
+from worker.harness import memory, scenarios
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
 MAX_STEP_TIMES = 256  # the harness's cap, per configuration
+# The memory runs (the harness's ``MEMORY_RUNS``: low precision, then checkpointing, each once
+# more on one large batch), as the kernel counts the process, against the naive float32 step's
+# peak of live tensors on that batch: autocast to bfloat16 rises by 0.60× of it, checkpointing
+# each block by 0.57×, a run that kept float32 or every activation by 1.0× (measured, a batch
+# of 60,000). Low precision must stay within LOW_FACTOR; checkpointing within ``peak_drop``.
+LOW_FACTOR = 0.8
+# how far the memory run's one step may land from the float32 step: bfloat16 rounding (~1e-2),
+# float32 recomputation (~1e-6); further, the run did not train there
+MEMORY_TRAINED = {"low": 0.1, "checkpoint": 1e-3}
+
+
+@dataclass(frozen=True)
+class MemoryReference:
+    params: torch.Tensor  # the fresh model's after one float32 step on the large batch
+    initial: torch.Tensor
+    peak: int  # that step's peak of live tensors
+
+
+def memory_params(params: dict) -> dict | None:
+    """The memory runs' scenario, as the harness builds it (``measure.memory_params``)."""
+    if not params.get("memory_batch"):
+        return None
+    return {
+        **{k: v for k, v in params.items() if k not in ("memory_batch", "reference")},
+        "batch_size": int(params["memory_batch"]),
+        "n_batches": 1,
+        "seed": int(params.get("seed", 0)) + 1,
+    }
+
+
+@lru_cache(maxsize=4)
+def _memory_reference(key: str) -> MemoryReference | None:
+    sized = memory_params(json.loads(key))
+    if sized is None:
+        return None
+    model, [(x, y)], loss_fn = scenarios.block_net(sized, torch.float32)
+    weights = list(model.parameters())
+    initial = tensors.flat(weights)
+    with memory.LiveTensorMeter(weights, inputs=(x, y)) as meter:
+        loss_fn(model(x), y).backward()
+    torch.optim.SGD(weights, lr=float(sized["lr"])).step()
+    return MemoryReference(tensors.flat(weights), initial, meter.peak)
+
+
+def memory_reference(params: dict) -> MemoryReference | None:
+    with SEEDING:
+        return _memory_reference(json.dumps(params, sort_keys=True))
 
 
 def step_times(config: dict) -> tuple[float, float, float, int]:
@@ -45,6 +100,50 @@ def step_times(config: dict) -> tuple[float, float, float, int]:
 
 def prepare(params: dict, device: str) -> None:
     accumulation.reference(params["reference"])
+    memory_reference(params)
+
+
+def _size(params: dict) -> int:
+    """The values the correctness run's parameters hold (the memory runs' come after them)."""
+    return int(accumulation.reference(params["reference"]).initial.numel())
+
+
+def _kernel(params, data, device):
+    """The memory runs as the supervisor saw them, one check line each (none where the exercise
+    has none, or on CUDA, where no child is watched): each run's one step where the float32
+    step puts its model, read from the parameters, and the rise of the process's memory, as the
+    kernel counted it, within its share of the naive float32 step's peak on that batch. The
+    dtypes and recomputations the loop's process reported only name the mistake; this is what
+    a pass on them rests on."""
+    mem = memory_reference(params)
+    seen = observed(data)
+    if mem is None or not kernel_memory.watched(seen):
+        return []
+    size, n = _size(params), mem.params.numel()
+    checks = []
+    for number, name in enumerate(("low", "checkpoint")):
+        rise = kernel_memory.rise(seen, f"memory-{name}-start", f"memory-{name}-end")
+        limit = LOW_FACTOR if name == "low" else float(params["peak_drop"])
+        ends = snapshots(seen, f"memory-{name}-end")
+        error = math.inf
+        if ends and len(ends[0]) == size + 2 * n:
+            mine = tensors.vector(ends[0][size + number * n : size + (number + 1) * n]).nan_to_num()
+            error = tensors.norm(mine - mem.params) / tensors.norm(mem.params - mem.initial)
+        values = {
+            "config": Phrase(f"check.measure_{name}.name"),
+            "rise": rise,
+            "naive": mem.peak,
+            "ratio": rise / mem.peak,
+            "limit": limit,
+            "batch": int(params["memory_batch"]),
+        }
+        if not error <= MEMORY_TRAINED[name]:
+            checks.append(Check(f"measure_{name}_kernel", False, "check.measure_kernel.untrained", values))
+            continue
+        fits = rise <= limit * mem.peak
+        message = f"check.measure_kernel.{'passed' if fits else 'failed'}"
+        checks.append(Check(f"measure_{name}_kernel", fits, message, values))
+    return checks
 
 
 def _row(name, config, data):
@@ -152,7 +251,7 @@ def _checkpoint(params, data):
     )
 
 
-def _observations(data):
+def _observations(params, data):
     """The steps of each timed configuration as the supervisor counted them, each metered
     run's peak as it kept it (CPU), the correctness run's parameters as it read them: the
     child's report must say the same, or the run was interfered with."""
@@ -181,12 +280,13 @@ def _observations(data):
         agree(reported, (peaks + [0] * len(reported))[: len(reported)], "memory")
     run = data.get("reference_run")
     if run is not None:
-        agree(run["steps"], snapshots(seen, "reference-step"), "parameters")
-        agree(run["final_params"], seen["final_params"], "parameters")
+        size = _size(params)
+        agree(run["steps"], [s[:size] for s in snapshots(seen, "reference-step")], "parameters")
+        agree(run["final_params"], seen["final_params"][:size], "parameters")
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
-    _observations(data)
+    _observations(params, data)
     configs = data["configs"]
     cuda = data["meter"] == "cuda"
     repeated = any(config.get("step_ms") for config in configs.values())
@@ -200,6 +300,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     checks = [where, *rows]
     if all(row.passed for row in rows):
         checks += [_precision(data), _accumulation(params, data, device), _checkpoint(params, data)]
+        checks += _kernel(params, data, device)
     metrics = {
         "measured_on": data["device_name"],
         "low_precision": data["low_precision"],

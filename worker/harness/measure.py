@@ -26,6 +26,7 @@ import time
 
 import memory
 import scenarios
+import supervise
 import torch
 from instrument import flat, name_limits, wrap_step
 from torch import nn
@@ -35,6 +36,11 @@ from torch import nn
 # decide alone), at a few milliseconds a step on the CPU
 ROUNDS = 3
 MAX_STEP_TIMES = 256  # per configuration
+
+# the memory runs (``params["memory_batch"]``): the configurations whose memory is graded, each
+# once more on one large batch and a fresh float32 model, low precision first (the kernel's
+# high-water mark only rises: a checkpointed run after it is measured over both)
+MEMORY_RUNS = [("low", True, False), ("checkpoint", False, True)]  # name, low precision?, checkpoint?
 
 CONFIGS = [  # name, low precision?, accumulate?, checkpoint?
     ("fp32", False, False, False),
@@ -184,10 +190,19 @@ def run(job, api):
     ref = params["reference"]
     scenario = scenarios.build(ref, torch.float64)
     checked = Blocks(scenario.model).to(device)
-    api.share(checked.parameters())
+    sized = memory_params(params)
+    big = []
+    if sized is not None:  # the memory runs' models and batch: the kernel's figures go by them
+        supervise.exact_malloc()
+        model, [(x, y)], _ = scenarios.block_net(sized, torch.float32)
+        big = [(copy.deepcopy(model).to(device), x.to(device), y.to(device)) for _ in MEMORY_RUNS]
+    # the memory runs' parameters after the correctness run's (the checks part them)
+    api.share([*checked.parameters(), *(p for m, _, _ in big for p in m.parameters())])
     keep_dtype(checked)
 
     def learner():
+        if big:
+            api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
         # the configuration goes by keyword: the four positional arguments are what is checked
@@ -198,6 +213,15 @@ def run(job, api):
         data, error = _configurations(job, api, fn, base, batches, loss_fn)
         if error is not None:
             return data, error
+        for (name, low_on, checkpoint), (model, x, y) in zip(MEMORY_RUNS, big, strict=True):
+            optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
+            kwargs = {"precision": low_precision(device) if low_on else torch.float32}
+            kwargs |= {"accum_steps": 1, "checkpoint": checkpoint}
+            api.sync(f"memory-{name}-start")
+            error = api.call(functools.partial(fn, **kwargs), [model, [(x, y)], loss_fn, optimizer])
+            api.sync(f"memory-{name}-end", snapshot=True)
+            if error is not None:
+                return data, error
         counted = Counted(
             checked, float(ref["lr"]), record=True, sync=lambda: api.sync("reference-step", snapshot=True)
         )
@@ -211,6 +235,19 @@ def run(job, api):
         return data, error
 
     return api.supervise(learner, alone=True)  # its meters see this thread of this process only
+
+
+def memory_params(params):
+    """The memory runs' scenario (``params["memory_batch"]``: one batch that large, a fresh
+    model seeded apart), or None where the exercise has none. The checks build its reference."""
+    if not params.get("memory_batch"):
+        return None
+    return {
+        **{k: v for k, v in params.items() if k not in ("memory_batch", "reference")},
+        "batch_size": int(params["memory_batch"]),
+        "n_batches": 1,
+        "seed": int(params.get("seed", 0)) + 1,
+    }
 
 
 def _configurations(job, api, fn, base, batches, loss_fn):
