@@ -368,6 +368,58 @@ rewrite_report(lambda d: d["snapshots"].clear())
 }
 
 
+# amp-loop without the GradScaler: no scaling, the step with an inf skipped by hand, clipped on
+# the true gradient (on the CPU its weights are the scaled loop's, bit for bit), and a report
+# that says the scaler ran: every call, and the scale the scaler would have had. It passed while
+# the scale was the child's word; now the supervisor reads the scaler's scale itself.
+AMP_WITHOUT_SCALER = (
+    ON_THE_LINK
+    + """
+import torch
+
+SCALES = [1024.0, 2048.0, 4096.0, 2048.0, 4096.0, 8192.0, 16384.0]
+
+def as_if_scaled(data):
+    events = []
+    for event in data["events"]:
+        if event[0] == "B":
+            events += [["scale"], event, ["unscale_"]]
+        elif event[0] == "S":
+            events += [["scaler.step"], event]
+        else:
+            events.append(event)
+    # one scaler.step and update per batch, the skipped one included
+    n = sum(1 for e in data["events"] if e[0] == "B")
+    steps = sum(1 for e in events if e[0] == "scaler.step")
+    events += [["scaler.step"]] * (n - steps) + [["update"]] * n
+    data["events"] = events
+    for clip in data["clips"]:
+        clip["unscaled"] = True
+        clip["scale"] = SCALES[clip["batch"]]
+    for snap in data["snapshots"]:
+        snap["scale"] = SCALES[snap["batch"]]
+    data["final_scale"] = SCALES[-1]
+
+rewrite_report(as_if_scaled)
+
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        loss.backward()  # no scaling at all
+        finite = all(torch.isfinite(p.grad).all() for p in model.parameters())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        if finite:
+            optimizer.step()
+"""
+)
+OTHER_ROUTES["amp-loop-scaler-calls-and-scale-in-the-report"] = (
+    "mixed-precision/amp-loop",
+    AMP_WITHOUT_SCALER,
+)
+
+
 @pytest.mark.parametrize("route", OTHER_ROUTES)
 class TestOtherKinds:
     @pytest.fixture

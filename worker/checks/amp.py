@@ -95,24 +95,32 @@ MAX_SNAPSHOTS = 64  # the harness records the first 64 forwards
 
 
 def _observations(data):
-    """The parameters the supervisor read before every forward and at the end: the child's
-    report must hold the same, or the run was interfered with."""
+    """The parameters and the GradScaler's scale the supervisor read before every forward and
+    at the end (``worker/harness/amp.py``: the scale is the last number of each reading): the
+    child's report must hold the same, or the run was interfered with. Returns the scales
+    observed before each reported forward, and at the end."""
     seen = observed(data)
     shots = snapshots(seen, "forward")
-    reported = [s["params"] for s in data["snapshots"]]
+    reported = data["snapshots"]
     agree(len(reported), min(len(shots), MAX_SNAPSHOTS), "forwards")
-    agree(reported, shots[: len(reported)], "parameters")
-    agree(data["final_params"], seen["final_params"], "parameters")
+    shots = shots[: len(reported)]
+    agree([s["params"] for s in reported], [shot[:-1] for shot in shots], "parameters")
+    agree([s["scale"] for s in reported], [shot[-1] for shot in shots], "parameters")
+    final = seen["final_params"]
+    agree(data["final_params"], final[:-1], "parameters")
+    agree(data["final_scale"], final[-1], "parameters")
+    return [shot[-1] for shot in shots], final[-1]
 
 
 def _learner_snapshots(data, n):
-    """Parameters and scale before each batch (first forward of it), then at the end."""
-    _observations(data)
+    """Parameters and scale before each batch (first forward of it), then at the end: the
+    supervisor's readings, at the forwards the child reported for each batch."""
+    scales, final_scale = _observations(data)
     first: dict[int, dict[str, Any]] = {}
-    for snap in data["snapshots"]:
-        first.setdefault(snap["batch"], snap)
+    for snap, scale in zip(data["snapshots"], scales, strict=True):
+        first.setdefault(snap["batch"], {**snap, "scale": scale})
     found = [first.get(i) for i in range(n)]
-    end = {"params": data["final_params"], "scale": data["final_scale"]}
+    end = {"params": data["final_params"], "scale": final_scale}
     return found + [end]
 
 
@@ -151,7 +159,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     metrics = {
         "linear_dtypes": data["linear_dtypes"],
         "loss_dtypes": data["loss_dtypes"],
-        "final_scale": data["final_scale"],
+        "final_scale": mine[-1]["scale"],
         "reference_final_scale": ref.scales[-1],
         "optimizer_steps": _count(data["events"], "S"),
         "trajectory_error": float(f"{error:.3e}") if math.isfinite(error) else None,

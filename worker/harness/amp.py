@@ -7,6 +7,12 @@ was on when the loss was computed); the order of loss calls (L), backwards (B), 
 batch it is, the parameters and the scale; the gradient norm each clip saw and the one each
 optimizer step received, with the batch they belong to (what flowed, not only the calls:
 the checks compare them with the true gradient); the end state.
+
+Observed by the supervisor: the parameters before every forward and at the end, and the
+GradScaler's scale beside them (the last number of each reading). The scale is a tensor the
+scaler makes at its first ``scale()``; it is moved then into memory the supervisor reads
+(``_share_scale``), so the scale a step was skipped under, halved or doubled, is the
+supervisor's reading, not the child's word.
 """
 
 import scenarios
@@ -68,15 +74,42 @@ class RecordingLoss:
         return loss
 
 
-def _instrument(model, optimizer, scaler, batches, rec, api):
+def _share_scale(scaler, shared):
+    """Keep the scaler's scale in ``shared`` (a float32 scalar in the supervisor's memory): on
+    the CPU the scaler's own tensor is swapped for it once the scaler has made one (its first
+    ``scale()``; before that it has none, and says its initial scale, which ``shared`` holds),
+    so every later update writes there; on a GPU (the inline run) copied before each reading."""
+
+    def adopt(_result):
+        current = scaler._scale
+        if current is None or current.data_ptr() == shared.data_ptr():
+            return
+        with torch.no_grad():
+            shared.copy_(current.detach().to(shared.device))
+        if current.device == shared.device:
+            scaler._scale = shared
+
+    wrap_method(scaler, "scale", after=adopt)
+
+    def mirror():
+        if scaler._scale is not None and scaler._scale.data_ptr() != shared.data_ptr():
+            with torch.no_grad():
+                shared.copy_(scaler._scale.detach().to(shared.device))
+
+    return mirror
+
+
+def _instrument(model, optimizer, scaler, batches, rec, api, scale):
     ptrs = {x.data_ptr(): i for i, (x, _) in enumerate(batches)}
+    mirror = _share_scale(scaler, scale)
 
     def on_forward(module, args):
         x = args[0] if args else None
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
         rec.batch = index
         rec.event("F", index)
-        api.sync("forward", index, snapshot=True)  # the supervisor reads the parameters
+        mirror()
+        api.sync("forward", index, snapshot=True)  # the supervisor reads the parameters and scale
         if len(rec.snapshots) < MAX_SNAPSHOTS:
             rec.snapshots.append({"batch": index, "params": flat(rec.params), "scale": rec.scale()})
 
@@ -115,6 +148,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
         return norm
 
     patch_clip(on_clip)
+    return mirror
 
 
 def run(job, api):
@@ -129,10 +163,11 @@ def run(job, api):
         device_type, init_scale=float(params["init_scale"]), growth_interval=int(params["growth_interval"])
     )
     rec = Recorder(model, scaler)
-    api.share(rec.params)
+    scale = torch.full((), float(params["init_scale"]), dtype=torch.float32)
+    api.share([*rec.params, scale])  # the scale last: read beside the parameters
 
     def learner():
-        _instrument(model, optimizer, scaler, batches, rec, api)
+        mirror = _instrument(model, optimizer, scaler, batches, rec, api, scale)
         available = {
             "model": model,
             "loader": scenarios.Loader(batches),
@@ -147,6 +182,7 @@ def run(job, api):
         fn = api.load_entry()
         api.check_signature(fn, SIGNATURE)
         error = api.call(fn, [available[name] for name in SIGNATURE])
+        mirror()  # the last update's scale, where the scaler's is not the shared one (a GPU)
         data = {
             "snapshots": rec.snapshots,
             "final_params": flat(rec.params),
