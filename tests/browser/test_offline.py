@@ -374,9 +374,9 @@ def test_an_ended_sessions_pages_are_not_shown_to_the_next_person(open_page, lan
     page.goto("/account")
     assert email in page.locator(".account-email").inner_text()
     page.context.set_offline(False)
-    other_tab = page.context.new_page()
-    other_tab.goto("/account")
-    assert email in other_tab.locator("main").inner_text()
+    other_tab = page.context.new_page()  # left open on A's draft
+    other_tab.goto(EXERCISE)
+    assert other_tab.locator("textarea#code").input_value() == draft
 
     # A's phone: the password changes, and every other session of A's ends
     phone = open_page(viewport=PHONE, locale=lang, service_workers="block")
@@ -406,18 +406,24 @@ def test_an_ended_sessions_pages_are_not_shown_to_the_next_person(open_page, lan
     owner_b = owner_of(page)
     assert owner_b.startswith("v") and owner_b != owner_a
     assert kept_owner(page, "/account", None) is None, "A's pages went"
-    assert kept_owner(page, EXERCISE, None) is None
-    other_tab.wait_for_url("**/sign-in**")  # the tab still showing A's account page left it
+    # the tab still showing A's draft loaded its page again: B's, without A's draft
+    other_tab.wait_for_function(
+        "(owner) => document.querySelector('[data-offline-texts]')?.dataset.owner === owner", arg=owner_b
+    )
+    other_tab.locator(".cm-editor").wait_for()
+    assert "secret = 1" not in other_tab.locator("textarea#code").input_value()
     assert email not in other_tab.content()
+    assert kept_owner(page, EXERCISE) == owner_b, "kept again, as B's"
 
     page.context.set_offline(True)
     page.goto("/account")
     shows_offline_page(page, lang)
     assert email not in page.content()
     shot(page, f"offline-shared-computer-{lang}", full_page=False)
-    page.goto(EXERCISE)
-    shows_offline_page(page, lang)
-    assert "secret = 1" not in page.content()
+    page.goto(EXERCISE)  # B's own copy, kept when the other tab loaded it again
+    page.locator(".cm-editor").wait_for()
+    assert "secret = 1" not in page.locator("textarea#code").input_value()
+    assert email not in page.content()
 
 
 @pytest.mark.parametrize("lang", ["en", "pt-BR"])
