@@ -30,6 +30,8 @@ class Unavailable(Exception):
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # why the model stopped, as the server said ("stop", "length": cut at max_tokens…), if it did
+    finish_reason: str | None = None
 
 
 def base_url(settings: Settings) -> str:
@@ -114,6 +116,8 @@ async def chat(
                         event["usage"].get("completion_tokens") or usage.completion_tokens
                     )
                 for choice in event.get("choices") or []:
+                    if isinstance(reason := (choice or {}).get("finish_reason"), str):
+                        usage.finish_reason = reason
                     text = ((choice or {}).get("delta") or {}).get("content")
                     if isinstance(text, str) and text:
                         pieces += 1

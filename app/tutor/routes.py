@@ -310,7 +310,9 @@ async def _answer(request: Request, settings: Settings, row: TutorMessage) -> As
             last = _event("withheld", text=message)
         else:
             outcome = {"status": "answered", "content": watch.shown}
-            last = _event("done")
+            # the whole answer as the page keeps it (Markdown, raw HTML escaped), and whether the
+            # model stopped at the answer's length limit, which the page then says
+            last = _event("done", html=present.markdown(watch.shown), cut=usage.finish_reason == "length")
     except client.Unavailable as e:
         message = unavailable_message(e.kind)
         outcome = {"status": "failed", "content": message}

@@ -109,7 +109,13 @@ document.addEventListener("submit", async (event) => {
         answer.parentElement.classList.add("tutor-failed")
         state.textContent = data.text
       }
-      if (kind === "done" || kind === "withheld") state.textContent = phrases.done
+      if (kind === "done" && data.html) {
+        // the whole answer, rendered by the server as the page would on a reload (Markdown,
+        // raw HTML escaped): the stream showed it as plain text while it was written
+        answer.innerHTML = data.html
+        answer.classList.add("tutor-markdown")
+      }
+      if (kind === "done" || kind === "withheld") state.textContent = data.cut ? phrases.cut : phrases.done
       if (kind === "done" || kind === "withheld" || kind === "failed") ended = true
     })
   } catch (error) {

@@ -16,6 +16,12 @@ PAGE = "/lessons/gradient-accumulation/exercises/accumulate?lang=pt-BR"
 
 pytestmark = pytest.mark.browser
 
+# what the panel says of an answer the model stopped at its length limit
+CUT = {
+    "en": "The answer reached its length limit and stops there. Ask a follow-up to hear the rest.",
+    "pt-BR": "A resposta chegou ao limite de tamanho e para aí. Faça outra pergunta para ouvir o resto.",
+}
+
 
 @pytest.fixture(scope="module")
 def tutor_site(tmp_path_factory):
@@ -49,8 +55,9 @@ def test_on_a_phone_a_reader_asks_about_a_card_and_finds_the_answer_again(browse
     panel.get_by_label("Your question").fill("Why do gradients add up?")
     panel.get_by_role("button", name="Ask").click()
     state = panel.locator("[data-tutor-state]")
-    state.filter(has_text=re.compile("The tutor answered|unavailable")).wait_for(timeout=120_000)
-    assert state.inner_text() == "The tutor answered."
+    state.filter(has_text=re.compile("The tutor answered|length limit|unavailable")).wait_for(timeout=120_000)
+    # whole, or cut at TREINO_TUTOR_MAX_TOKENS (96 here), which the page then says
+    assert state.inner_text() in ("The tutor answered.", CUT["en"])
     assert panel.locator(".tutor-tutor .tutor-text").last.inner_text().strip()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390, "nothing wider than the phone"
     box = panel.bounding_box()
@@ -98,8 +105,9 @@ def test_a_learner_asks_in_portuguese_and_sees_the_answer_stream_in(browser, tut
     panel.get_by_label("Sua pergunta").fill("Por que o meu loop falha?")
     panel.get_by_role("button", name="Perguntar").click()
     state = panel.locator("[data-tutor-state]")
-    state.filter(has_text=re.compile("O tutor respondeu|indisponível")).wait_for(timeout=120_000)
-    assert state.inner_text() == "O tutor respondeu."
+    ended = re.compile("O tutor respondeu|limite de tamanho|indisponível")
+    state.filter(has_text=ended).wait_for(timeout=120_000)
+    assert state.inner_text() in ("O tutor respondeu.", CUT["pt-BR"])
     answer = panel.locator(".tutor-tutor .tutor-text").last.inner_text()
     assert answer.strip()
     lengths = sorted({len(s) for s in seen if s})

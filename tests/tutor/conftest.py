@@ -38,6 +38,7 @@ class Script:
     delay: float = 0.0
     status: int = 200
     usage: dict[str, int] | None = None
+    finish_reason: str = "stop"  # "length": the answer was cut at max_tokens
     requests: list[dict[str, Any]] = field(default_factory=list)
     stopped_early: list[bool] = field(default_factory=list)
 
@@ -67,6 +68,8 @@ class FakeEndpoint:
                         yield f"data: {json.dumps(chunk)}\n\n"
                         sent += 1
                         await asyncio.sleep(script.delay)
+                    end = {"choices": [{"index": 0, "delta": {}, "finish_reason": script.finish_reason}]}
+                    yield f"data: {json.dumps(end)}\n\n"
                     if script.usage:
                         yield f"data: {json.dumps({'choices': [], 'usage': script.usage})}\n\n"
                     yield "data: [DONE]\n\n"

@@ -38,13 +38,31 @@ def test_an_answer_streams_in_and_is_shown_again_on_return(make_client, endpoint
     body = endpoint.script.requests[-1]
     assert body["stream"] is True and body["model"] == "fake" and body["max_tokens"] == 400
     panel = html(client.get(PAGE)).select_one("#tutor")
-    assert [t.get_text() for t in panel.select(".tutor-text")] == [
+    assert [t.get_text().strip() for t in panel.select(".tutor-text")] == [
         "Why does my loop fail?",
         "Check the scale of each micro-batch's loss.",
     ]
     # the stream URL is one-shot and keyed
     assert client.get(response.json()["stream"]).status_code == 404
     assert client.get(response.json()["stream"][:-4] + "0000").status_code == 404
+
+
+@pytest.mark.parametrize("reason", ["stop", "length"])
+def test_a_finished_answer_reads_as_markdown_and_a_cut_one_says_so(make_client, endpoint, reason):
+    """The model writes Markdown: streamed as plain text, the whole answer comes back rendered at
+    its end (raw HTML escaped), and so does the panel on return; an answer that reached
+    TUTOR_MAX_TOKENS ("length") is marked so the page can say it stops there."""
+    endpoint.script.pieces = ["Call `scaler.scale(loss)`:\n\n", "- first\n- then <script>x()</script>"]
+    endpoint.script.finish_reason = reason
+    client = make_client(endpoint.url)
+    _response, evs = ask(client)
+    kind, done = evs[-1]
+    assert kind == "done" and done["cut"] is (reason == "length")
+    assert "<code>scaler.scale(loss)</code>" in done["html"] and "<li>first</li>" in done["html"]
+    assert "<script>" not in done["html"] and "&lt;script&gt;" in done["html"], "the model's HTML is text"
+    answer = html(client.get(PAGE)).select(".tutor-text")[-1]
+    assert answer.select_one("code").get_text() == "scaler.scale(loss)" and len(answer.select("li")) == 2
+    assert answer.select_one("script") is None
 
 
 def test_the_grounding_is_what_a_tutor_beside_the_learner_sees(make_client, endpoint, app):
