@@ -11,6 +11,7 @@ the quick checks would have recorded: per learner and exercise one to four grade
 mistakes/ folder), and a quick-check answer or two per question."""
 
 import argparse
+import os
 import random
 import secrets
 import statistics
@@ -178,24 +179,46 @@ def measure(database_url: str, learners: int, runs: int, lessons: Path) -> dict[
         for name, path, headers in asks:
             for _ in range(2):  # warm: templates compiled, connections open
                 assert client.get(path, headers=headers).status_code == 200
-            times, size = [], 0
+            times, cpu, size = [], [], 0
             for _ in range(runs):
                 queries = 0
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 response = client.get(path, headers=headers)
                 times.append((time.perf_counter() - started) * 1000)
+                cpu.append((time.process_time() - used) * 1000)
                 assert response.status_code == 200, response.text[:300]
                 size = len(response.content)
             times.sort()
             out[name] = {
                 "p50_ms": statistics.median(times),
                 "p95_ms": times[max(0, int(len(times) * 0.95) - 1)],
+                # this process's CPU (the web's threads and, on SQLite, the database's work): what
+                # the request costs where it need not wait for a core
+                "cpu_ms": statistics.median(cpu),
                 "queries": queries,  # of the last run: the same every time
                 "bytes": size,
             }
     for factory in (app.state.sessionmaker, app.state.reader):
         factory.kw["bind"].dispose()
     return out
+
+
+def summary(lessons: Path, backends: list[str], learners: int = 500, runs: int = 20) -> str:
+    """One line for `make bench`'s report (bench/run.py): page and report p50, per database."""
+    parts = []
+    for backend in backends:
+        with scratch_database(backend) as url:
+            figures = measure(url, learners, runs, lessons)
+        said = []
+        for name in ("page", "report"):
+            f = figures[name]
+            assert isinstance(f, dict)
+            said.append(f"{name} p50 {f['p50_ms']:.0f} ms (CPU {f['cpu_ms']:.0f} ms, {f['queries']} queries)")
+        parts.append(f"{NAMES.get(backend, backend)}: " + ", ".join(said))
+    return "; ".join(parts)
+
+
+NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,13 +239,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             print(f"{backend}: skipped ({type(exc).__name__}: {exc})".splitlines()[0], file=sys.stderr)
             continue
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"{backend}: a class of {args.learners} learners, {EXERCISES} exercises, {figures['rows']}")
+        print(f"  load average {load} on {os.cpu_count()} cores")
         for name in ("page", "report"):
             f = figures[name]
             assert isinstance(f, dict)
             print(
                 f"  {name:6} p50 {f['p50_ms']:6.1f} ms  p95 {f['p95_ms']:6.1f} ms  "
-                f"{f['queries']} queries  {f['bytes'] / 1024:.0f} KiB"
+                f"CPU p50 {f['cpu_ms']:6.1f} ms  {f['queries']} queries  {f['bytes'] / 1024:.0f} KiB"
             )
     return 0
 

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     # heavy imports after --help
     from app.config import get_settings
-    from bench import machine, report, verdicts
+    from bench import class_report, machine, report, verdicts
     from contracts.exercise import load_exercises
     from worker import sandbox
 
@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     if everything:
         _exec_stacks(args, results, exercise, code, backends, settings.pool_size)
     results.bursts = _classes(args, code.decode(), backends, settings.pool_size)
+    about["A class of 500 learners × 12 exercises (bench/class_report.py)"] = class_report.summary(
+        settings.lessons_dir, backends
+    )
     about["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     about["bench took"] = f"{(time.monotonic() - started) / 60:.1f} min"
     text = report.markdown(about, results, sys.argv[1:] if argv is None else argv)

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, FastAPI, Form, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from markupsafe import Markup, escape
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -162,10 +163,31 @@ def _report_context(
             exercise_id: [_mistake(m, lang) for m in row.mistakes]
             for exercise_id, row in report.exercises.items()
         },
+        "grid": _grid(report, course),
         "wait_url": _wait_url(request, classroom.id, stamp),
         "ago": ago,
         "now": utcnow(),
     }
+
+
+def _grid(report: service.Report, course: Course) -> list[tuple[service.LearnerRow, Markup]]:
+    """Each learner with their row of cells, as HTML: a class is hundreds of rows of a dozen
+    cells, and a cell is one of a few, so each is made once (its status in words for screen
+    readers; the mark is drawn by static/css/classes.css) and the rows are joined from them."""
+    labels = {service.PASSED: _("passed"), service.TRIED: _("tried"), service.NOT_STARTED: _("not started")}
+    made: dict[tuple[str, int], str] = {}
+
+    def cell(c: service.Cell) -> str:
+        found = made.get((c.status, c.attempts))
+        if found is None:
+            attempts = c.attempts or ""
+            found = made[(c.status, c.attempts)] = (
+                f'<td class="{c.status}"><i>{escape(labels[c.status])}</i>{attempts}</td>'
+            )
+        return found
+
+    ids = [exercise.id for exercise in course.exercises]
+    return [(row, Markup("".join(cell(row.cells[i]) for i in ids))) for row in report.learners]
 
 
 def ago(moment: datetime, now: datetime) -> str:

@@ -75,6 +75,9 @@ def test_a_teacher_sees_the_class_work_and_nobody_else_does(db_app):
         page = html(teacher.get(f"/classes/{classroom.id}"))
         rows = {row.th.get_text(strip=True): row for row in page.select(".class-grid tbody tr")}
         assert list(rows) == ["Ana", "Bia"]
+        assert [td.get_text() for td in rows["Bia"].select("td.passed")] == ["passed2"]  # words, attempts
+        assert [td.get_text() for td in rows["Ana"].select("td.tried")] == ["tried1"]
+        assert len(rows["Ana"].select("td.not-started")) == len(db_app.state.course.exercises) - 1
         mistake = page.select_one(f'[data-exercise="{EXERCISE}"] [data-mistake="{MISTAKE}"]')
         assert mistake.select_one(".mistake-count").get_text() == "2"
         assert mistake.select_one(".mistake-title").get_text(strip=True)  # named, not an id

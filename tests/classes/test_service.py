@@ -143,3 +143,34 @@ def test_the_stamp_changes_with_every_kind_of_news_and_only_then(session):
     assert service.stamp(session, classroom.id) == stamps[-1]  # not the class's news
     service.leave(session, classroom.id, bia)
     news()
+
+
+def test_the_report_makes_as_many_queries_for_a_large_class_as_for_a_small_one(session, _course):
+    from sqlalchemy import event
+
+    def queries_for(learners: int) -> int:
+        teacher = account(session, f"t{learners}@example.com")
+        classroom = service.create(session, teacher, "A")
+        for i in range(learners):
+            user = account(session, f"l{learners}-{i}@example.com")
+            service.join(session, user, classroom.join_code)
+            graded(session, user, Status.FAILED, MISTAKE)
+            graded(session, user, Status.PASSED, exercise="gradient-accumulation/remainder")
+            answered(session, user, *QUESTION, "after-each", False)
+        count = 0
+
+        def counted(*_args) -> None:
+            nonlocal count
+            count += 1
+
+        engine = session.get_bind()
+        event.listen(engine, "before_cursor_execute", counted)
+        try:
+            report = service.report(session, classroom, _course)
+        finally:
+            event.remove(engine, "before_cursor_execute", counted)
+        assert len(report.learners) == learners
+        assert report.exercises[EXERCISE].mistakes[0].learners == learners
+        return count
+
+    assert queries_for(2) == queries_for(25)
