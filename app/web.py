@@ -23,6 +23,9 @@ from app.i18n import gettext as _
 from contracts.languages import LANGS
 
 LANG_COOKIE = "treino_lang"
+# set at a sign-in whose account reads another language than the page did: the language the
+# learner was reading, so that the next page says it changed and offers it back (once)
+LANG_WAS_COOKIE = "treino_lang_was"
 
 _env = Environment(
     loader=FileSystemLoader(ROOT / "templates"),
@@ -119,8 +122,16 @@ def render(
         "here": here(request),
         **(context or {}),
     }
+    was = request.cookies.get(LANG_WAS_COOKIE) if not name.startswith("_") else None
+    if was and ctx["user"] and i18n.supported(was) not in (None, ctx["lang"]):
+        # base.html says the account's language took over, once, and offers the one the learner
+        # was reading back, in that language
+        back = i18n.translations(was).gettext("Read it in %(language)s")
+        ctx["lang_was"], ctx["lang_back"] = was, back % {"language": i18n.language_name(was)}
     response = templates.TemplateResponse(request, name, ctx, status_code=status_code)
     response.headers.append("Vary", "HX-Request")  # routes answer htmx with a fragment
+    if was:
+        response.delete_cookie(LANG_WAS_COOKIE)
     return response
 
 

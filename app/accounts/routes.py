@@ -24,11 +24,11 @@ from app.accounts.sessions import SESSION_LIFETIME
 from app.accounts.throttling import Throttled
 from app.db import SessionDep, utcnow
 from app.errors import ApiError, documented, too_many
-from app.http import client_ip, redirect, safe_next
+from app.http import client_ip, is_https, redirect, safe_next
 from app.i18n import gettext as _
 from app.middleware import rotate_visitor
 from app.security import TEXT_PATTERN
-from app.web import render
+from app.web import LANG_WAS_COOKIE, render
 
 router = APIRouter(tags=["accounts"])  # the API's routes; the pages are not in its schema
 FormText = Annotated[str, Form(pattern=TEXT_PATTERN)]
@@ -100,6 +100,17 @@ def _signed_in(request: Request, session: Session, user: User, next_url: str) ->
     response = RedirectResponse(next_url, status_code=303)
     set_session_cookie(request, response, token)
     remember_device(request, response, user)
+    if user.lang and user.lang != request.state.lang:
+        # the account's language wins from now on (app/web.choose_lang): the next page says so
+        # and offers the one the learner was reading back (app/web.render, base.html)
+        response.set_cookie(
+            LANG_WAS_COOKIE,
+            request.state.lang,
+            max_age=300,
+            httponly=True,
+            samesite="lax",
+            secure=is_https(request),
+        )
     return response
 
 

@@ -426,3 +426,35 @@ def test_the_language_is_kept_on_the_account(client, app):
         assert html(laptop.get("/", params={"lang": "en"})).html["lang"] == "en"
     with _db(app) as db:
         assert db.scalars(select(User.lang)).one() == "en"
+
+
+def test_a_sign_in_that_changes_the_language_says_so_once_and_offers_it_back(client, app):
+    """An account that reads Portuguese, signed in from a browser reading English: the pages turn
+    Portuguese (the account's choice wins), and the first of them says why, with a link back to
+    English written in English; the next page says nothing more (issue 44)."""
+    sign_up(client, "bia@example.com")
+    client.get("/", params={"lang": "pt-BR"})
+    with TestClient(app) as laptop:
+        laptop.cookies.set("treino_lang", "en")
+        arm_csrf(laptop)
+        response = laptop.post(
+            "/sign-in", data={"email": "bia@example.com", "password": PASSWORD}, follow_redirects=False
+        )
+        assert response.status_code == 303
+        page = html(laptop.get(response.headers["location"]))
+        assert page.html["lang"] == "pt-BR"
+        note = page.select_one(".lang-note")
+        assert note is not None and "A sua conta lê o treino em Português" in note.get_text()
+        back = note.select_one("a[hreflang=en]")
+        assert back is not None and back.get_text() == "Read it in English" and back["href"] == "?lang=en"
+        again = html(laptop.get("/"))
+        assert again.html["lang"] == "pt-BR" and again.select_one(".lang-note") is None, "said once"
+        assert html(laptop.get("/", params={"lang": "en"})).html["lang"] == "en"
+    # the same language on both sides: nothing to say
+    with TestClient(app) as phone:
+        phone.cookies.set("treino_lang", "en")
+        arm_csrf(phone)
+        response = phone.post(
+            "/sign-in", data={"email": "bia@example.com", "password": PASSWORD}, follow_redirects=False
+        )
+        assert html(phone.get(response.headers["location"])).select_one(".lang-note") is None
