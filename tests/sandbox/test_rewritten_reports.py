@@ -1,0 +1,361 @@
+"""Reports rewritten from inside (issue 41, classes 2 and 3): each program runs a loop that is
+wrong only in its memory (right numbers, every activation or gradient alive at once, or the
+configuration asked for ignored), then silences or rewrites what the child reports about it:
+the meters (patched in their module, found with ``gc``, followed by a frame hook), the lists
+and flags a kind records (reached through ``gc``, closure cells, the hooks on the model it is
+handed), or the kernel's own high-water mark (``/proc/self/clear_refs``). None may pass: a pass
+on memory rests on the parameters the supervisor reads and the memory the kernel counts
+(worker/checks/kernel_memory.py), and the child's figures only name the mistake. Each exercise's
+solution still passes through the same path. Every program runs under both starts (conftest's
+PAIRS): what the child can reach differs with neither, but its memory is counted by each.
+"""
+
+import pytest
+
+from app.config import get_settings
+from app.lessons.course import load_course
+
+pytestmark = pytest.mark.slow  # real sandboxes, real torch
+
+
+def _exercise(exercise_id):
+    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
+    assert found is not None
+    return found
+
+
+def _not_passed(outcome):
+    """Not a pass, and no memory line judged from the kernel's count says it fits."""
+    assert outcome.status in ("failed", "error"), outcome.verdict
+    kernel = [c for c in outcome.verdict["checks"] if "system" in c["name"]]
+    assert not [c for c in kernel if c["status"] == "passed"], outcome.verdict
+
+
+def _solution(exercise):
+    with open(f"{exercise.path}/solution.py", encoding="utf-8") as f:
+        return f.read()
+
+
+# accumulate: right numbers, a whole cycle's activations alive at once
+BACKWARD_ONCE = """
+import gc, sys
+import torch
+
+def backward_once(model, loader, loss_fn, optimizer, accum_steps):
+    optimizer.zero_grad()
+    total = 0
+    for step, (x, y) in enumerate(loader):
+        total = total + loss_fn(model(x), y) / accum_steps
+        if (step + 1) % accum_steps == 0:
+            total.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            total = 0
+"""
+
+ACCUMULATE = {
+    # every tensor the meter holds freed as it is counted, the meter found with gc: the bytes
+    # packed are all there, the peak is 0 (this one passed before: "0 bytes")
+    "meter-freed-at-once-through-gc": BACKWARD_ONCE
+    + """
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    meter = next(o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter")
+    def hold(value, nbytes):
+        meter.packed += nbytes
+        meter.freed += nbytes
+        meter._report(meter.packed, meter.freed)
+        return value
+    meter._hold = hold
+    backward_once(model, loader, loss_fn, optimizer, accum_steps)
+""",
+    # the same, patched on the meter's class in its module (sys.modules)
+    "meter-class-patched": BACKWARD_ONCE
+    + """
+meter_class = sys.modules["memory"].SavedTensorMeter
+def hold(self, value, nbytes):
+    self.packed += nbytes
+    self.freed += nbytes
+    if self._report is not None:
+        self._report(self.packed, self.freed)
+    return value
+meter_class._hold = hold
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    backward_once(model, loader, loss_fn, optimizer, accum_steps)
+""",
+    # the meter caught by a frame hook as it holds its first tensor, then made to free the rest
+    # as it counts them
+    "meter-caught-by-a-frame-hook": BACKWARD_ONCE
+    + """
+def catch(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "_hold":
+        meter = frame.f_locals.get("self")
+        if type(meter).__name__ == "SavedTensorMeter":
+            sys.setprofile(None)
+            def hold(value, nbytes):
+                meter.packed += nbytes
+                meter.freed += nbytes
+                meter._report(meter.packed, meter.freed)
+                return value
+            meter._hold = hold
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    sys.setprofile(catch)
+    try:
+        backward_once(model, loader, loss_fn, optimizer, accum_steps)
+    finally:
+        sys.setprofile(None)
+""",
+    # the activations saved past the meter, its check switched off, and a "recomputed" note sent
+    # per backward: the notes once waived the rule that the meter must see them
+    "recomputed-notes-sent": BACKWARD_ONCE
+    + """
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    meter = next(o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter")
+    meter.check_on = lambda: None
+    batches = list(loader)
+    optimizer.zero_grad()
+    for c in range(0, len(batches), accum_steps):
+        torch._C._autograd._push_saved_tensors_default_hooks(lambda t: t, lambda t: t)
+        total = sum(loss_fn(model(x), y) for x, y in batches[c : c + accum_steps]) / accum_steps
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+        meter._report(meter.packed, meter.freed, 2)
+        total.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+    # the meter's peak kept at 0 as in the first route, and the kernel's high-water mark reset
+    # before every step (after the cycle's backward)
+    "high-water-mark-reset": BACKWARD_ONCE
+    + """
+import ctypes
+
+def reset_mark():
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self is ours again
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    meter = next((o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter"), None)
+    if meter is not None:
+        def hold(value, nbytes):
+            meter.packed += nbytes
+            meter.freed += nbytes
+            meter._report(meter.packed, meter.freed)
+            return value
+        meter._hold = hold
+    step = optimizer.step
+    def stepped(*args, **kwargs):
+        reset_mark()
+        return step(*args, **kwargs)
+    optimizer.step = stepped
+    backward_once(model, loader, loss_fn, optimizer, accum_steps)
+""",
+}
+
+
+@pytest.mark.parametrize("route", ACCUMULATE)
+def test_accumulate_with_a_rewritten_report_does_not_pass(run, mode, route):
+    _not_passed(run(ACCUMULATE[route]))
+
+
+# fit-the-budget: the naive step, every activation alive
+NAIVE_STEP = """
+import gc, sys
+
+def naive(model, x, y, loss_fn, optimizer):
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+
+FIT_THE_BUDGET = {
+    # the meter found with gc, counting nothing and telling no one ("0 bytes, 0.00×" passed before)
+    "meter-silenced-through-gc": NAIVE_STEP
+    + """
+def train_step(model, x, y, loss_fn, optimizer):
+    for o in gc.get_objects():
+        if type(o).__name__ == "LiveTensorMeter":
+            o._report = None
+            o._count = lambda key, tensor: None
+    naive(model, x, y, loss_fn, optimizer)
+""",
+    # the meter caught by a frame hook as it counts its first storage, then silenced
+    "meter-caught-by-a-frame-hook": NAIVE_STEP
+    + """
+def catch(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "_count":
+        meter = frame.f_locals.get("self")
+        if type(meter).__name__ == "LiveTensorMeter":
+            sys.setprofile(None)
+            meter._report = None
+            meter._count = lambda key, tensor: None
+
+def train_step(model, x, y, loss_fn, optimizer):
+    sys.setprofile(catch)
+    try:
+        naive(model, x, y, loss_fn, optimizer)
+    finally:
+        sys.setprofile(None)
+""",
+}
+
+
+class TestFitTheBudget:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("gpu-memory/fit-the-budget")
+
+    @pytest.mark.parametrize("route", FIT_THE_BUDGET)
+    def test_the_naive_step_with_a_rewritten_meter_does_not_pass(self, run, mode, route):
+        _not_passed(run(FIT_THE_BUDGET[route]))
+
+    def test_the_solution_passes(self, run, mode, exercise):
+        outcome = run(_solution(exercise))
+        assert outcome.status == "passed", outcome.verdict
+
+
+# step-in-backward: the plain loop (backward, then one Adam step), every gradient alive
+PLAIN_LOOP = """
+import gc
+
+def plain(model, loader, loss_fn, make_optimizer):
+    params = list(model.parameters())
+    optimizer = make_optimizer(params)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return len(params), len(loader)
+
+def story(steps, between, n_params, n_batches):
+    \"\"\"The reported lists rewritten: each parameter stepped once, in backward, alone.\"\"\"
+    steps[:] = [[b, True, [i], 1, 8] for b in range(n_batches) for i in range(n_params)]
+    between[:] = [0] * (n_batches + 1)
+"""
+
+STEP_IN_BACKWARD = {
+    # the lists reached through the closure cells of what the loop is handed
+    "lists-rewritten-through-closure-cells": PLAIN_LOOP
+    + """
+def cells(fn):
+    return [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+
+def train(model, loader, loss_fn, make_optimizer):
+    n_params, n_batches = plain(model, loader, loss_fn, make_optimizer)
+    steps = next((c for c in cells(make_optimizer) if isinstance(c, list)), None)
+    feed = next((c for c in cells(getattr(type(loader), "__iter__", None)) if callable(c)), None)
+    between = next((c for c in cells(feed) if isinstance(c, list)), None)
+    if steps is not None and between is not None:
+        story(steps, between, n_params, n_batches)
+        del between[-1]  # the harness adds the last one itself
+""",
+    # the same lists found with gc
+    "lists-rewritten-through-gc": PLAIN_LOOP
+    + """
+def train(model, loader, loss_fn, make_optimizer):
+    n_params, n_batches = plain(model, loader, loss_fn, make_optimizer)
+    lists = [o for o in gc.get_objects() if isinstance(o, list) and o and isinstance(o[0], list)
+             and len(o[0]) == 5 and type(o[0][1]) is bool]
+    counts = [o for o in gc.get_objects() if isinstance(o, list) and len(o) == n_batches
+              and all(type(v) is int for v in o)]
+    story(lists[0], counts[0] if counts else [], n_params, n_batches)
+    if counts:
+        del counts[0][-1]
+""",
+}
+
+
+class TestStepInBackward:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("model-memory/step-in-backward")
+
+    @pytest.mark.parametrize("route", STEP_IN_BACKWARD)
+    def test_the_plain_loop_with_rewritten_lists_does_not_pass(self, run, mode, route):
+        _not_passed(run(STEP_IN_BACKWARD[route]))
+
+    def test_the_solution_passes(self, run, mode, exercise):
+        outcome = run(_solution(exercise))
+        assert outcome.status == "passed", outcome.verdict
+
+
+# measure-it: autocast and checkpointing both ignored, the probes' records rewritten to match
+IGNORED = """
+import gc
+import torch
+
+def ignore(model, loader, loss_fn, optimizer, accum_steps):
+    optimizer.zero_grad(set_to_none=True)
+    for i, (x, y) in enumerate(loader, start=1):
+        (loss_fn(model(x), y) / accum_steps).backward()
+        if i % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+def forge(probe, precision, checkpoint):
+    \"\"\"What the configuration asked for, written into the probe's record.\"\"\"
+    low = str(precision).replace("torch.", "")
+    probe.dtypes.clear()
+    probe.dtypes.add(low)
+    probe.recomputed = bool(checkpoint)
+"""
+
+MEASURE_IT = {
+    # the float32 run made heavier (a tensor held through it: its peak is the base of the
+    # checkpointing rule), the probe reached through the hooks on the model it is handed (a bound
+    # method's __self__) told that blocks were recomputed and autocast was on
+    "probe-rewritten-through-the-models-hooks": IGNORED
+    + """
+def train(model, loader, loss_fn, optimizer, *, precision, accum_steps, checkpoint):
+    ballast = None
+    if precision == torch.float32 and not checkpoint and accum_steps == 1:
+        ballast = torch.ones(len(loader[0][0]), 64, 16)
+    ignore(model, loader, loss_fn, optimizer, accum_steps)
+    del ballast
+    for hook in getattr(model, "blocks", [model])[0]._forward_pre_hooks.values():
+        probe = getattr(hook, "__self__", None)
+        if type(probe).__name__ == "Probe":
+            forge(probe, precision, checkpoint)
+""",
+    # the meter silenced in the checkpointed runs and the probes rewritten, all found with gc
+    "probes-rewritten-through-gc": IGNORED
+    + """
+def train(model, loader, loss_fn, optimizer, *, precision, accum_steps, checkpoint):
+    if checkpoint:
+        for o in gc.get_objects():
+            if type(o).__name__ == "LiveTensorMeter":
+                o._report = None
+                o._count = lambda key, tensor: None
+    ignore(model, loader, loss_fn, optimizer, accum_steps)
+    for o in gc.get_objects():
+        if type(o).__name__ == "Probe" and o.dtypes:
+            forge(o, precision, checkpoint)
+""",
+}
+
+
+class TestMeasureIt:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("gpu-memory/measure-it")
+
+    @pytest.mark.parametrize("route", MEASURE_IT)
+    def test_ignored_configurations_with_rewritten_records_do_not_pass(self, run, mode, route):
+        _not_passed(run(MEASURE_IT[route]))
+
+    def test_the_solution_passes(self, run, mode, exercise):
+        outcome = run(_solution(exercise))
+        assert outcome.status == "passed", outcome.verdict
+
+
+def test_the_accumulate_solution_passes(run, mode, exercise):
+    """The control: the reference loop passes through the same supervised path."""
+    outcome = run(_solution(exercise))
+    assert outcome.status == "passed", outcome.verdict
