@@ -174,9 +174,10 @@ def _loaded_by(modules: list[str]) -> list[str]:
 
 
 # The worker's modules that may use the app (its settings, its database, its course): the command
-# line, the queue and the runner. Every other module of worker/ is the grading core (harness,
-# checks, sandbox, fork server, pool, grading, seccomp, …): of the web's side, it imports contracts.
-MAY_USE_THE_APP = frozenset({"worker/cli.py", "worker/queue.py", "worker/runner.py"})
+# line and the runner (which takes its jobs through app/submissions/queue.py). Every other module
+# of worker/ is the grading core (harness, checks, sandbox, fork server, pool, grading, seccomp,
+# …): of the web's side, it imports contracts.
+MAY_USE_THE_APP = frozenset({"worker/cli.py", "worker/runner.py"})
 
 
 def _modules_imported(tree: ast.AST) -> set[str]:
@@ -208,7 +209,7 @@ def test_the_grading_core_imports_nothing_of_the_app_but_contracts():
 # course as pages (app/lessons/course.py, Markdown in app/lessons/markdown.py) is the web's.
 # (Pygments itself comes with Alembic, whose templates app.db imports, so the renderer's own
 # modules and Markdown are what is looked for.)
-WORKER_PROCESSES = ["worker.runner", "worker.queue", "worker.grading", "worker.cli"]
+WORKER_PROCESSES = ["worker.runner", "app.submissions.queue", "worker.grading", "worker.cli"]
 THE_RENDERER = ("markdown_it", "app.lessons.course", "app.lessons.markdown")
 
 

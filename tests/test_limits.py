@@ -14,7 +14,7 @@ from app.accounts import service
 from app.accounts.models import ThrottleHit
 from app.config import Settings
 from app.main import create_app
-from app.submissions import service as submissions
+from app.submissions import queue
 from app.submissions.models import Submission
 from tests.conftest import LESSONS, PASSWORD, arm_csrf, sign_up
 
@@ -69,7 +69,7 @@ def _count(app, model, *where) -> int:
 
 def test_a_burst_of_anonymous_submissions_gets_exactly_the_queue_cap(limits_app, monkeypatch):
     app = limits_app(queued_per_client=2)
-    _slowed(monkeypatch, submissions, "enqueue")
+    _slowed(monkeypatch, queue, "enqueue")
     with TestClient(app):  # started once; each visitor a cookie-less client of the same address
         visitors = [TestClient(app) for _ in range(AT_ONCE)]
         codes = _at_once([lambda v=v: v.post(SUBMIT, json={"code": "x = 1"}) for v in visitors])
@@ -117,7 +117,7 @@ def test_signed_in_learners_behind_one_address_are_limited_as_themselves(sqlite_
     def cancel_all() -> None:  # each learner has one submission waiting at most: grade it away
         with app.state.sessionmaker.begin() as session:
             for sub in session.scalars(select(Submission).where(Submission.active_owner.is_not(None))):
-                submissions.cancel(session, sub)
+                queue.cancel(session, sub)
 
     with TestClient(app) as anonymous, TestClient(app) as ana, TestClient(app) as bruno:
         assert anonymous.post(SUBMIT, json={"code": "x = 1"}).status_code == 202

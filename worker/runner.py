@@ -22,10 +22,10 @@ from app import logs
 from app.accounts import retention
 from app.config import Settings
 from app.db import make_engine, utcnow
+from app.submissions import queue
 from app.submissions.workers import WorkerBeat
 from contracts.exercise import Catalog, load_exercises
 from contracts.verdict import Record, trouble
-from worker import queue
 from worker.sandbox import Cancel
 
 log = logging.getLogger("treino.worker")
@@ -205,7 +205,7 @@ class Worker:
             url.set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True
         )
         try:
-            conn.execute(f"LISTEN {queue.NOTIFY_CHANNEL}")
+            conn.execute(f"LISTEN {queue.CHANNEL}")
 
             def wait() -> None:  # in short slices, so stop() is seen within a second
                 deadline = time.monotonic() + poll

@@ -52,7 +52,7 @@ class Submission(Owned, Base):
     lease_owner: Mapped[str | None] = mapped_column(String(80), nullable=True)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     request_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
-    # the client address it came from: the queue serves clients in turn (worker/queue.py), so
+    # the client address it came from: the queue serves clients in turn (app/submissions/queue.py), so
     # many cookie-less learners from one address wait behind each other, not before everyone
     client: Mapped[str | None] = mapped_column(String(80), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

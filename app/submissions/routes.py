@@ -18,7 +18,7 @@ from app.i18n import gettext as _
 from app.lessons.dependencies import CourseDep, ExerciseDep, LessonDep
 from app.offline.idempotency import key_of
 from app.security import TEXT_PATTERN
-from app.submissions import present, service, watch
+from app.submissions import present, queue, service, watch
 from app.submissions.editor import phrases
 from app.submissions.figures import figures
 from app.submissions.models import Mode, Status, Submission
@@ -149,7 +149,7 @@ def submit_form(
     try:
         if key is None or service.with_key(session, learner, key) is None:
             _fair_use(request, session)
-        submission = service.enqueue(
+        submission = queue.enqueue(
             session,
             learner,
             exercise,
@@ -160,7 +160,7 @@ def submit_form(
             client=client_ip(request),
             key=key,
         )
-    except (service.AlreadyActive, Throttled) as e:
+    except (queue.AlreadyActive, Throttled) as e:
         response = render(
             request,
             "_submission_status.html",
@@ -208,7 +208,7 @@ def cancel_form(request: Request, submission_id: SubmissionId, learner: LearnerD
     submission = service.get_own(session, learner, submission_id)
     if submission is None:
         raise HTTPException(404)
-    service.cancel(session, submission)
+    queue.cancel(session, submission)
     if is_htmx(request):
         return _status(request, session, learner, submission, announce=True)
     exercise = request.app.state.course.exercise(submission.exercise)
@@ -335,7 +335,7 @@ def submit_api(
     """Queue code for grading (`submit`) or for a plain run (`run`). Poll the submission for the verdict."""
     try:
         _fair_use(request, session)
-        submission = service.enqueue(
+        submission = queue.enqueue(
             session,
             learner,
             exercise,
@@ -345,7 +345,7 @@ def submit_api(
             request_id=request.state.request_id,
             client=client_ip(request),
         )
-    except service.AlreadyActive:
+    except queue.AlreadyActive:
         raise ApiError(429, busy_message(), code="already_active") from None
     except Throttled as e:
         raise too_many(str(e), e.retry_after) from None
@@ -376,11 +376,11 @@ def submission_api(
     )
 
 
-def _queue_order(app: FastAPI) -> service.QueueOrder:
+def _queue_order(app: FastAPI) -> queue.QueueOrder:
     """The app's shared view of the queue's places, made on first use."""
-    found: service.QueueOrder | None = getattr(app.state, "queue_order", None)
+    found: queue.QueueOrder | None = getattr(app.state, "queue_order", None)
     if found is None:
-        found = app.state.queue_order = service.QueueOrder()
+        found = app.state.queue_order = queue.QueueOrder()
     return found
 
 

@@ -3,7 +3,7 @@ database connection per waiter.
 
 One watcher per web process reads, in one query, the status of every submission someone is
 waiting for, and wakes those whose status is no longer the one they saw. On PostgreSQL it reads
-when the status trigger's NOTIFY comes (migration 0007; one listening connection for the whole
+when the status trigger's NOTIFY comes (app/submissions/queue.py; one listening connection for the whole
 process) and every SAFETY_SECONDS besides; on SQLite every TICK_SECONDS. The row stays the
 truth: a notification lost while the listener reconnects only delays a verdict, never loses it.
 The watcher runs while someone waits and stops when no one does.
@@ -22,8 +22,8 @@ from sqlalchemy.engine import Engine, make_url
 from app.config import Settings
 from app.db import make_engine
 from app.submissions.models import Submission
+from app.submissions.queue import CHANNEL
 
-CHANNEL = "treino_status"  # migrations/versions/0007_status_notify.py sends on it
 TICK_SECONDS = 0.1
 SAFETY_SECONDS = 2.0
 

@@ -17,11 +17,11 @@ from app.accounts.ownership import Learner
 from app.config import ROOT, Settings
 from app.db import make_engine
 from app.lessons.course import load_course
+from app.submissions import queue
 from app.submissions.models import Mode, Status, Submission
-from app.submissions.service import AlreadyActive, QueueOrder, enqueue, queue_position
+from app.submissions.queue import AlreadyActive, QueueOrder, enqueue, queue_position
 from contracts.verdict import Record, record
 from tests.conftest import LESSONS
-from worker import queue
 from worker.runner import Worker
 
 COURSE = load_course(LESSONS)
@@ -241,7 +241,7 @@ def test_a_verdict_no_database_stores_ends_the_job_as_error_and_the_next_is_grad
 
 
 def test_a_cancelled_job_is_stopped_and_its_row_stays_cancelled(sessions, database_url):
-    from app.submissions.service import cancel as cancel_submission
+    from app.submissions.queue import cancel as cancel_submission
 
     [job_id] = _enqueue(sessions, 1)
     seen = threading.Event()
