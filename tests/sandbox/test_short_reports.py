@@ -414,6 +414,12 @@ def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max
             optimizer.step()
 """
 )
+# as many runs as asked, but not runs: answers with no timeline (an interference, not the
+# grader's own failure)
+OTHER_ROUTES["find-the-bottleneck-four-bare-answers"] = (
+    "bottleneck/find-the-bottleneck",
+    ON_THE_LINK + NOTHING_TRAINED + "\nrewrite_report(lambda d: d.update(runs=[{'answer': 'data'}] * 4))\n",
+)
 OTHER_ROUTES["amp-loop-scaler-calls-and-scale-in-the-report"] = (
     "mixed-precision/amp-loop",
     AMP_WITHOUT_SCALER,
@@ -430,3 +436,4 @@ class TestOtherKinds:
     def test_a_short_report_does_not_pass(self, run, mode, route):
         outcome = run(OTHER_ROUTES[route][1], wall_seconds=60)
         _not_passed(outcome)
+        assert (outcome.verdict["diagnosis"] or {}).get("id") != "grader-trouble", outcome.verdict

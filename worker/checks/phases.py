@@ -99,6 +99,26 @@ LABELS = {"data": "fetch", "forward": "forward", "backward": "backward", "optimi
 PHASE_OF = {label: phase for phase, label in LABELS.items()}
 
 
+def _spans(value, width):
+    return isinstance(value, list) and all(
+        isinstance(v, list) and len(v) == width and all(isinstance(x, int | float) for x in v[width - 2 :])
+        for v in value
+    )
+
+
+def _well_formed(run):
+    """A run as the harness reports it (``worker/harness/phases.py``): an answer, its ranges
+    ``[name, start, end]`` and each phase's points ``[start, end]``."""
+    points = run.get("points") if isinstance(run, dict) else None
+    return (
+        isinstance(points, dict)
+        and isinstance(run.get("answer"), str)
+        and _spans(run.get("ranges"), 3)
+        and all(isinstance(r[0], str) for r in run["ranges"])
+        and all(_spans(points.get(phase), 2) for phase in PHASES)
+    )
+
+
 def _observed(params, data):
     """The runs with the phase the supervisor made slow in each (``slow``), after checking that
     the learner's process reported exactly the runs the exercise asked for (one per slow phase:
@@ -111,7 +131,9 @@ def _observed(params, data):
         raise Interfered("missing", detail="the slow phases the supervisor drew are missing")
     runs = data.get("runs")
     agree(len(runs) if isinstance(runs, list) else None, len(slowed), "calls")
-    for number, run in enumerate(data["runs"]):
+    if not all(_well_formed(run) for run in runs):
+        raise Interfered("shape", detail="a reported run is not in the harness's shape")
+    for number, run in enumerate(runs):
         for phase, label in LABELS.items():
             count = sum(1 for e in seen["events"] if e[0] == label and e[1] == number)
             agree(len(run["points"][phase]), count, "events")
