@@ -42,22 +42,22 @@ class JoinedOut(BaseModel):
     role: Literal["teacher", "learner"]
 
 
-class CellOut(BaseModel):
+class ClassCellOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: CellStatus
     attempts: int = Field(description="Graded attempts, as the learner numbers them (runs are none)")
 
 
-class LearnerOut(BaseModel):
+class ClassLearnerOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: int
     name: str
-    exercises: dict[str, CellOut] = Field(description="By exercise id, every exercise of the course")
+    exercises: dict[str, ClassCellOut] = Field(description="By exercise id, every exercise of the course")
 
 
-class ExerciseOut(BaseModel):
+class ClassExerciseOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     passed: int = Field(description="Learners who passed it")
@@ -67,13 +67,13 @@ class ExerciseOut(BaseModel):
     )
 
 
-class ReportOut(BaseModel):
+class ClassReportOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
     course: str
-    learners: list[LearnerOut]
-    exercises: dict[str, ExerciseOut]
+    learners: list[ClassLearnerOut]
+    exercises: dict[str, ClassExerciseOut]
     questions: dict[str, dict[str, int]] = Field(
         description="`<lesson>/<question>` → each wrong option chosen → learners who chose it"
     )

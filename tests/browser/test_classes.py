@@ -73,6 +73,7 @@ def test_a_class_page_counts_a_shared_mistake_live_and_shows_nothing_to_others(n
         page.goto(f"{join_url}?lang={lang}")
         assert words["first"] in page.locator("main").inner_text()
         assert words["sees"] in page.locator("main").inner_text()  # said before any account
+        assert overflow(page) == 0, too_wide(page)
         with page.expect_navigation():
             page.locator(".class-join a.button").click()  # to sign up, and back here after
         submit(page, "/sign-up", email=f"{name.lower()}-{tag}@example.com", password=PASSWORD)
@@ -102,6 +103,7 @@ def test_a_class_page_counts_a_shared_mistake_live_and_shows_nothing_to_others(n
     # Caio leaves: gone from the grid and the count, still without a reload
     caio = learners["Caio"]
     caio.goto("/classes")
+    assert overflow(caio) == 0, too_wide(caio)
     with caio.expect_navigation():
         caio.get_by_role("button", name=words["leave"].format(name=f"Deep learning {tag}")).click()
     teacher.locator(".class-grid tbody tr", has_text="Caio").wait_for(state="detached", timeout=30_000)
@@ -123,3 +125,4 @@ def test_a_class_page_counts_a_shared_mistake_live_and_shows_nothing_to_others(n
     teacher.goto(f"{class_path}/learners/{bia_id}")
     teacher.locator(".class-submission details summary").first.click()
     assert "loss" in teacher.locator(".class-submission pre").first.inner_text()
+    assert overflow(teacher) == 0, too_wide(teacher)  # the code scrolls inside its box

@@ -2,7 +2,7 @@
 the class's teachers read its report; everyone else gets 404 (or 401 without a token)."""
 
 from app.accounts.models import User
-from app.classes.schemas import ReportOut
+from app.classes.schemas import ClassReportOut
 from app.submissions.models import Status
 from tests.classes.conftest import EXERCISE, MISTAKE, graded, token
 
@@ -38,7 +38,7 @@ def test_a_class_from_start_to_a_learner_leaving(db_client, db_app):
     report = db_client.get(f"/api/classes/{class_id}", headers=teacher)
     assert report.status_code == 200, report.text
     data = report.json()
-    assert ReportOut.model_validate(data).name == "DL 2026"  # the documented shape, exactly
+    assert ClassReportOut.model_validate(data).name == "DL 2026"  # the documented shape, exactly
     assert [(row["name"], row["exercises"][EXERCISE]) for row in data["learners"]] == [
         ("ana", {"status": "tried", "attempts": 1}),
         ("Bia", {"status": "passed", "attempts": 2}),

@@ -30,9 +30,10 @@ def _record(app, email: str, status: Status, mistake: str | None = None, lang: s
         graded(s, s.query(User).filter_by(email=email).one(), status, mistake, lang=lang)
 
 
-def _join(client: TestClient, code: str, name: str) -> None:
+def _join(client: TestClient, code: str, name: str) -> str:
     response = client.post(f"/classes/join/{code}", data={"name": name}, follow_redirects=False)
     assert response.status_code == 303, response.text
+    return response.headers["location"]
 
 
 def test_a_teacher_sees_the_class_work_and_nobody_else_does(db_app):
@@ -53,7 +54,11 @@ def test_a_teacher_sees_the_class_work_and_nobody_else_does(db_app):
 
         join_page = html(ana.get(f"/classes/join/{classroom.join_code}")).get_text(" ", strip=True)
         assert "What the teachers will see" in join_page and "Every piece of code submitted" in join_page
-        _join(ana, classroom.join_code, "Ana")
+        joined = html(ana.get(_join(ana, classroom.join_code, "Ana")))
+        assert (
+            joined.select_one(".notice").get_text()
+            == "You joined DL 2026. You can leave it here at any time."
+        )
         _join(bia, classroom.join_code, "Bia")
         assert (
             "You are already in this class."
@@ -188,3 +193,21 @@ def test_last_activity_reads_as_the_submission_pages_say_it():
     for back in (timedelta(seconds=20), timedelta(minutes=3, seconds=20), timedelta(hours=2, minutes=10)):
         assert ago(now - back, now) == when(now - back, now)
     assert ago(now - timedelta(minutes=3, seconds=20), now) == "3 minutes ago"
+
+
+def test_a_second_teacher_joins_with_the_teachers_link_and_may_stop_teaching(db_app):
+    with TestClient(db_app) as first, TestClient(db_app) as second:
+        for client, email in ((first, "t1"), (second, "t2")):
+            arm_csrf(client)
+            sign_up(client, f"{email}@example.com")
+        classroom = _start_class(first)
+        alone = html(first.get(f"/classes/{classroom.id}"))
+        assert alone.find("button", string=lambda t: t and "Stop teaching" in t) is None  # the only one
+        assert first.post(f"/classes/{classroom.id}/leave").status_code == 409
+        assert _join(second, classroom.teacher_code, "Second") == f"http://testserver/classes/{classroom.id}"
+        page = html(second.get(f"/classes/{classroom.id}"))
+        assert "Teachers: t1, Second." in page.get_text(" ", strip=True)
+        assert page.find("button", string=lambda t: t and "Stop teaching" in t) is not None
+        assert second.post(f"/classes/{classroom.id}/leave", follow_redirects=False).status_code == 303
+        assert second.get(f"/classes/{classroom.id}").status_code == 404
+        assert first.get(f"/classes/{classroom.id}").status_code == 200
