@@ -187,3 +187,23 @@ def test_the_solution_graded_on_this_cpu_has_spreads_and_still_passes(exercise, 
     assert "this worker's CPU (it has no GPU" in chart.note and "synchronised" not in chart.note
     assert all(bar.detail and bar.spread for bar in chart.bars)
     assert metrics["harness_run_ms"] < 20_000, metrics  # ~1–2 s on an idle CPU; this one may be shared
+
+
+@pytest.mark.parametrize(
+    ("name", "failed"),
+    [
+        ("solution", []),
+        ("precision-ignored", ["Low precision's memory, as the system counted it"]),
+        ("checkpoint-ignored", ["Checkpointing's memory, as the system counted it"]),
+        ("cast-instead-of-autocast", ["Low precision's memory, as the system counted it"]),
+    ],
+)
+def test_low_precision_and_checkpointing_pass_on_what_the_supervisor_and_the_system_saw(graded, name, failed):
+    """Issue 41: on the CPU, the low-precision and checkpointed runs are judged once more on a
+    large batch from the parameters the supervisor read and the memory the kernel counted; the
+    dtypes and recomputations the loop's process reported only name the mistake. A model cast
+    to bfloat16 leaves the float32 parameters the supervisor reads where they were."""
+    verdict = graded["bank", "measure-it", name]
+    kernel = {c["name"]: c for c in verdict["checks"] if "as the system counted it" in c["name"]}
+    assert len(kernel) == 2, verdict["checks"]
+    assert [n for n, c in kernel.items() if c["status"] != "passed"] == failed

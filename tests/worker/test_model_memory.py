@@ -103,3 +103,21 @@ def test_the_starter_is_not_told_it_has_an_adapter(verdicts):
     assert "on top" not in starter["explanation"]
     chained = verdicts["train-an-adapter", "optimizer-over-all-parameters"]["diagnosis"]
     assert "with the adapter trained on top of it" in chained["explanation"]
+
+
+def _kernel_line(verdict):
+    """The check line that rests on the memory the operating system counted (issue 41)."""
+    return next(c for c in verdict["checks"] if c["name"] == "Gradients alive, as the system counted them")
+
+
+def test_step_in_backward_passes_on_the_memory_the_system_counted(verdicts):
+    """The pass rests on the kernel's count of the process (the lists the loop's process reports
+    only name the mistake): in the hook, Adam's state and one gradient; the plain loop and a loop
+    that never releases hold every gradient of the wide model on top (48 MiB of parameters)."""
+    line = _kernel_line(verdicts["step-in-backward", "solution"])
+    assert line["status"] == "passed", line
+    assert "three 1,448×1,448 layers (48.0 MiB of parameters)" in line["message"]
+    for name in ("starter", "grads-not-released"):
+        line = _kernel_line(verdicts["step-in-backward", name])
+        assert line["status"] == "failed", line
+    assert "more than one gradient was alive at once" in line["message"]

@@ -74,7 +74,7 @@ def run(job, api):
 
         if wide is not None:
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
-        name_limits()
+        name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer"])
         error = api.call(fn, [model, Loader(), scenario.loss_fn, make_optimizer])
@@ -91,7 +91,9 @@ def run(job, api):
         }
         return data, error
 
-    return api.supervise(learner)
+    # alone: no thread or process of its own, whose memory the kernel would count apart from the
+    # child's (a loop run in a forked process could write the parameters back unseen)
+    return api.supervise(learner, alone=True)
 
 
 def _memory_run(api, fn, wide, lr):
