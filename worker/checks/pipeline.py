@@ -91,10 +91,23 @@ def _right(params, run):
     return bool(torch.allclose(vector(end), trained(params, start, seed), atol=ATOL, rtol=RTOL))
 
 
+def _well_formed(data):
+    """The batches (lists of sample indices) and the loader's description (a dict), as the
+    harness reports them (``worker/harness/pipeline.py``)."""
+    batches, loader = data.get("batches"), data.get("loader")
+    return (
+        isinstance(batches, list)
+        and all(isinstance(b, list) and all(type(i) is int for i in b) for b in batches)
+        and isinstance(loader, dict)
+    )
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     asked = attempts(params)
     runs = _runs(observed(data), asked)
     agree(data.get("attempts"), asked, "calls")  # as many as the supervisor saw, now
+    if not _well_formed(data):
+        raise Interfered("shape", detail="the reported batches or loader are not in the harness's shape")
     expected = expected_batches(params)
     got = data["batches"]
     flat_got = [i for batch in got for i in batch]

@@ -81,10 +81,15 @@ def _scenario(run: dict) -> Phrase:
 def _spread_ok(run: dict) -> bool:
     answer, spread = run["answer"], run["answer"].get("spread_ms")
     step = answer.get("step_ms")
-    if not isinstance(spread, list) or not all(isinstance(v, float) for v in spread) or step is None:
+    if not _pair(spread) or not isinstance(step, float):
         return False
     low, high = spread
     return low <= step <= high and high > low and high <= SPREAD_MAX * run["step_ms"]
+
+
+def _pair(spread: object) -> bool:
+    """Two numbers, as the harness reports a spread (``_answer``)."""
+    return isinstance(spread, list) and len(spread) == 2 and all(isinstance(v, float) for v in spread)
 
 
 def _first(runs: list[dict], ok) -> dict | None:
@@ -145,7 +150,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     if bad_spread is None:
         checks.append(Check("timing_spread", True, "check.timing_spread.passed", {"most": SPREAD_MAX}))
     else:
-        spread = bad_spread["answer"].get("spread_ms") or [None, None]
+        spread = bad_spread["answer"].get("spread_ms")
+        spread = spread if isinstance(spread, list) and len(spread) == 2 else [None, None]
         shown = [round(v, 2) if isinstance(v, float) else "—" for v in spread]
         checks.append(
             Check(
@@ -209,7 +215,7 @@ def diagnose(runs: list[dict], min_syncs: int) -> Diagnosis | None:
             )
     for run in runs:
         spread = run["answer"].get("spread_ms")
-        degenerate = not isinstance(spread, list) or None in spread or spread[1] <= spread[0]
+        degenerate = not _pair(spread) or spread[1] <= spread[0]
         if run["syncs"] < min_syncs or degenerate:
             return Diagnosis("one-run-no-spread", {"syncs": run["syncs"], "least": min_syncs})
     for run in runs:
