@@ -91,3 +91,15 @@ def test_runs_the_supervisor_did_not_draw_are_interference():
     data["observed"]["slowed"] = ["kernel"]
     with pytest.raises(Interfered):
         check.evaluate(PARAMS, data, "cpu")
+
+
+def test_a_report_with_no_runs_or_a_spread_of_one_number_fails_without_the_checks_raising():
+    """Issue 41: the runs emptied from the report, or a spread that is not two numbers (the
+    harness writes two), is a failed check, not a vacuous pass nor an exception of ours."""
+    none = check.evaluate(PARAMS, _data([]), "cpu")
+    assert not none.passed and none.checks[0].message == "check.timing_answer.failed"
+    one = _honest("kernel") | {"spread_ms": [32.0]}
+    result = check.evaluate(PARAMS, _data([one, _honest("idle")]), "cpu")
+    spread = next(c for c in result.checks if c.name == "timing_spread")
+    assert not spread.passed and spread.values["low"] == "—"
+    assert result.diagnosis is not None and result.diagnosis.id == "one-run-no-spread"
