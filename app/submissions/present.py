@@ -69,9 +69,14 @@ def _read_solution(path: Path, _mtime: float) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def solution(exercise: Exercise) -> str:
-    """The exercise's reference solution (re-read when the file changes)."""
-    path = Path(exercise.path) / "solution.py"
+def solution(exercise: Exercise, lang: str | None = None) -> str:
+    """The exercise's reference solution (re-read when the file changes), its comments and
+    docstrings in ``lang`` where the folder has ``solution.<lang>.py``: the same program
+    (tests/lessons/test_solutions.py), which only the English one is graded as."""
+    folder = Path(exercise.path)
+    path = folder / f"solution.{lang}.py"
+    if not lang or not path.is_file():
+        path = folder / "solution.py"
     return _read_solution(path, path.stat().st_mtime)
 
 

@@ -289,7 +289,7 @@ def _status_context(
         and graded
         and (submission.status == Status.PASSED or attempts.failures >= service.SHOW_SOLUTION_AFTER)
     ):
-        context["solution"] = present.solution(exercise)
+        context["solution"] = present.solution(exercise, request.state.lang)
     return context
 
 

@@ -113,7 +113,7 @@ def ask_tutor(
         question=body.question.strip(),
         hints_open=body.hints,
         verdict=_latest_verdict(session, learner, exercise),
-        solution=present.solution(exercise) if unlocked else None,
+        solution=present.solution(exercise, lang) if unlocked else None,
         history=history,
     )
     prompt = grounding.messages(situation, grounding.glossary(settings.lessons_dir))

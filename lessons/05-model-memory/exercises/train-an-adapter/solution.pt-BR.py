@@ -1,0 +1,26 @@
+import torch
+from torch import nn
+
+
+class LoRA(nn.Module):
+    """Uma camada congelada mais uma atualização treinável de posto baixo: layer(h) + h @ A @ B."""
+
+    def __init__(self, layer, rank):
+        super().__init__()
+        self.layer = layer
+        like = {"dtype": layer.weight.dtype, "device": layer.weight.device}  # os do modelo: float64
+        self.A = nn.Parameter(torch.randn(layer.in_features, rank, **like) / rank)
+        self.B = nn.Parameter(torch.zeros(rank, layer.out_features, **like))  # começa em 0
+
+    def forward(self, h):
+        return self.layer(h) + h @ self.A @ self.B
+
+
+def train(model, loader, loss_fn, make_optimizer, rank):
+    model.requires_grad_(False)  # antes de qualquer backward: sem gradiente nem estado
+    model[2] = LoRA(model[2], rank)
+    optimizer = make_optimizer([model[2].A, model[2].B])  # só o adaptador
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
