@@ -101,6 +101,8 @@ def test_a_class_page_counts_a_shared_mistake_live_and_shows_nothing_to_others(n
     RESULTS.joinpath(f"class-{lang}.txt").write_text(teacher.locator("main").inner_text(), encoding="utf-8")
 
     # Caio leaves: gone from the grid and the count, still without a reload
+    mistake.locator("summary").click()  # the teacher reads the verdict as a learner saw it
+    assert mistake.locator("blockquote").inner_text()
     caio = learners["Caio"]
     caio.goto("/classes")
     assert overflow(caio) == 0, too_wide(caio)
@@ -108,6 +110,7 @@ def test_a_class_page_counts_a_shared_mistake_live_and_shows_nothing_to_others(n
         caio.get_by_role("button", name=words["leave"].format(name=f"Deep learning {tag}")).click()
     teacher.locator(".class-grid tbody tr", has_text="Caio").wait_for(state="detached", timeout=30_000)
     assert mistake.locator(".mistake-count").inner_text() == "1"
+    assert mistake.locator("details").get_attribute("open") is not None  # still open after the swap
     assert teacher.evaluate("window.__not_reloaded === true")
 
     # an outsider (signed in, not the class's teacher) and a learner of it: 404 everywhere
