@@ -102,10 +102,10 @@ def test_no_page_is_wider_than_a_phone_even_with_a_verdict_and_long_code(new_pag
     page.locator(".figures").scroll_into_view_if_needed()
     shot(page, f"phone-figures-screen-{lang}-{scheme}", full_page=False)
     submission = verdict.locator(".verdict-sub a").get_attribute("href")
-    lessons = [
-        f"/lessons/{slug}"
-        for slug in ("mixed-precision", "gradient-accumulation", "bottleneck", "gpu-memory", "model-memory")
-    ]
+    from app.config import get_settings
+    from app.lessons.course import load_course
+
+    lessons = [f"/lessons/{lesson.slug}" for lesson in load_course(get_settings().lessons_dir).lessons]
     pages = ["/", *lessons, EXERCISE, submission, "/sign-in", "/sign-up", "/forgot-password"]
     for width in (390, 360):
         page.set_viewport_size({"width": width, "height": 800})

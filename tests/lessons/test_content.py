@@ -13,7 +13,14 @@ from app.lessons.course import ContentError, load_course
 from contracts.languages import LANGS
 from tests.conftest import LESSONS
 
-EXPECTED = ["mixed-precision", "gradient-accumulation", "bottleneck", "gpu-memory", "model-memory"]
+EXPECTED = [
+    "mixed-precision",
+    "gradient-accumulation",
+    "bottleneck",
+    "gpu-memory",
+    "model-memory",
+    "long-sequences",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +28,9 @@ def real_course():
     return load_course(LESSONS)
 
 
-def test_the_course_has_the_five_lessons_in_order(real_course):
+def test_the_course_has_its_six_lessons_in_order(real_course):
     assert [lesson.slug for lesson in real_course.lessons] == EXPECTED
-    assert [lesson.number for lesson in real_course.lessons] == [1, 2, 3, 4, 5]
+    assert [lesson.number for lesson in real_course.lessons] == [1, 2, 3, 4, 5, 6]
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -206,9 +213,9 @@ def test_lessons_check_validates_the_content(copy, tmp_path):
     result = _treino("lessons", "check", lessons=copy, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     questions = sum(len(lesson.questions) for lesson in load_course(copy).lessons)
-    assert questions >= 5 * 3  # a quick check of at least three questions per lesson
+    assert questions >= 6 * 3  # a quick check of at least three questions per lesson
     assert result.stdout.startswith(
-        f"treino: 5 lessons, {questions} quick-check questions, 0 exercises: content OK"
+        f"treino: 6 lessons, {questions} quick-check questions, 0 exercises: content OK"
     )
 
 

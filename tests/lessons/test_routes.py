@@ -30,7 +30,7 @@ def test_lesson_page_shows_cards_position_minutes_and_recap(client, course, lang
     assert len(cards) == len(text.cards)
     assert [c.select_one("h2")["id"] for c in cards] == [f"{c.anchor}-h" for c in text.cards]
     eyebrow = page.select_one(".lesson-header .eyebrow").get_text(" ", strip=True)
-    expected_position = {"en": "Lesson 2 of 5", "pt-BR": "Lição 2 de 5"}[lang]
+    expected_position = {"en": "Lesson 2 of 6", "pt-BR": "Lição 2 de 6"}[lang]
     expected_minutes = {"en": f"{text.minutes} minutes", "pt-BR": f"{text.minutes} minutos"}[lang]
     assert expected_position in eyebrow and expected_minutes in eyebrow
     assert len(page.select(".recap li")) == len(text.recap_html)
@@ -43,12 +43,14 @@ def test_lesson_page_links_neighbours_and_all_lessons(client, course):
     assert page.select_one('.pager a[rel="next"]')["href"] == "/lessons/bottleneck"
     nav = page.select(".course-nav .lesson-list a")
     assert [a["href"] for a in nav] == [f"/lessons/{lesson.slug}" for lesson in course.lessons]
-    assert [a.get("aria-current") for a in nav] == [None, "page", None, None, None]
+    assert [a.get("aria-current") for a in nav] == [None, "page", None, None, None, None]
     first = html(client.get("/lessons/mixed-precision"))
     assert first.select_one('.pager a[rel="prev"]') is None
     fourth = html(client.get("/lessons/gpu-memory"))
     assert fourth.select_one('.pager a[rel="next"]')["href"] == "/lessons/model-memory"
-    last = html(client.get("/lessons/model-memory"))
+    fifth = html(client.get("/lessons/model-memory"))
+    assert fifth.select_one('.pager a[rel="next"]')["href"] == "/lessons/long-sequences"
+    last = html(client.get(f"/lessons/{course.lessons[-1].slug}"))
     assert last.select_one('.pager a[rel="next"]')["href"] == "/course/end"  # the course's end page
 
 
@@ -88,7 +90,7 @@ def test_unknown_lesson_is_a_404_page_in_the_visitors_language(client, accept, l
     page = html(response)
     assert page.html["lang"] == lang
     assert page.select_one("h1").get_text(strip=True) == heading
-    assert len(page.select(".lesson-list a")) == 5, "the 404 page offers the lessons"
+    assert len(page.select(".lesson-list a")) == 6, "the 404 page offers the lessons"
 
 
 def test_api_lists_the_course_in_the_asked_language(client, course):
