@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app import locks
+from app import locks, prometheus
 from app.accounts.ownership import Learner, owned_by
 from app.config import Settings
 from app.db import aware, utcnow
@@ -230,15 +230,12 @@ def _settle_abandoned(session: Session, settings: Settings, where: ColumnElement
 
 
 def metrics_lines(session: Session, settings: Settings, reachable: bool | None) -> list[str]:
-    """The tutor's part of /metrics."""
-    lines: list[str] = []
-
-    def family(name: str, kind: str, help_text: str) -> None:
-        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"])
-
-    family("treino_tutor_configured", "gauge", "1 when TREINO_TUTOR_URL is set.")
+    """The tutor's part of /metrics: counts and sums from the database, no answer read whole."""
+    lines = prometheus.family("treino_tutor_configured", "gauge", "1 when TREINO_TUTOR_URL is set.")
     lines.append(f"treino_tutor_configured {int(bool(settings.tutor_url))}")
-    family("treino_tutor_reachable", "gauge", "1 when the tutor's endpoint answered its last probe.")
+    lines += prometheus.family(
+        "treino_tutor_reachable", "gauge", "1 when the tutor's endpoint answered its last probe."
+    )
     lines.append(f"treino_tutor_reachable {int(bool(reachable))}")
     by_status = dict(
         session.execute(
@@ -247,7 +244,7 @@ def metrics_lines(session: Session, settings: Settings, reachable: bool | None) 
             .group_by(TutorMessage.status)
         ).all()
     )
-    family("treino_tutor_answers_total", "counter", "Tutor answers, by outcome.")
+    lines += prometheus.family("treino_tutor_answers_total", "counter", "Tutor answers, by outcome.")
     for status in ("answered", "withheld", "failed", "cancelled", "pending", "running"):
         lines.append(f'treino_tutor_answers_total{{status="{status}"}} {by_status.get(status, 0)}')
     prompt, completion = session.execute(
@@ -256,20 +253,17 @@ def metrics_lines(session: Session, settings: Settings, reachable: bool | None) 
             func.coalesce(func.sum(TutorMessage.completion_tokens), 0),
         ).where(TutorMessage.role == "tutor")
     ).one()
-    family("treino_tutor_tokens_total", "counter", "Tokens sent to and received from the tutor's model.")
+    lines += prometheus.family(
+        "treino_tutor_tokens_total", "counter", "Tokens sent to and received from the tutor's model."
+    )
     lines.append(f'treino_tutor_tokens_total{{kind="prompt"}} {int(prompt)}')
     lines.append(f'treino_tutor_tokens_total{{kind="completion"}} {int(completion)}')
     for name, column, help_text in (
         ("treino_tutor_first_token_seconds", TutorMessage.first_token_ms, "From question to first word."),
         ("treino_tutor_answer_seconds", TutorMessage.duration_ms, "From question to the answer's end."),
     ):
-        values = [
-            ms / 1000 for ms in session.scalars(select(column).where(column.is_not(None))) if ms is not None
-        ]
-        family(name, "histogram", help_text)
-        for bound in (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120):
-            lines.append(f'{name}_bucket{{le="{bound}"}} {sum(1 for v in values if v <= bound)}')
-        lines.append(f'{name}_bucket{{le="+Inf"}} {len(values)}')
-        lines.append(f"{name}_sum {sum(values):.3f}")
-        lines.append(f"{name}_count {len(values)}")
+        seconds = column / 1000.0
+        lines += prometheus.histogram(
+            session, name, help_text, seconds, column.is_not(None), (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+        )
     return lines
