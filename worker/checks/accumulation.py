@@ -54,8 +54,8 @@ MAX_STEPS = 64  # the harness records the first 64 steps
 # the process: a right loop's peak rises by ~1.1× what one micro-batch saves for backward (as the
 # meter counts it: its input and outputs shared by two layers count twice), a loop that holds
 # the whole cycle by ~2.3× (measured, 4 micro-batches of 60,000 samples: 22 and 48 MiB over
-# 20.6); the line between them, with room for a right loop's extra tensors (a checkpointed one:
-# +0.2×).
+# 20.6; of 40,000: 14.7 and 32.1 over 13.7); the line between them, with room for a right
+# loop's extra tensors (a checkpointed one: +0.2×).
 KERNEL_FACTOR = 1.7
 
 
