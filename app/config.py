@@ -86,6 +86,11 @@ class Settings(BaseSettings):
     # code stays in the browser (app/drafts/service.py).
     anonymous_drafts_per_client: int = Field(default=200, ge=1)
     anonymous_draft_kb_per_client: int = Field(default=1024, ge=1)
+    # The code of every submission the anonymous visitors behind one client keep on the server
+    # together (until retention prunes it), in kilobytes: past it, Submit is refused (429) and
+    # says to sign in (app/submissions/routes.py _fair_use); a rate limit alone let one address
+    # store about 11 MB an hour.
+    anonymous_code_kb_per_client: int = Field(default=8192, ge=1)
     # A visitor without an account whose rows (drafts, answers, progress, submissions, tutor
     # conversations) were none of them written for this many days loses them all, and
     # throttling's counts this old go too (app/accounts/retention.py, run by each worker).

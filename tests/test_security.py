@@ -432,6 +432,36 @@ def test_an_anonymous_client_holds_a_few_queued_jobs_and_is_told_why(settings, _
     assert submit().status_code == 202
 
 
+def test_the_code_anonymous_visitors_of_one_address_keep_is_bounded(settings, _course):
+    """Storage, not only rate (issue 43): the code every cookie-less visitor behind one address
+    has sent is kept until retention prunes it; past TREINO_ANONYMOUS_CODE_KB_PER_CLIENT the next
+    Submit is refused, saying to sign in (both languages), while another address and a signed-in
+    learner behind this one still send."""
+    from app.main import create_app
+
+    app = create_app(settings.model_copy(update={"anonymous_code_kb_per_client": 1}), course=_course)
+    big = "x = 1\n" + "# padding\n" * 60  # 0.6 KB: the second passes the kilobyte, the third is refused
+
+    def send(peer: str, lang: str = "en"):
+        with TestClient(app, client=(peer, 1)) as fresh:
+            return fresh.post(SUBMIT_URL, params={"lang": lang}, json={"code": big})
+
+    assert [send("203.0.113.7").status_code for _ in range(2)] == [202, 202]
+    _finish_all(app)
+    refused = send("203.0.113.7")
+    assert refused.status_code == 429
+    assert refused.json()["message"].startswith("Visitors without an account on your network have sent")
+    assert "Sign in" in refused.json()["message"]
+    assert "Entre na sua conta" in send("203.0.113.7", lang="pt-BR").json()["message"]
+    assert send("198.51.100.7").status_code == 202, "another address keeps its own"
+    with TestClient(app, client=("203.0.113.7", 1)) as page:
+        page.post("/api/accounts", json={"email": "bo@example.com", "password": PASSWORD})
+        tokens = page.post("/api/tokens", json={"email": "bo@example.com", "password": PASSWORD})
+        token = tokens.json()["token"]
+        mine = page.post(SUBMIT_URL, json={"code": big}, headers={"Authorization": f"Bearer {token}"})
+        assert mine.status_code == 202, "a signed-in learner's code is the account's"
+
+
 # ---------------------------------------------------------------- treino check's plain output
 
 

@@ -40,7 +40,8 @@ def _fair_use(request: Request, session: Session) -> None:
     counted per account (a classroom behind one address is not one learner); anonymous, past
     TREINO_SUBMISSIONS_PER_IP from one client IP (proxy-aware), since every cookie-less request
     is a new learner, and at most TREINO_QUEUED_PER_CLIENT jobs of that client (an IPv4
-    address, an IPv6 /64) waiting or running at once. Each count is locked until the
+    address, an IPv6 /64) waiting or running at once, and at most
+    TREINO_ANONYMOUS_CODE_KB_PER_CLIENT of their code kept. Each count is locked until the
     submission's insert commits (app/locks.py): a burst cannot pass on one count."""
     settings = request.app.state.settings
     client = client_ip(request)
@@ -61,6 +62,19 @@ def _fair_use(request: Request, session: Session) -> None:
             _(
                 "Too much code from your network is waiting to be graded already. Wait for "
                 "a verdict, or sign in: each signed-in learner has a place of their own."
+            ),
+        )
+    kept = session.scalar(
+        select(func.coalesce(func.sum(func.length(Submission.code)), 0)).where(
+            Submission.client == client, Submission.user_id.is_(None)
+        )
+    )
+    if (kept or 0) >= settings.anonymous_code_kb_per_client * 1024:
+        raise Throttled(
+            QUEUED_RETRY,
+            _(
+                "Visitors without an account on your network have sent as much code as the "
+                "server keeps for them. Sign in to go on: your code is still in the editor."
             ),
         )
     spend(session, f"submit-ip:{client}", settings.submissions_per_ip, SUBMIT_WINDOW)
