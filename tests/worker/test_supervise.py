@@ -120,22 +120,30 @@ def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
         checkpointing._observations(params, {**data, "peaks": [0]})
 
 
+def _run(points: dict) -> dict:
+    """A find-the-bottleneck run as the harness reports it: an answer, its ranges, its points."""
+    return {"answer": "data", "ranges": [["data", 0, 1]], "points": points}
+
+
 def test_find_the_bottleneck_counts_and_slow_phases_are_the_supervisors():
     params = {"slow": ["data", "backward"]}
     points = {"data": [[0, 1]] * 6, **{p: [[0, 1]] * 2 for p in ("forward", "backward", "optimizer")}}
+    labels = ["fetch"] * 2 + ["forward", "backward", "step"] * 2
     seen = {
-        "events": [[label, 0, 0.0, -1] for label in ["fetch"] * 2 + ["forward", "backward", "step"] * 2],
+        "events": [[label, run, 0.0, -1] for run in (0, 1) for label in labels],
         "events_dropped": 0,
         "interfered": None,
         "slowed": ["backward", "fetch"],
     }
     with pytest.raises(Interfered, match="reported events"):  # two fetches served, six reported
-        phases._observed(params, {"runs": [{"points": points}], "observed": seen})
+        phases._observed(params, {"runs": [_run(points)] * 2, "observed": seen})
     honest = {**points, "data": [[0, 1]] * 2}
-    runs = phases._observed(params, {"runs": [{"points": honest}], "observed": seen})
+    runs = phases._observed(params, {"runs": [_run(honest)] * 2, "observed": seen})
     assert runs[0]["slow"] == "backward"  # the phase the supervisor drew for run 0, not the child's
+    with pytest.raises(Interfered, match="reported calls"):  # one loop reported of the two asked
+        phases._observed(params, {"runs": [_run(honest)], "observed": seen})
     with pytest.raises(Interfered, match="slow phases"):
-        phases._observed(params, {"runs": [{"points": honest}], "observed": {**seen, "slowed": []}})
+        phases._observed(params, {"runs": [_run(honest)] * 2, "observed": {**seen, "slowed": []}})
 
 
 PIPELINE = {"samples": 10, "batch_size": 4, "min_speedup": 1.3}
