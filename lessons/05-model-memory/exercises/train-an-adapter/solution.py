@@ -1,3 +1,5 @@
+import math
+
 import torch
 from torch import nn
 
@@ -9,7 +11,8 @@ class LoRA(nn.Module):
         super().__init__()
         self.layer = layer
         like = {"dtype": layer.weight.dtype, "device": layer.weight.device}  # float64, the model's device
-        self.A = nn.Parameter(torch.randn(layer.in_features, rank, **like) / rank)
+        bound = 1 / math.sqrt(layer.in_features)  # as nn.Linear starts its weight
+        self.A = nn.Parameter(torch.empty(layer.in_features, rank, **like).uniform_(-bound, bound))
         self.B = nn.Parameter(torch.zeros(rank, layer.out_features, **like))  # starts at 0
 
     def forward(self, h):
