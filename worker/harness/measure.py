@@ -213,7 +213,7 @@ def run(job, api):
         data, error = _configurations(job, api, fn, base, batches, loss_fn)
         if error is not None:
             return data, error
-        for (name, low_on, checkpoint), (model, x, y) in zip(MEMORY_RUNS, big, strict=True):
+        for (name, low_on, checkpoint), (model, x, y) in zip(MEMORY_RUNS if big else [], big, strict=True):
             optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
             kwargs = {"precision": low_precision(device) if low_on else torch.float32}
             kwargs |= {"accum_steps": 1, "checkpoint": checkpoint}
