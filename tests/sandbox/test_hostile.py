@@ -220,9 +220,12 @@ def train(*args):
 """)
     no_pass(outcome, within=15)
     output = outcome.verdict["output"]
-    assert output.count("refused FileNotFoundError") == 2
+    # every read refused, each time the kind calls train (accumulate calls it twice: its maths
+    # run, then its memory run), and the repository shows the venv only, read-only: not the
+    # code, not lessons/
+    assert output.count("refused FileNotFoundError") >= 2
+    assert set(output.splitlines()) == {"refused FileNotFoundError", "repo: ['.venv']"}, output
     assert solution.strip().splitlines()[-1] not in output
-    assert "repo: ['.venv']" in output  # the venv only, read-only: not the code, not lessons/
 
 
 def test_system_secrets_are_not_visible(run, mode):

@@ -94,7 +94,7 @@ def test_conversations_are_kept_per_card_in_either_language(make_client, endpoin
     assert "O PyTorch já soma os gradientes" in system
     # the same card in English: the same conversation; another card and the exercise: none
     client.get(LESSON, params={"lang": "en"})
-    texts = [t.get_text() for t in html(client.get(PANEL)).select(".tutor-text")]
+    texts = [t.get_text().strip() for t in html(client.get(PANEL)).select(".tutor-text")]
     assert texts == ["Por que soma?", "Sim."]
     assert not html(client.get(f"{LESSON}/cards/3/tutor")).select(".tutor-text")
     assert not html(client.get(PAGE)).select("#tutor .tutor-text")
