@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # says to sign in (app/submissions/routes.py _fair_use); a rate limit alone let one address
     # store about 11 MB an hour.
     anonymous_code_kb_per_client: int = Field(default=8192, ge=1)
+    # The quick-check answers and cards reached those visitors keep together: past it an answer
+    # is still checked, and said not kept (app/progress/service.within_quota).
+    anonymous_answers_per_client: int = Field(default=5000, ge=1)
     # A visitor without an account whose rows (drafts, answers, progress, submissions, tutor
     # conversations) were none of them written for this many days loses them all, and
     # throttling's counts this old go too (app/accounts/retention.py, run by each worker).

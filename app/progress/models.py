@@ -17,3 +17,5 @@ class CardReached(Owned, Base):
     lesson: Mapped[str] = mapped_column(String(80))
     card: Mapped[int] = mapped_column(Integer)
     reached_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the address it came from: what an anonymous client's rows are counted by (service.within_quota)
+    client: Mapped[str | None] = mapped_column(String(80), nullable=True, index=True)

@@ -11,13 +11,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from app.accounts.auth import LearnerDep
 from app.accounts.ownership import Learner
 from app.db import SessionDep
-from app.http import is_htmx
+from app.http import client_ip, is_htmx
 from app.i18n import gettext as _
 from app.lessons.course import Course, Lesson
 from app.lessons.dependencies import CourseDep, LessonDep
 from app.offline.idempotency import key_of
 from app.progress.schemas import CardOut, LessonProgressOut, ProgressOut, ResumeOut
-from app.progress.service import course_progress, reach_card, results
+from app.progress.service import course_progress, reach_card, results, within_quota
 from app.quizzes.service import record_attempt
 from app.web import render
 
@@ -77,8 +77,13 @@ def answer(
             {**_lesson_context(session, learner, course, lesson), "errors": {question.id: error}},
             status_code=422,
         )
-    attempt = record_attempt(session, learner, lesson, question, chosen, key=key_of(request.headers))
-    chosen = question.option(attempt.option) or chosen  # sent again: the answer given first
+    client = client_ip(request)
+    kept = within_quota(session, learner, client, request.app.state.settings.anonymous_answers_per_client)
+    if kept:
+        attempt = record_attempt(
+            session, learner, lesson, question, chosen, key=key_of(request.headers), client=client
+        )
+        chosen = question.option(attempt.option) or chosen  # sent again: the answer given first
     if is_htmx(request):
         progress = course_progress(session, learner, course).of(lesson)
         return render(
@@ -89,6 +94,7 @@ def answer(
                 "question": question,
                 "chosen": chosen,
                 "error": None,
+                "not_kept": not kept,
                 "progress_oob": progress,
             },
         )
@@ -108,7 +114,8 @@ def card_reached(
     """Sent by htmx when a card scrolls into view; answers with the lesson's progress, out of band."""
     if not 0 <= card < len(lesson.text(request.state.lang).cards):
         raise HTTPException(404)
-    reach_card(session, learner, lesson, card)
+    limit = request.app.state.settings.anonymous_answers_per_client
+    reach_card(session, learner, lesson, card, client=client_ip(request), limit=limit)
     if not is_htmx(request):
         return Response(status_code=204)
     progress = course_progress(session, learner, course).of(lesson)

@@ -26,6 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from app import locks
 from app.accounts.ownership import Learner, owned_by, owner_clause, owner_params
 from app.db import aware, utcnow
 from app.lessons.course import Course, Exercise, Lesson
@@ -254,17 +255,39 @@ def _lesson_progress(
     )
 
 
-def reach_card(session: Session, learner: Learner, lesson: Lesson, card: int) -> None:
-    """Note that the learner reached a card (again)."""
+def within_quota(session: Session, learner: Learner, client: str, limit: int) -> bool:
+    """Whether the visitors without an account behind ``client`` (an address, an IPv6 /64) may
+    store one more quick-check answer or card reached: together they keep at most ``limit``
+    (TREINO_ANONYMOUS_ANSWERS_PER_CLIENT; every cookie-less request is a new visitor, so the
+    quota is the address's). A signed-in learner's rows are the account's: always. The count is
+    locked until the caller's transaction commits (app/locks.py): a burst cannot pass on one."""
+    if learner.user is not None:
+        return True
+    locks.hold(session, f"answers:{client}")
+    kept = sum(
+        session.scalar(
+            select(func.count()).select_from(model).where(model.client == client, model.user_id.is_(None))
+        )
+        or 0
+        for model in (QuizAttempt, CardReached)
+    )
+    return kept < limit
+
+
+def reach_card(
+    session: Session, learner: Learner, lesson: Lesson, card: int, *, client: str, limit: int
+) -> None:
+    """Note that the learner reached a card (again); a first visit only within the client's quota
+    (within_quota: past it, nothing is noted)."""
     row = session.scalars(
         select(CardReached)
         .where(owned_by(CardReached, learner), CardReached.lesson == lesson.slug, CardReached.card == card)
         .limit(1)
     ).first()
-    if row is None:
-        session.add(CardReached(**learner.owner, lesson=lesson.slug, card=card))
-    else:
+    if row is not None:
         row.reached_at = utcnow()
+    elif within_quota(session, learner, client, limit):
+        session.add(CardReached(**learner.owner, lesson=lesson.slug, card=card, client=client))
 
 
 @dataclass(frozen=True)

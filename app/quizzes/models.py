@@ -18,6 +18,9 @@ class QuizAttempt(Owned, Base):
     option: Mapped[str] = mapped_column(String(80))
     correct: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # the address it came from: what an anonymous client's answers are counted by (its quota,
+    # app/progress/service.within_quota)
+    client: Mapped[str | None] = mapped_column(String(80), nullable=True, index=True)
     # the page's Idempotency-Key (app/offline/idempotency.py): an answer given offline and sent
     # again is stored once
     idempotency_key: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True, index=True)

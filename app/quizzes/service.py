@@ -15,6 +15,7 @@ def record_attempt(
     option: Option,
     *,
     key: str | None = None,
+    client: str | None = None,
 ) -> QuizAttempt:
     """Store one answer. With an idempotency ``key`` already used by this learner (an answer given
     offline, sent again), nothing new is stored: the first attempt sent with it is returned."""
@@ -29,6 +30,7 @@ def record_attempt(
         option=option.id,
         correct=option.correct,
         idempotency_key=key,
+        client=client,
     )
     try:
         with session.begin_nested():
