@@ -284,12 +284,26 @@ def client(app) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def db_app(database_url: str, _course: Course):
+def make_db_app(database_url: str, _course: Course):
+    """``make_db_app(**settings)``: the app with settings of the test's own (a limit made small to
+    reach it), on SQLite and, in a second run, on the real PostgreSQL."""
+    apps = []
+
+    def make(**overrides: Any):
+        values = Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None, **overrides)
+        apps.append(create_app(values, course=_course))
+        return apps[-1]
+
+    yield make
+    for app in apps:
+        for factory in (app.state.sessionmaker, app.state.reader):  # tests may query outside the lifespan
+            factory.kw["bind"].dispose()
+
+
+@pytest.fixture
+def db_app(make_db_app):
     """The app on SQLite and, in a second run, on the real PostgreSQL."""
-    app = create_app(Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None), course=_course)
-    yield app
-    for factory in (app.state.sessionmaker, app.state.reader):  # tests may query outside the lifespan
-        factory.kw["bind"].dispose()
+    return make_db_app()
 
 
 @pytest.fixture

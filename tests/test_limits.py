@@ -6,7 +6,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
@@ -20,22 +19,6 @@ from tests.conftest import LESSONS, PASSWORD, arm_csrf, sign_up
 
 SUBMIT = "/api/lessons/gradient-accumulation/exercises/accumulate/submissions"
 AT_ONCE = 8
-
-
-@pytest.fixture
-def limits_app(database_url, _course):
-    apps = []
-
-    def make(**settings):
-        values = Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None, **settings)
-        app = create_app(values, course=_course)
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        for factory in (app.state.sessionmaker, app.state.reader):
-            factory.kw["bind"].dispose()
 
 
 def _at_once(calls) -> list[int]:
@@ -67,8 +50,8 @@ def _count(app, model, *where) -> int:
         return session.scalar(select(func.count()).select_from(model).where(*where)) or 0
 
 
-def test_a_burst_of_anonymous_submissions_gets_exactly_the_queue_cap(limits_app, monkeypatch):
-    app = limits_app(queued_per_client=2)
+def test_a_burst_of_anonymous_submissions_gets_exactly_the_queue_cap(make_db_app, monkeypatch):
+    app = make_db_app(queued_per_client=2)
     _slowed(monkeypatch, queue, "enqueue")
     with TestClient(app):  # started once; each visitor a cookie-less client of the same address
         visitors = [TestClient(app) for _ in range(AT_ONCE)]
@@ -77,10 +60,10 @@ def test_a_burst_of_anonymous_submissions_gets_exactly_the_queue_cap(limits_app,
     assert _count(app, Submission) == 2
 
 
-def test_a_burst_of_wrong_passwords_gets_exactly_the_free_tries_of_the_address(limits_app, monkeypatch):
+def test_a_burst_of_wrong_passwords_gets_exactly_the_free_tries_of_the_address(make_db_app, monkeypatch):
     """Past ACCOUNT_FREE_FAILURES failures for one address, each further try waits: a burst of
     guesses at once is counted one after another, so no more than the free ones are checked."""
-    app = limits_app()
+    app = make_db_app()
     with TestClient(app) as owner:
         arm_csrf(owner)
         sign_up(owner, "ana@example.com")

@@ -28,22 +28,6 @@ REFUSED = {
 }
 
 
-@pytest.fixture
-def quota_app(database_url, _course):
-    apps = []
-
-    def make(**settings):
-        values = Settings(database_url=database_url, lessons_dir=LESSONS, _env_file=None, **settings)
-        app = create_app(values, course=_course)
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        for factory in (app.state.sessionmaker, app.state.reader):
-            factory.kw["bind"].dispose()
-
-
 def _visitor(app) -> TestClient:
     """A fresh visitor (no cookie), from the test client's one address, as the page sends."""
     return arm_csrf(TestClient(app))
@@ -94,8 +78,8 @@ def test_twenty_fresh_visitors_from_one_address_grow_the_database_by_at_most_2_m
 
 
 @pytest.mark.parametrize("lang", REFUSED)
-def test_past_the_count_a_save_is_refused_saying_why_and_nothing_changes(quota_app, lang):
-    app = quota_app(anonymous_drafts_per_client=2)
+def test_past_the_count_a_save_is_refused_saying_why_and_nothing_changes(make_db_app, lang):
+    app = make_db_app(anonymous_drafts_per_client=2)
     with TestClient(app):
         ana, bruno, carla = _visitor(app), _visitor(app), _visitor(app)
         assert ana.put(DRAFT_URL, json={"code": "ana = 1"}).status_code == 200
@@ -111,8 +95,8 @@ def test_past_the_count_a_save_is_refused_saying_why_and_nothing_changes(quota_a
     assert [code for code, _ in _drafts(app)] == ["ana = 2, edited", "bruno = 1"]
 
 
-def test_past_the_kilobytes_a_save_that_grows_is_refused_one_that_shrinks_passes(quota_app):
-    app = quota_app(anonymous_draft_kb_per_client=2)
+def test_past_the_kilobytes_a_save_that_grows_is_refused_one_that_shrinks_passes(make_db_app):
+    app = make_db_app(anonymous_draft_kb_per_client=2)
     with TestClient(app):
         ana, bruno = _visitor(app), _visitor(app)
         assert ana.put(DRAFT_URL, json={"code": "a" * 1500}).status_code == 200
@@ -124,8 +108,8 @@ def test_past_the_kilobytes_a_save_that_grows_is_refused_one_that_shrinks_passes
     assert _drafts(app) == [("a" * 1000, 1000), ("b" * 548, 548)]
 
 
-def test_another_address_has_its_own_quota(quota_app):
-    app = quota_app(anonymous_drafts_per_client=1)
+def test_another_address_has_its_own_quota(make_db_app):
+    app = make_db_app(anonymous_drafts_per_client=1)
     with TestClient(app):
         assert _visitor(app).put(DRAFT_URL, json={"code": "here = 1"}).status_code == 200
         assert _visitor(app).put(DRAFT_URL, json={"code": "here = 2"}).status_code == 429
@@ -136,10 +120,10 @@ def test_another_address_has_its_own_quota(quota_app):
         assert same_64.put(DRAFT_URL, json={"code": "the same /64"}).status_code == 429
 
 
-def test_a_reset_past_the_quota_is_refused_saying_why(quota_app):
+def test_a_reset_past_the_quota_is_refused_saying_why(make_db_app):
     """Putting the starter back stores it as the draft (the page would otherwise show the last
     code sent): past the quota that is refused too, on the error page, and nothing is stored."""
-    app = quota_app(anonymous_drafts_per_client=1)
+    app = make_db_app(anonymous_drafts_per_client=1)
     with TestClient(app):
         assert _visitor(app).put(DRAFT_URL, json={"code": "ana = 1"}).status_code == 200
         bruno = _visitor(app)
@@ -152,10 +136,10 @@ def test_a_reset_past_the_quota_is_refused_saying_why(quota_app):
 # ---------------------------------------------------------------- signed in
 
 
-def test_signed_in_learners_behind_a_full_address_save_as_themselves(quota_app):
+def test_signed_in_learners_behind_a_full_address_save_as_themselves(make_db_app):
     """A classroom behind one address whose visitors filled the quota: a learner who signs in
     saves drafts of their own, and the drafts their visit made before no longer count."""
-    app = quota_app(anonymous_drafts_per_client=1)
+    app = make_db_app(anonymous_drafts_per_client=1)
     with TestClient(app):
         ana, bruno = _visitor(app), _visitor(app)
         assert ana.put(DRAFT_URL, json={"code": "ana = 1"}).status_code == 200
@@ -191,10 +175,10 @@ def test_a_draft_larger_than_the_exercise_accepts_is_refused_and_the_saved_one_s
 # ---------------------------------------------------------------- at once
 
 
-def test_a_burst_of_fresh_visitors_keeps_exactly_the_quota(quota_app, monkeypatch):
+def test_a_burst_of_fresh_visitors_keeps_exactly_the_quota(make_db_app, monkeypatch):
     """Real threads released together, on SQLite and PostgreSQL: with a wide window between the
     count and the insert (50 ms), every save of the burst would read the same count unlocked."""
-    app = quota_app(anonymous_drafts_per_client=2)
+    app = make_db_app(anonymous_drafts_per_client=2)
     real = service.save
 
     def slowly(*args, **kwargs):
