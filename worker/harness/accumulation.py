@@ -281,7 +281,7 @@ def run(job, api):
             "final_scale": rec.scale(),
         }
         if sized is not None and error is None:
-            rec.event = _ignore  # the maths run's record is complete
+            rec.event = _ignore  # type: ignore[method-assign]  # the maths run's record is complete
             rec.meter = None
             available["loss_fn"] = sized.loss_fn
             available["model"] = sized.model
