@@ -113,10 +113,10 @@ def _kernel_line(verdict):
 def test_step_in_backward_passes_on_the_memory_the_system_counted(verdicts):
     """The pass rests on the kernel's count of the process (the lists the loop's process reports
     only name the mistake): in the hook, Adam's state and one gradient; the plain loop and a loop
-    that never releases hold every gradient of the wide model on top (48 MiB of parameters)."""
+    that never releases hold every gradient of the wide model on top (24 MiB of parameters)."""
     line = _kernel_line(verdicts["step-in-backward", "solution"])
     assert line["status"] == "passed", line
-    assert "three 1,448×1,448 layers (48.0 MiB of parameters)" in line["message"]
+    assert "three 1,024×1,024 layers (24.0 MiB of parameters)" in line["message"]
     for name in ("starter", "grads-not-released"):
         line = _kernel_line(verdicts["step-in-backward", name])
         assert line["status"] == "failed", line

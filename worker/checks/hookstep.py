@@ -34,7 +34,8 @@ TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}
 # The memory run (``memory.wide_scenario``: three layers of 16 MiB of weights), as the kernel
 # counts the process: a loop that steps each parameter in its hook and releases its gradient
 # rises by 3.0× the parameters' bytes (Adam's two states, one gradient, Adam's temporaries), one
-# that holds every gradient by 3.67× (measured: 144 and 176 MiB over 48); the line between them
+# that holds every gradient by 3.67× (measured: 144 and 176 MiB over 48; 72.2 and 88.3 over 24);
+# the line between them
 KERNEL_FACTOR = 3.33
 
 

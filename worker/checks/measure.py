@@ -39,7 +39,8 @@ MAX_STEP_TIMES = 256  # the harness's cap, per configuration
 # more on one large batch), as the kernel counts the process, against the naive float32 step's
 # peak of live tensors on that batch: autocast to bfloat16 rises by 0.60× of it, checkpointing
 # each block by 0.57×, a run that kept float32 or every activation by 1.0× (measured, a batch
-# of 60,000). Low precision must stay within LOW_FACTOR; checkpointing within ``peak_drop``.
+# of 60,000; of 40,000: 0.65×, 0.58×, 1.0× of 34.2 MiB). Low precision must stay within
+# LOW_FACTOR; checkpointing within ``peak_drop``.
 LOW_FACTOR = 0.8
 # how far the memory run's one step may land from the float32 step: bfloat16 rounding (~1e-2),
 # float32 recomputation (~1e-6); further, the run did not train there
