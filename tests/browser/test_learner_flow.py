@@ -17,6 +17,15 @@ EXERCISE = f"{LESSON}/exercises/accumulate"
 FOLDER = ROOT / "lessons" / "02-gradient-accumulation" / "exercises" / "accumulate"
 NOT_SCALED = (FOLDER / "mistakes" / "loss-not-scaled.py").read_text()
 SOLUTION = (FOLDER / "solution.py").read_text()
+
+
+def reference(lang: str) -> str:
+    """The reference solution as a learner reading ``lang`` is shown it: its comments in that
+    language where the folder has them (solution.<lang>.py), else solution.py."""
+    translated = FOLDER / f"solution.{lang}.py"
+    return (translated if translated.is_file() else FOLDER / "solution.py").read_text()
+
+
 GRADE_MS = 240_000  # a cold grade on a busy 2-core machine
 
 

@@ -89,15 +89,15 @@ def accumulation_data(steps, final, peak=0):
 
 def test_accumulation_refuses_a_report_that_differs_from_the_observations():
     honest = [[0.1 * t] * 4 for t in range(1, 4)]
-    assert accumulation.observations(accumulation_data(honest, [0.3] * 4, 100))[1] == 3
+    assert accumulation.observations(accumulation_data(honest, [0.3] * 4, 100), 4)[1] == 3
     with pytest.raises(Interfered, match="parameters"):
-        accumulation.observations(accumulation_data([[0.0] * 4] * 3, [0.3] * 4, 100))
+        accumulation.observations(accumulation_data([[0.0] * 4] * 3, [0.3] * 4, 100), 4)
     with pytest.raises(Interfered, match="reported memory"):  # the meter reset before the report
-        accumulation.observations(accumulation_data(honest, [0.3] * 4, 0))
+        accumulation.observations(accumulation_data(honest, [0.3] * 4, 0), 4)
     with pytest.raises(Interfered, match="steps"):
-        accumulation.observations(accumulation_data(honest[:2], [0.3] * 4, 100))
+        accumulation.observations(accumulation_data(honest[:2], [0.3] * 4, 100), 4)
     with pytest.raises(Interfered, match="no observations"):
-        accumulation.observations({**accumulation_data(honest, [0.3] * 4, 100), "observed": None})
+        accumulation.observations({**accumulation_data(honest, [0.3] * 4, 100), "observed": None}, 4)
 
 
 def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
@@ -113,11 +113,11 @@ def test_checkpointing_refuses_a_gradient_that_is_not_the_step_observed():
         "meters": [{"peak": 64, "packed": 64, "freed": 0, "messages": 1}],
     }
     data = {"peaks": [64], "final_params": after, "steps": [{"grad": [1.0, -1.0]}], "observed": seen}
-    checkpointing._observations(params, data)
+    checkpointing._observations(params, data, 2)
     with pytest.raises(Interfered, match="gradients"):
-        checkpointing._observations(params, {**data, "steps": [{"grad": [0.0, 0.0]}]})
+        checkpointing._observations(params, {**data, "steps": [{"grad": [0.0, 0.0]}]}, 2)
     with pytest.raises(Interfered, match="reported memory"):
-        checkpointing._observations(params, {**data, "peaks": [0]})
+        checkpointing._observations(params, {**data, "peaks": [0]}, 2)
 
 
 def _run(points: dict) -> dict:
