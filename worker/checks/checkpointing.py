@@ -79,21 +79,9 @@ def reference(params: dict) -> Reference:
         return _reference(json.dumps(params, sort_keys=True))
 
 
-def memory_params(params: dict) -> dict | None:
-    """The memory run's scenario, as the harness builds it (``checkpointing.memory_params``)."""
-    if not params.get("memory_batch"):
-        return None
-    return {
-        **{k: v for k, v in params.items() if k != "memory_batch"},
-        "batch_size": int(params["memory_batch"]),
-        "n_batches": 1,
-        "seed": int(params.get("seed", 0)) + 1,
-    }
-
-
 @lru_cache(maxsize=8)
 def _memory_reference(key: str) -> MemoryReference | None:
-    sized = memory_params(json.loads(key))
+    sized = scenarios.memory_params(json.loads(key))
     if sized is None:
         return None
     model, [(x, y)], loss_fn = scenarios.block_net(sized)

@@ -54,21 +54,9 @@ class MemoryReference:
     peak: int  # that step's peak of live tensors
 
 
-def memory_params(params: dict) -> dict | None:
-    """The memory runs' scenario, as the harness builds it (``measure.memory_params``)."""
-    if not params.get("memory_batch"):
-        return None
-    return {
-        **{k: v for k, v in params.items() if k not in ("memory_batch", "reference")},
-        "batch_size": int(params["memory_batch"]),
-        "n_batches": 1,
-        "seed": int(params.get("seed", 0)) + 1,
-    }
-
-
 @lru_cache(maxsize=4)
 def _memory_reference(key: str) -> MemoryReference | None:
-    sized = memory_params(json.loads(key))
+    sized = scenarios.memory_params(json.loads(key))
     if sized is None:
         return None
     model, [(x, y)], loss_fn = scenarios.block_net(sized, torch.float32)

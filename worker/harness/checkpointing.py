@@ -23,20 +23,6 @@ def _backward_running():
     return torch._C._current_autograd_node() is not None
 
 
-def memory_params(params):
-    """The memory run's scenario (``params["memory_batch"]``: one batch that large, on a fresh
-    model seeded apart), or None where the exercise has none. The checks build its reference
-    from it."""
-    if not params.get("memory_batch"):
-        return None
-    return {
-        **{k: v for k, v in params.items() if k != "memory_batch"},
-        "batch_size": int(params["memory_batch"]),
-        "n_batches": 1,
-        "seed": int(params.get("seed", 0)) + 1,
-    }
-
-
 def run(job, api):
     """The model is built here, in the supervisor, and its parameters shared; the rest runs in
     the child (``learner``). The supervisor reads the parameters before every call and at the
@@ -49,7 +35,7 @@ def run(job, api):
     batches = [(x.to(device), y.to(device)) for x, y in batches]
     weights = list(model.parameters())
     optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
-    sized = memory_params(params)
+    sized = scenarios.memory_params(params)
     big = None
     if sized is not None:  # the memory run's model and batch: the kernel's figures go by it
         supervise.exact_malloc()

@@ -190,7 +190,7 @@ def run(job, api):
     ref = params["reference"]
     scenario = scenarios.build(ref, torch.float64)
     checked = Blocks(scenario.model).to(device)
-    sized = memory_params(params)
+    sized = scenarios.memory_params(params)
     big = []
     if sized is not None:  # the memory runs' models and batch: the kernel's figures go by them
         supervise.exact_malloc()
@@ -235,19 +235,6 @@ def run(job, api):
         return data, error
 
     return api.supervise(learner, alone=True)  # its meters see this thread of this process only
-
-
-def memory_params(params):
-    """The memory runs' scenario (``params["memory_batch"]``: one batch that large, a fresh
-    model seeded apart), or None where the exercise has none. The checks build its reference."""
-    if not params.get("memory_batch"):
-        return None
-    return {
-        **{k: v for k, v in params.items() if k not in ("memory_batch", "reference")},
-        "batch_size": int(params["memory_batch"]),
-        "n_batches": 1,
-        "seed": int(params.get("seed", 0)) + 1,
-    }
 
 
 def _configurations(job, api, fn, base, batches, loss_fn):

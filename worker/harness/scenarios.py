@@ -198,3 +198,17 @@ class Loader:
 
     def __getitem__(self, index):
         return self._batches[index]
+
+
+def memory_params(params):
+    """A memory run's scenario (issue 41): ``params["memory_batch"]`` samples in one batch on a
+    fresh model seeded apart, or None where the exercise has none. The harness runs the learner's
+    code on it; the checks build its reference from the same parameters."""
+    if not params.get("memory_batch"):
+        return None
+    return {
+        **{k: v for k, v in params.items() if k not in ("memory_batch", "reference")},
+        "batch_size": int(params["memory_batch"]),
+        "n_batches": 1,
+        "seed": int(params.get("seed", 0)) + 1,
+    }
