@@ -193,10 +193,9 @@ def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | No
     if mem is None or not kernel_memory.watched(seen):
         return None
     rise = kernel_memory.rise(seen, "memory-start", "memory-end")
-    ends = snapshots(seen, "memory-end")
-    error = math.inf
-    if ends and len(ends[0]) == size + mem.params.numel():
-        error = tensors.norm(tensors.vector(ends[0][size:]).nan_to_num() - mem.params) / mem.travelled
+    error = kernel_memory.trained(
+        seen, "memory-end", size + mem.params.numel(), size, mem.params, mem.travelled
+    )
     micro = int(params["memory_run"]["micro_batch"])
     values = {
         "rise": rise,

@@ -216,10 +216,8 @@ def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | No
     if wide is None or not kernel_memory.watched(seen):
         return None
     rise = kernel_memory.rise(seen, "memory-start", "memory-end")
-    ends = snapshots(seen, "memory-end")
-    error = float("inf")
-    if ends and len(ends[0]) == size + wide.biases.numel():
-        error = tensors.norm(tensors.vector(ends[0][size:]).nan_to_num() - wide.biases) / wide.travelled
+    total = size + wide.biases.numel()
+    error = kernel_memory.trained(seen, "memory-end", total, size, wide.biases, wide.travelled)
     width = int(params["memory_width"])
     values = {"rise": rise, "limit": int(KERNEL_FACTOR * wide.param_bytes), "params": wide.param_bytes}
     values |= {"width": width}

@@ -10,9 +10,12 @@ wrong one by tens of MiB, where the child's own meters (which its code can reach
 only name the mistake.
 """
 
+import math
 from typing import Any
 
-from worker.checks import Interfered
+import torch
+
+from worker.checks import Interfered, snapshots, tensors
 
 # the kernel's count of a process's pages is summed per CPU and wavers by some KiB between two
 # readings; a high-water mark that fell by more was lowered by the process (/proc/self/clear_refs)
@@ -53,3 +56,17 @@ def rise(seen: dict[str, Any], start: str, end: str) -> int:
                     break
                 return max(highest - begun, 0)
     raise Interfered("missing", detail=f"no {start} then {end} in the supervisor's memory readings")
+
+
+def trained(
+    seen: dict[str, Any], end: str, total: int, at: int, expected: torch.Tensor, travelled: float
+) -> float:
+    """How far the parameters the supervisor read at the ``end`` sync, from value ``at`` on, are
+    from ``expected`` (the trusted run's), relative to ``travelled`` (how far that run moved
+    them): a memory run that did not train as asked has no memory figure to go by. Infinity
+    where the reading is missing or not ``total`` values long."""
+    ends = snapshots(seen, end)
+    if not ends or len(ends[0]) != total:
+        return math.inf
+    mine = tensors.vector(ends[0][at : at + expected.numel()]).nan_to_num()
+    return tensors.norm(mine - expected) / travelled

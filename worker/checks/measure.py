@@ -113,11 +113,10 @@ def _kernel(params, data, device):
     for number, name in enumerate(("low", "checkpoint")):
         rise = kernel_memory.rise(seen, f"memory-{name}-start", f"memory-{name}-end")
         limit = LOW_FACTOR if name == "low" else float(params["peak_drop"])
-        ends = snapshots(seen, f"memory-{name}-end")
-        error = math.inf
-        if ends and len(ends[0]) == size + 2 * n:
-            mine = tensors.vector(ends[0][size + number * n : size + (number + 1) * n]).nan_to_num()
-            error = tensors.norm(mine - mem.params) / tensors.norm(mem.params - mem.initial)
+        travelled = tensors.norm(mem.params - mem.initial)
+        error = kernel_memory.trained(
+            seen, f"memory-{name}-end", size + 2 * n, size + number * n, mem.params, travelled
+        )
         values = {
             "config": Phrase(f"check.measure_{name}.name"),
             "rise": rise,
