@@ -31,10 +31,9 @@ def watched(seen: dict[str, Any]) -> bool:
 
 def rise(seen: dict[str, Any], start: str, end: str) -> int:
     """How far the child's memory rose, at its peak, between the ``start`` sync and the first
-    ``end`` sync after it: the highest figure the supervisor read after ``start`` up to ``end``
-    (each row's peak is the most since the row before it) minus the resident set at ``start``.
-    Raises ``Interfered`` where the supervisor did not watch, the two syncs are missing, or the
-    high-water mark was lowered."""
+    ``end`` sync after it: the highest figure the supervisor read by ``end`` minus the resident
+    set at ``start``. Raises ``Interfered`` where the supervisor did not watch, the two syncs are
+    missing, or the high-water mark was lowered."""
     rows = seen.get("memory")
     if not isinstance(rows, list):
         raise Interfered("missing", detail="the supervisor did not read the child's memory")
@@ -45,16 +44,14 @@ def rise(seen: dict[str, Any], start: str, end: str) -> int:
             {"lowered": int(lowered) if isinstance(lowered, int) else 0},
             "the child's high-water mark fell between two readings",
         )
-    begun, highest = None, 0
+    begun = None
     for label, _index, rss, peak in rows:
         if label == start:
-            begun, highest = rss, 0
-        elif begun is not None:
-            highest = max(highest, peak)
-            if label == end:
-                if begun < 0 or highest <= 0:
-                    break
-                return max(highest - begun, 0)
+            begun = rss
+        elif label == end and begun is not None:
+            if begun < 0 or peak < 0:
+                break
+            return max(peak - begun, 0)
     raise Interfered("missing", detail=f"no {start} then {end} in the supervisor's memory readings")
 
 

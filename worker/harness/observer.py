@@ -94,13 +94,10 @@ class Observer:
         self.hooks = {}  # label → called with the index, before the parameters are read
         self.child = None  # the child's pid, once forked
         self.watched = False  # whether its memory is read (``watch``)
-        # [label, index, rss, peak] at each sync once watched, the kernel's bytes: the resident set
-        # now, and the most it held since the previous sync's row (``poll``)
-        self.memory = []
+        self.memory = []  # [label, index, rss, peak] at each sync once watched: the kernel's bytes
         self.memory_peak = 0  # the most the child's resident set held, of every reading
         self.memory_lowered = 0  # the most its high-water mark fell between two readings
         self._hwm = 0
-        self._since = 0  # the most the resident set held since the last row
 
     def watch(self):
         """From now on, read the child's memory from the kernel (``process_memory``) at every
@@ -113,23 +110,16 @@ class Observer:
         self.poll()
 
     def poll(self):
-        """One reading of the watched child's memory, its peak kept here; its resident set.
-        The peak since the last row: where the high-water mark rose since the previous reading,
-        the new mark is exactly the most the process held in between; where it did not (an
-        earlier, higher peak still stands), the readings of the resident set, every few ms, say
-        it. So one memory run's peak is never an earlier run's (measure-it's second run read its
-        first's: a loop that ignored the low precision failed checkpointing's memory too)."""
+        """One reading of the watched child's memory, its peak kept here; its resident set."""
         if not self.watched:
             return -1
         found = process_memory(self.child)
         if found is None:
             return -1
         rss, hwm = found
-        rose = self._hwm and hwm > self._hwm  # the first reading's mark is the whole life's
         self.memory_lowered = max(self.memory_lowered, self._hwm - hwm)
         self._hwm = hwm
         self.memory_peak = max(self.memory_peak, rss, hwm)
-        self._since = max(self._since, rss, hwm if rose else 0)
         return rss
 
     def draw_slow(self):
@@ -169,8 +159,7 @@ class Observer:
         if self.watched:
             rss = self.poll()
             if len(self.memory) < MAX_MEMORY:
-                self.memory.append([label, index, rss, self._since])
-            self._since = rss  # the next row's peak counts from here
+                self.memory.append([label, index, rss, self.memory_peak])
         shot = -1
         if message.get("snapshot") and self.shared is not None and len(self.snapshots) < MAX_SNAPSHOTS:
             shot = len(self.snapshots)
