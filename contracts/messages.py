@@ -1,4 +1,5 @@
-"""The learner-facing texts: ``messages.yaml`` (key → {en, pt-BR}), numbers by Babel."""
+"""The learner-facing texts: ``messages.yaml`` and one file per newer check kind in
+``messages.d/`` (key → {en, pt-BR}; a key lives in one file only), numbers by Babel."""
 
 import math
 import string
@@ -13,6 +14,8 @@ from babel.numbers import format_decimal
 from contracts.languages import language
 
 CATALOGUE = Path(__file__).with_name("messages.yaml")
+# Every file of texts: the shared catalogue first, then a check kind's own (messages.d/<kind>.yaml).
+CATALOGUES = (CATALOGUE, *sorted(Path(__file__).with_name("messages.d").glob("*.yaml")))
 
 
 class Sci(float):
@@ -29,8 +32,13 @@ class Phrase:
 
 @cache
 def catalogue() -> dict[str, dict[str, str]]:
-    with CATALOGUE.open(encoding="utf-8") as f:
-        entries: dict[str, dict[str, str]] = yaml.safe_load(f)
+    entries: dict[str, dict[str, str]] = {}
+    for path in CATALOGUES:
+        with path.open(encoding="utf-8") as f:
+            part: dict[str, dict[str, str]] = yaml.safe_load(f) or {}
+        if twice := sorted(entries.keys() & part.keys()):
+            raise ValueError(f"{path}: keys already in another catalogue: {', '.join(twice)}")
+        entries.update(part)
     return entries
 
 

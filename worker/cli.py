@@ -249,10 +249,10 @@ def _glossary_problems(settings: Settings) -> int:
     """Every Portuguese text a learner reads uses the glossary's words (lessons/glossary.yaml)."""
     from app.i18n import po_path
     from app.lessons import glossary
-    from contracts.messages import CATALOGUE
+    from contracts.messages import CATALOGUES
 
     words = glossary.load(settings.lessons_dir / glossary.GLOSSARY_FILE)
-    problems = words.problems(settings.lessons_dir, CATALOGUE, po_path("pt-BR"))
+    problems = words.problems(settings.lessons_dir, *CATALOGUES, po_path("pt-BR"))
     for problem in problems:
         print(f"treino: {problem}", file=sys.stderr)
     if problems:

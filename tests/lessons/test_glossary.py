@@ -9,7 +9,7 @@ import pytest
 
 from app.i18n import po_path
 from app.lessons import glossary
-from contracts.messages import CATALOGUE
+from contracts.messages import CATALOGUES
 from tests.conftest import LESSONS
 
 WORDS = glossary.load(LESSONS / glossary.GLOSSARY_FILE)
@@ -23,7 +23,7 @@ def course(tmp_path: Path) -> Path:
 
 
 def test_every_portuguese_text_of_the_course_uses_the_glossary_words():
-    assert WORDS.problems(LESSONS, CATALOGUE, po_path("pt-BR")) == []
+    assert WORDS.problems(LESSONS, *CATALOGUES, po_path("pt-BR")) == []
 
 
 def _plant(path: Path, old: str, new: str) -> None:
