@@ -2,6 +2,8 @@ import re
 import string
 from pathlib import Path
 
+import pytest
+
 from contracts.languages import LANGS
 from contracts.messages import Sci, catalogue, number, render
 from contracts.verdict import STATUSES
@@ -98,3 +100,22 @@ def test_bytes_read_in_one_unit_system_in_messages_and_charts():
     for key, entry in catalogue().items():
         for lang in ("en", "pt-BR"):
             assert not re.search(r"\{\w+\} bytes", entry[lang]), f"{key} ({lang}) quotes raw bytes"
+
+
+def test_a_kind_s_own_catalogue_is_read_and_a_key_lives_in_one_file(tmp_path, monkeypatch):
+    import contracts.messages as messages
+
+    shared, own = tmp_path / "messages.yaml", tmp_path / "chunked.yaml"
+    shared.write_text('check.run.name: {en: "Run", pt-BR: "Execução"}\n', encoding="utf-8")
+    own.write_text('check.chunks.name: {en: "Chunks", pt-BR: "Pedaços"}\n', encoding="utf-8")
+    monkeypatch.setattr(messages, "CATALOGUES", (shared, own))
+    messages.catalogue.cache_clear()
+    try:
+        assert render("check.chunks.name", "pt-BR") == "Pedaços"
+        own.write_text('check.run.name: {en: "Ran", pt-BR: "Rodou"}\n', encoding="utf-8")
+        messages.catalogue.cache_clear()
+        with pytest.raises(ValueError, match="check.run.name"):
+            messages.catalogue()
+    finally:
+        monkeypatch.undo()
+        messages.catalogue.cache_clear()
