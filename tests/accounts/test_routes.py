@@ -444,7 +444,7 @@ def test_a_sign_in_that_changes_the_language_says_so_once_and_offers_it_back(cli
         page = html(laptop.get(response.headers["location"]))
         assert page.html["lang"] == "pt-BR"
         note = page.select_one(".lang-note")
-        assert note is not None and "A sua conta lê o treino em Português" in note.get_text()
+        assert note is not None and "A sua conta usa o treino em Português" in note.get_text()
         back = note.select_one("a[hreflang=en]")
         assert back is not None and back.get_text() == "Read it in English" and back["href"] == "?lang=en"
         again = html(laptop.get("/"))
