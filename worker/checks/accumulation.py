@@ -237,7 +237,17 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     moved = not tensors.norm(final - ref.initial) <= MOVED * first_move  # NaN moved too
     checks.append(
         _trajectory_check(
-            taken, expected, errors, median, first_bad, final_err, tol, EXACT.get(dtype, 0.0), dtype, moved
+            taken,
+            expected,
+            errors,
+            ratios,
+            median,
+            first_bad,
+            final_err,
+            tol,
+            EXACT.get(dtype, 0.0),
+            dtype,
+            moved,
         )
     )
     if params.get("scaler"):
@@ -313,10 +323,15 @@ def _steps_check(taken, expected):
     return Check("steps", False, "check.steps.failed", values)
 
 
-def _trajectory_check(taken, expected, errors, median, first_bad, final_err, tol, exact, dtype, moved=False):
-    """``median``: the update size over the large batch's, the median over the steps (the
-    figure the verdict's chart shows too); ``moved``: whether the final parameters are not the
-    initial ones."""
+def _trajectory_check(
+    taken, expected, errors, ratios, median, first_bad, final_err, tol, exact, dtype, moved=False
+):
+    """``ratios``: each update's size over the large batch's, each side from its own previous
+    step; ``median``: their median (the figure the verdict's chart shows); ``moved``: whether the
+    final parameters are not the initial ones. Where the parameters leave the path, the text
+    quotes the median where it tells a size apart from the large batch's, and else that step's
+    own update where its size differs: the median hides a single wrong update, such as a short
+    last cycle divided by ``accum_steps`` (0.50× at the last step, 1.00 over the steps)."""
     if taken == 0:
         # the parameters moved all the same: updated by something other than the optimizer
         # handed in (an optimizer of the loop's own, a manual update), which the grader follows
@@ -324,9 +339,12 @@ def _trajectory_check(taken, expected, errors, median, first_bad, final_err, tol
         return Check("trajectory", False, message, {})
     if first_bad is not None:
         values = {"step": first_bad + 1, "error": Sci(errors[first_bad])}
-        if median is None or round(median, 2) == 1.0:  # the size was right, the direction not
-            return Check("trajectory", False, "check.trajectory.diverged_direction", values)
-        return Check("trajectory", False, "check.trajectory.diverged", {**values, "ratio": median})
+        if median is not None and round(median, 2) != 1.0:  # the chart's figure says the size
+            return Check("trajectory", False, "check.trajectory.diverged", {**values, "ratio": median})
+        own = ratios[first_bad]
+        if math.isfinite(own) and round(own, 2) != 1.0:  # the median hides this step's update
+            return Check("trajectory", False, "check.trajectory.diverged_step", {**values, "ratio": Sci(own)})
+        return Check("trajectory", False, "check.trajectory.diverged_direction", values)  # the size was right
     if taken != expected:
         return Check(
             "trajectory", False, "check.trajectory.count", {"steps": taken, "reference_steps": expected}

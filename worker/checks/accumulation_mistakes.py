@@ -347,7 +347,11 @@ def _memory_mistake(params, ref, data):
 
 def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
     """A known mistake behind an exception (GradScaler refuses some wrong orders)."""
-    if params.get("scaler") and "No inf checks were recorded" in error.get("message", ""):
+    message = error.get("message", "")
+    if params.get("scaler") and "unscale_() has already been called on this optimizer" in message:
+        # a second unscale_ before update(): called on every micro-batch (or twice a cycle)
+        return Diagnosis("unscale-every-micro-batch", {"k": int(params["accum_steps"])})
+    if params.get("scaler") and "No inf checks were recorded" in message:
         events = (data or {}).get("events", [])
         return Diagnosis(
             "scaler-update-every-micro-batch",

@@ -1,0 +1,82 @@
+"""What accumulation's verdicts say (issue 44: one figure per fact, both languages)."""
+
+from pathlib import Path
+
+import pytest
+
+from contracts.messages import render
+from worker.checks import accumulation
+from worker.checks.accumulation_mistakes import diagnose_error
+
+SCALER = {"scaler": True, "accum_steps": 4, "max_norm": 1.0}
+
+
+def trajectory(ratios, first_bad):
+    errors = [0.0] * first_bad + [0.24]
+    median = sorted(ratios)[len(ratios) // 2]
+    return accumulation._trajectory_check(
+        len(ratios), len(ratios), errors, ratios, median, first_bad, 0.24, 1e-5, 1e-12, "float64"
+    )
+
+
+def test_a_last_update_off_alone_is_named_by_its_own_size_not_the_median():
+    """A short last cycle divided by accum_steps: three right updates and a last one at 0.50×.
+    The median over the steps is 1.00; the text says what the last update was."""
+    check = trajectory([1.0, 1.0, 1.0, 0.5], 3)
+    assert not check.passed and check.message == "check.trajectory.diverged_step"
+    en = render(check.message, "en", check.values)
+    pt = render(check.message, "pt-BR", check.values)
+    assert "step 4" in en and "0.50× the large-batch one" in en
+    assert "passo 4" in pt and "0,50× a do lote grande" in pt
+    for said in (en, pt):
+        assert "1.00" not in said and "1,00" not in said
+        assert "median" not in said and "mediana" not in said
+
+
+def test_a_median_off_the_large_batch_is_the_figure_the_chart_and_the_text_share():
+    check = trajectory([1.0, 1.26, 1.17], 1)  # clipped: the first update is the reference's
+    assert check.message == "check.trajectory.diverged" and check.values["ratio"] == 1.17
+
+
+def test_an_update_of_the_right_size_went_another_way():
+    check = trajectory([1.0, 1.0, 1.0], 1)
+    assert check.message == "check.trajectory.diverged_direction"
+    assert "1.00×" not in render(check.message, "en", check.values)
+
+
+def test_unscale_every_micro_batch_is_named_from_gradscalers_refusal():
+    error = {
+        "type": "RuntimeError",
+        "message": "unscale_() has already been called on this optimizer since the last update().",
+    }
+    found = diagnose_error(SCALER, {"events": []}, error)
+    assert found is not None and found.id == "unscale-every-micro-batch"
+    for lang, once in (("en", "once per update"), ("pt-BR", "uma vez por atualização")):
+        said = render("diagnosis.unscale-every-micro-batch.explanation", lang, found.values)
+        assert once in said and "4" in said
+    assert diagnose_error({"accum_steps": 4}, None, error) is None  # no scaler in that exercise
+
+
+@pytest.mark.slow
+def test_the_remainder_verdict_names_the_last_updates_size(exercise, grade):
+    remainder = exercise("remainder")
+    code = (Path(remainder.path) / "mistakes" / "remainder-wrong-scale.py").read_bytes()
+    for lang, step, size, median in (
+        ("en", "step 4", "0.50×", "median"),
+        ("pt-BR", "passo 4", "0,50×", "mediana"),
+    ):
+        verdict = grade(remainder, code, lang)
+        said = verdict["checks"][1]["message"]
+        assert verdict["checks"][1]["status"] == "failed"
+        assert step in said and size in said and median not in said, said
+        assert size in verdict["diagnosis"]["explanation"]  # the diagnosis quotes the same figure
+
+
+@pytest.mark.slow
+def test_unscale_every_micro_batch_is_named(exercise, grade):
+    clipping = exercise("scaler-clipping")
+    code = (Path(clipping.path) / "mistakes" / "unscale-every-micro-batch.py").read_bytes()
+    verdict = grade(clipping, code, "pt-BR")
+    assert verdict["status"] == "error"
+    assert verdict["diagnosis"]["id"] == "unscale-every-micro-batch"
+    assert "uma vez por atualização" in verdict["diagnosis"]["explanation"]
