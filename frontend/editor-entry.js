@@ -1,6 +1,6 @@
 // The CodeMirror pieces static/js/editor.js uses, bundled once into static/vendor/codemirror.js.
 export { basicSetup } from "codemirror";
-export { EditorView, GutterMarker, gutter, keymap } from "@codemirror/view";
+export { Decoration, EditorView, GutterMarker, gutter, keymap, ViewPlugin } from "@codemirror/view";
 export { EditorState, Compartment, Prec, RangeSet, StateEffect, StateField } from "@codemirror/state";
 export { indentWithTab } from "@codemirror/commands";
 export { indentUnit } from "@codemirror/language";

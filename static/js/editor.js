@@ -2,8 +2,9 @@
 // source of truth (the form posts it; without JavaScript it is the editor). Drafts are kept in
 // this browser at once on every change and on the server every few seconds.
 import {
-  basicSetup, closeCompletion, Compartment, completionStatus, EditorState, EditorView, gutter,
+  basicSetup, closeCompletion, Compartment, completionStatus, Decoration, EditorState, EditorView, gutter,
   GutterMarker, indentUnit, indentWithTab, keymap, oneDark, Prec, python, RangeSet, StateEffect, StateField,
+  ViewPlugin,
 } from "../vendor/codemirror.js"
 import {draftHash} from "./offline.js"
 
@@ -55,6 +56,33 @@ const failingGutter = [
     },
   }),
 ]
+// On a narrow screen (a phone) long lines wrap: a sideways scroll there has no visible bar, and
+// the end of a long line was hidden. Each wrapped row starts 4 columns deeper than its line's own
+// indentation, so the rows read as one line and the indentation still shows the blocks.
+const narrow = window.matchMedia("(max-width: 40rem)")
+const HANG = 4
+function hangingRows(view) {
+  const marks = []
+  for (const {from, to} of view.visibleRanges) {
+    for (let pos = from; pos <= to;) {
+      const line = view.state.doc.lineAt(pos)
+      const depth = /^[ \t]*/.exec(line.text)[0].length + HANG
+      marks.push(Decoration.line({
+        attributes: {style: `padding-left: calc(${depth}ch + 6px); text-indent: -${depth}ch`},
+      }).range(line.from))
+      pos = line.to + 1
+    }
+  }
+  return Decoration.set(marks)
+}
+const hangingIndent = ViewPlugin.fromClass(class {
+  constructor(view) { this.decorations = hangingRows(view) }
+  update(update) {
+    if (update.docChanged || update.viewportChanged) this.decorations = hangingRows(update.view)
+  }
+}, {decorations: (plugin) => plugin.decorations})
+const wrapping = new Compartment()
+const wrapped = () => (narrow.matches ? [EditorView.lineWrapping, hangingIndent] : [])
 let editorView = null
 
 // The failing line of the verdict now on the page (data-failing-line), or none.
@@ -242,6 +270,7 @@ function mount(ta) {
         python(),
         EditorState.phrases.of(phrases),
         theme.of(dark.matches ? darkTheme : []),
+        wrapping.of(wrapped()),
         EditorView.contentAttributes.of({
           "aria-label": document.querySelector(`label[for="${ta.id}"]`)?.textContent.trim() || "Code",
           "aria-describedby": help.id,
@@ -250,8 +279,8 @@ function mount(ta) {
           "&": {minHeight: "18rem", fontSize: "0.9rem"},
           ".cm-activeLine, .cm-activeLineGutter": {backgroundColor: "transparent"},  // contrast
           "&.cm-focused": {outline: "none"},  // the page draws the focus ring around the host
-          // Lines never wrap (Python's indentation would be lost): the scroller scrolls sideways
-          // with app.css's edge shadows as the cue (its custom properties reach in here).
+          // Wider than a phone, lines don't wrap: the scroller scrolls sideways with app.css's
+          // edge shadows as the cue (its custom properties reach in here).
           ".cm-scroller": {
             fontFamily: 'ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace',
             background: "var(--scroll-cue-layers)"},
@@ -274,6 +303,7 @@ function mount(ta) {
   dark.addEventListener("change", (e) => {
     view.dispatch({effects: theme.reconfigure(e.matches ? darkTheme : [])})
   })
+  narrow.addEventListener("change", () => view.dispatch({effects: wrapping.reconfigure(wrapped())}))
   setInterval(() => saveToServer(), SERVER_SAVE_MS)
   window.addEventListener("pagehide", () => saveToServer(true))
   document.addEventListener("visibilitychange", () => {

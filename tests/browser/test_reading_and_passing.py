@@ -1,5 +1,6 @@
 """The learner's loop, second pass (issue 29), in a real browser: code that scrolls sideways with a
-cue instead of wrapping to column 0 (lesson cards, the editor, the solution beside one's own),
+cue instead of wrapping to column 0 (lesson cards, the solution beside one's own; the editor on a
+desktop, while on a phone its long lines wrap under their own indentation, issue 44),
 hints read as Markdown, no keyboard shortcut on a phone, a run's output open and its verdict
 brought into view and what it printed scrolling sideways like code, the verdict pushed (and still
 shown with the push blocked), a pass in each exercise kind saying what it means (read in both
@@ -38,6 +39,39 @@ def phone_or_desktop(new_page, lang, width, scheme):
     )
 
 
+def wrapped_rows(line) -> dict:
+    """Where an editor line's text lies on screen: the right edge of its last character, the left
+    of its first non-blank one, the leftmost left of its later rows, and the editor box's right."""
+    return line.evaluate("""(line) => {
+      const texts = []
+      const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT)
+      while (walker.nextNode()) texts.push(walker.currentNode)
+      const charRect = (node, i) => {
+        const range = document.createRange()
+        range.setStart(node, i)
+        range.setEnd(node, i + 1)
+        return range.getBoundingClientRect()
+      }
+      const last = texts.filter((t) => t.length).at(-1)
+      let code = null
+      for (const t of texts) {
+        const i = t.data.search(/\\S/)
+        if (i >= 0) { code = charRect(t, i); break }
+      }
+      const whole = document.createRange()
+      whole.selectNodeContents(line)
+      const rects = [...whole.getClientRects()].filter((r) => r.width > 0)
+      const top = Math.min(...rects.map((r) => r.top))
+      const rest = rects.filter((r) => r.top > top + 2)
+      return {
+        end_right: charRect(last, last.length - 1).right,
+        code_left: code.left,
+        rest_left: Math.min(...rest.map((r) => r.left)),
+        box_right: line.closest(".cm-scroller").getBoundingClientRect().right,
+      }
+    }""")
+
+
 def scrolls_sideways(locator) -> bool:
     """Wider inside than its box, not wrapped, and dressed with the edge shadows."""
     return locator.evaluate("""(el) => {
@@ -71,8 +105,16 @@ def test_code_scrolls_sideways_with_a_cue_and_hints_read_as_markdown(new_page, l
     replace_code(page, "def train(model, loader):\n    for x, y in loader:\n" + LONG)
     line = page.locator(".cm-line", has_text="carries the point")
     single = page.locator(".cm-line").first.bounding_box()["height"]
-    assert line.bounding_box()["height"] < 1.5 * single, "the long line stays one line"
-    assert scrolls_sideways(page.locator(".cm-scroller"))
+    if width < 600:  # no visible sideways bar on a phone: the line wraps, its end on screen
+        rows = wrapped_rows(line)
+        assert line.bounding_box()["height"] > 2.5 * single, rows
+        assert rows["end_right"] <= rows["box_right"] + 0.5, "the end of the long line is in view"
+        assert rows["rest_left"] > rows["code_left"] + 1, "wrapped rows start under the code, not at column 0"
+        assert not scrolls_sideways(page.locator(".cm-scroller"))
+        shot(page, f"editor-long-line-{lang}-{scheme}-{width}", page.locator(".code-editor"))
+    else:
+        assert line.bounding_box()["height"] < 1.5 * single, "the long line stays one line"
+        assert scrolls_sideways(page.locator(".cm-scroller"))
     assert overflow(page) <= 0, too_wide(page)
 
 
@@ -224,3 +266,23 @@ def test_a_named_mistake_is_told_what_went_wrong(new_page, lang, width, scheme):
         assert fix in diagnosis.locator("p code").all_inner_texts(), "the fix, shown as code"
         assert overflow(page) <= 0, too_wide(page)
         shot(page, f"mistake-{mistake}-{lang}-{scheme}-{width}", failed)
+
+
+@pytest.mark.parametrize(("lang", "width", "scheme"), AXES)
+def test_the_hints_opened_are_still_open_after_a_reload(new_page, lang, width, scheme):
+    """Quick (no grade): two hints opened, the page reloaded, the same two open and the third
+    still offered; the hints cost no history entries (Back leaves the exercise)."""
+    page = phone_or_desktop(new_page, lang, width, scheme)
+    page.goto(f"{EXERCISE}?lang={lang}")
+    page.locator(".cm-editor").wait_for()
+    entries = page.evaluate("history.length")
+    for n in (1, 2):
+        page.locator(".hint-next").click()
+        page.locator(f"#hint-{n} .hint-body").wait_for()
+    first_two = [page.locator(f"#hint-{n} .hint-body").inner_text() for n in (1, 2)]
+    assert page.evaluate("history.length") == entries
+    page.reload()
+    page.locator(".cm-editor").wait_for()
+    assert page.locator("html").get_attribute("lang") == lang
+    assert [item.inner_text() for item in page.locator(".hint-item .hint-body").all()] == first_two
+    assert "3" in page.locator(".hint-next").inner_text()
