@@ -32,7 +32,12 @@ OUTCOMES = ("ok", "error")
 # caps by the member's name, the harness's own. The checks' work grows with these lists: capped
 # here, before any check sees them, a flood is refused as a broken trace, at once.
 MAX_RECORDS = 4096
-KIND_RECORDS = {"phases": {"runs": 16, "ranges": 400}, "gputrace": {"runs": 12}, "timing": {"runs": 4}}
+KIND_RECORDS = {
+    "phases": {"runs": 16, "ranges": 400},
+    "gputrace": {"runs": 12},
+    "timing": {"runs": 4},
+    "chunked": {"calls": 2000},
+}
 
 
 class Invalid(ValueError):

@@ -1,0 +1,95 @@
+"""Harness of the "chunked" kind (lesson 6, chunked-loss): the learner's loop computes a language
+model's cross-entropy in chunks of its hidden states, so that the whole logits never exist.
+
+``train(model, loader, optimizer, chunk_size)`` runs one pass over the seeded float64
+``TinyLM``'s batches of ``(tokens, labels)`` with the plain SGD it is given. The supervisor reads
+the parameters as each batch is fetched and at the end (the trajectory). Then, where the
+exercise has one, the memory run: ``train`` once more on a float32 model with a vocabulary large
+enough that its whole logits are tens of MiB, one batch, between two syncs where the supervisor
+reads the mixing layer's parameters and the kernel's figures of the process's memory. The child
+reports only the calls of ``lm_head`` (rows, and whether backward was running): what names a
+mistake, never what makes a pass.
+"""
+
+import torch
+
+try:  # the harness as a package (``python -m harness.run``)
+    from . import scenarios, sequences, supervise
+    from .instrument import flat, name_limits
+except ImportError:  # until then, its modules by their bare names
+    import scenarios  # type: ignore[import-not-found, no-redef]
+    import sequences  # type: ignore[import-not-found, no-redef]
+    import supervise  # type: ignore[import-not-found, no-redef]
+    from instrument import flat, name_limits  # type: ignore[import-not-found, no-redef]
+
+MAX_CALLS = 2000
+
+
+def run(job, api):
+    params = job["params"]
+    device = job.get("device", "cpu")
+    model, batches = sequences.chunked(params)
+    model = model.to(device)
+    batches = [(x.to(device), y.to(device)) for x, y in batches]
+    weights = list(model.parameters())
+    lr = float(params["lr"])
+    wide = sequences.chunked_memory(params)
+    if wide is not None:  # the memory run's model: the kernel's figures go by it
+        supervise.exact_malloc()
+        wide = (wide[0].to(device), [(x.to(device), y.to(device)) for x, y in wide[1]])
+    api.share(weights + (sequences.watched(wide[0]) if wide is not None else []))
+
+    def learner():
+        calls: list[list] = []  # [run, rows, during backward]
+        state = {"run": 0}
+
+        def noted(module, args, output):
+            if len(calls) < MAX_CALLS and isinstance(output, torch.Tensor) and output.dim() >= 1:
+                rows = output.numel() // max(output.shape[-1], 1)
+                backward = torch._C._current_autograd_node() is not None
+                calls.append([state["run"], int(rows), bool(backward)])
+
+        model.lm_head.register_forward_hook(noted)
+        if wide is not None:
+            wide[0].lm_head.register_forward_hook(noted)
+
+        def loader():
+            for i, batch in enumerate(batches):
+                api.sync("batch", i, snapshot=True)
+                yield batch
+
+        class Loader:
+            def __len__(self):
+                return len(batches)
+
+            def __iter__(self):
+                return loader()
+
+        if wide is not None:
+            api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
+        name_limits(alone=api.alone)
+        fn = api.load_entry()
+        api.check_signature(fn, ["model", "loader", "optimizer", "chunk_size"])
+        optimizer = torch.optim.SGD(weights, lr=lr)
+        error = api.call(fn, [model, Loader(), optimizer, int(params["chunk_size"])])
+        final = flat(weights)
+        if wide is not None and error is None:
+            state["run"] = 1
+            error = _memory_run(api, fn, wide, lr, int(params["memory_chunk"]))
+        return {"calls": calls, "final_params": final}, error
+
+    # alone: no thread or process of its own, whose memory the kernel would count apart from the
+    # child's (the logits built in a forked process would not show in the child's figures)
+    return api.supervise(learner, alone=True)
+
+
+def _memory_run(api, fn, wide, lr, chunk_size):
+    """``train`` once more, on the large vocabulary's model and its one batch, with a plain SGD,
+    between two syncs where the supervisor reads the mixing layer and the kernel's figures of
+    the process's memory: what a pass on the logits' peak rests on."""
+    model, batches = wide
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    api.sync("memory-start", snapshot=True)
+    error = api.call(fn, [model, scenarios.Loader(batches), optimizer, chunk_size])
+    api.sync("memory-end", snapshot=True)
+    return error

@@ -1,0 +1,80 @@
+"""Seeded language models and token batches for lesson 6 (long sequences and big vocabularies).
+
+A leaf module (stdlib + torch, no sibling imports): the sandboxed harness builds the learner's run
+with it and the trusted checks build the reference with it, so both start from the same
+parameters and see the same tokens.
+"""
+
+import torch
+from torch import nn
+
+IGNORE_INDEX = -100
+
+
+class TinyLM(nn.Module):
+    """Token embeddings, one mixing layer and ``lm_head``: ``hidden(tokens)`` gives the hidden
+    states ``(..., dim)``, ``lm_head`` turns them into logits ``(..., vocab)``."""
+
+    def __init__(self, vocab: int, dim: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.mix = nn.Linear(dim, dim)
+        self.lm_head = nn.Linear(dim, vocab)
+
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.mix(self.embed(tokens)))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.hidden(tokens))
+
+
+def _batch(vocab: int, rows: int, length: int, most_padding: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rows`` sequences of ``length`` tokens and their labels, each row's last 0 to
+    ``most_padding`` labels padding (``IGNORE_INDEX``): rows of uneven real length. The last row
+    has none, so that a short last chunk holds real tokens."""
+    x = torch.randint(0, vocab, (rows, length))
+    y = torch.randint(0, vocab, (rows, length))
+    for row, pad in enumerate(torch.randint(0, most_padding + 1, (rows - 1,)).tolist()):
+        if pad:
+            y[row, length - pad :] = IGNORE_INDEX
+    return x, y
+
+
+def chunked(params: dict, dtype: torch.dtype = torch.float64) -> tuple[TinyLM, list]:
+    """The chunked loss's maths run (lesson 6): a small ``TinyLM`` and ``n_batches`` batches of
+    ``batch_size`` rows of ``seq_len`` tokens, seeded by ``params["seed"]``."""
+    torch.manual_seed(int(params.get("seed", 0)))
+    model = TinyLM(int(params["vocab"]), int(params["dim"])).to(dtype)
+    rows, length = int(params["batch_size"]), int(params["seq_len"])
+    batches = [
+        _batch(int(params["vocab"]), rows, length, int(params.get("most_padding", 3)))
+        for _ in range(int(params["n_batches"]))
+    ]
+    return model, batches
+
+
+def chunked_memory(params: dict) -> tuple[TinyLM, list] | None:
+    """The chunked loss's memory run, or None where the exercise has none: a float32 ``TinyLM``
+    with ``memory_vocab`` words and one batch of ``memory_rows`` × ``memory_seq_len`` tokens,
+    seeded apart, whose whole logits are tens of MiB: the kernel's count of the process's memory
+    tells them from one chunk's."""
+    if not params.get("memory_vocab"):
+        return None
+    torch.manual_seed(int(params.get("seed", 0)) + 1)
+    vocab = int(params["memory_vocab"])
+    model = TinyLM(vocab, int(params["memory_dim"]))
+    length = int(params["memory_seq_len"])
+    batch = _batch(vocab, int(params["memory_rows"]), length, length // 4)
+    return model, [batch]
+
+
+def memory_logits_bytes(params: dict) -> int:
+    """The bytes of the memory run's whole float32 logits: tokens × vocabulary × 4."""
+    tokens = int(params["memory_rows"]) * int(params["memory_seq_len"])
+    return tokens * int(params["memory_vocab"]) * 4
+
+
+def watched(model: TinyLM) -> list[torch.Tensor]:
+    """What the supervisor reads of the memory run's model: its mixing layer, which every
+    token's loss reaches through the hidden states (the lm_head is too large for a trace)."""
+    return [model.mix.weight, model.mix.bias]
