@@ -118,14 +118,12 @@ lint: install
 	$(VENV)/bin/ruff check app worker contracts tests migrations bench
 	$(VENV)/bin/ruff format --check app worker contracts tests migrations bench
 
-# mypy as pyproject's [tool.mypy] says (strict where the contracts live), then the harness again
-# as the program it is in the sandbox: its modules import each other by bare name (run.py puts
-# worker/harness on sys.path), so there they are top-level modules. Every body is checked; where it
-# patches torch at run time (a named limit, the phases' record_function) it says so by an ignore.
+# mypy as pyproject's [tool.mypy] says (strict where the contracts live), in one pass: the harness
+# is the package worker.harness, its imports relative, so it is checked once, as the sandbox runs it
+# (`python -m harness.run`). Every body is checked; where it patches torch at run time (a named
+# limit, the phases' record_function) it says so by an ignore.
 typecheck: install
 	$(VENV)/bin/mypy
-	MYPYPATH=worker/harness $(VENV)/bin/mypy --explicit-package-bases --check-untyped-defs \
-		worker/harness/*.py
 
 # Latency and throughput of grading and pages on this machine (about 10 minutes; uses the
 # PostgreSQL at TREINO_BENCH_POSTGRES_URL, default 127.0.0.1:5432, when it is there).

@@ -110,7 +110,7 @@ print("GPUCHECK " + json.dumps(facts))
 FIGURES_PROBE = r"""
 import json, statistics, time
 import torch
-import memory, scenarios
+from harness import memory, scenarios
 
 
 def figures(device, dtype, amp):

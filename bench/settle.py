@@ -8,8 +8,8 @@ import os
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
-# what a sandbox's Python runs: worker/harness/run.py, or a fork server's template.py
-HARNESS = (b"/run.py", b"/template.py")
+# what a sandbox's Python runs (python -m harness.run), or a fork server's (-m harness.template)
+HARNESS = (b"harness.run", b"harness.template")
 
 
 def _stat(pid: int) -> tuple[int, float] | None:

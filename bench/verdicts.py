@@ -2,7 +2,6 @@
 warm pool. The last two go through ``Grader.grade``, exactly as the worker does."""
 
 import contextlib
-import importlib
 import json
 import os
 import sys
@@ -22,24 +21,20 @@ from bench.report import Samples  # noqa: E402
 from worker import sandbox  # noqa: E402
 from worker.checks import kind_module  # noqa: E402
 from worker.grading import Grader  # noqa: E402
-from worker.harness import trace_schema  # noqa: E402
-
-HARNESS = sandbox.HARNESS
+from worker.harness import runtime, trace_schema  # noqa: E402
 
 
 @contextlib.contextmanager
 def _as_in_a_sandbox():
-    """The harness's view: its modules importable by name, one intra-op thread (the sandbox sets
-    OMP_NUM_THREADS=1), this process's cwd and streams put back afterwards."""
-    threads, cwd, path = torch.get_num_threads(), os.getcwd(), list(sys.path)
-    sys.path.insert(0, str(HARNESS))
+    """The harness's view: one intra-op thread (the sandbox sets OMP_NUM_THREADS=1), this
+    process's cwd and streams put back afterwards."""
+    threads, cwd = torch.get_num_threads(), os.getcwd()
     torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(threads)
         os.chdir(cwd)
-        sys.path[:] = path
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
 
 
@@ -56,10 +51,6 @@ def _check_here(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool
     }
     checks = kind_module(exercise.check_kind)
     with tempfile.TemporaryDirectory(prefix="treino-bench-job-") as work, _as_in_a_sandbox():
-        # worker/harness/runtime.py by its bare name, as the sandbox imports it: a module only on
-        # the path set just now (make typecheck checks the harness as that program of its own)
-        runtime = importlib.import_module("runtime")
-
         Path(work, "job.json").write_text(json.dumps(job))
         Path(work, runtime.SUBMISSION).write_bytes(code)
         with tempfile.TemporaryFile() as out:  # the descriptor the harness writes its trace into

@@ -39,7 +39,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -49,6 +48,7 @@ from worker import sandbox
 from worker.harness import linux
 from worker.pool import Pool, Starter
 from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox, Setup
+from worker.sandbox.host import HARNESS_ROOT, harness_command
 
 log = logging.getLogger("treino.forkserver")
 
@@ -67,9 +67,9 @@ def problem(isolation: str) -> str | None:
     the template's own launcher and the namespaces and mounts of one job."""
     if isolation != "bwrap":
         return None  # the process-only sandbox makes no namespaces
-    command = [sys.executable, "-I", "-B", "/harness/template.py", "--probe", sandbox.template_config(True)]
+    command = harness_command("template", "--probe", sandbox.template_config(True))
     try:
-        done = sandbox.run_isolated(command, timeout=30, forks=True)
+        done = sandbox.run_isolated(command, timeout=30, forks=True, chdir=HARNESS_ROOT)
     except (OSError, subprocess.SubprocessError, sandbox.SandboxUnavailable) as exc:
         return f"the template's bwrap did not start: {exc}"
     if done.returncode != 0:

@@ -161,7 +161,7 @@ def _markers() -> dict[int, str]:
                 cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if ("run.py" in cmd or "template.py" in cmd) and re.search(r" (cpu|cuda) [0-9a-f]{12}", cmd):
+            if re.search(r" -m harness\.(run|template) .* (cpu|cuda) [0-9a-f]{12}", cmd):
                 found[int(entry)] = cmd
     return found
 

@@ -102,7 +102,7 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     # 2: the harness's trace writer replaced through sys.modules
     "write-trace-replaced": CONCATENATED
     + """
-runtime = sys.modules.get("runtime")
+runtime = sys.modules.get("harness.runtime")
 if runtime is not None:
     real = runtime.write_trace
     def write_trace(out_dir, trace, limit):
@@ -138,7 +138,7 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     # 3b: a function the meter uses replaced in its module
     "meter-max-replaced": CONCATENATED
     + """
-memory = sys.modules.get("memory")
+memory = sys.modules.get("harness.memory")
 if memory is not None:
     memory.max = lambda *args: 0
 
@@ -256,7 +256,7 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
         cmdline = open(f"/proc/{parent}/cmdline", "rb").read()
     except OSError:
         cmdline = b""
-    if b"run.py" in cmdline or b"template" in cmdline:  # never a process outside the job
+    if b"harness.run" in cmdline or b"harness.template" in cmdline:  # never a process outside the job
         os.kill(parent, signal.SIGKILL)
     deliver(payload)
     import time
@@ -681,7 +681,7 @@ def make_loader(dataset, batch_size):
     "items-made-from-a-seed-found-with-gc": """
 import gc
 import torch
-import scenarios
+from harness import scenarios
 
 def make_loader(dataset, batch_size):
     server = next((o for o in gc.get_objects() if type(o).__name__ == "Items"), None)

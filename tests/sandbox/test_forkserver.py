@@ -216,7 +216,7 @@ def train(*args):
     sys.modules["planted_{MARK}"] = object()
     for where in ("/job", "/tmp", "/dev/shm"):
         open(f"{{where}}/planted-{MARK}", "w").write("x")
-    for path in ("/harness/run.py", "/proc/1/mem"):
+    for path in ("/opt/treino/harness/run.py", "/proc/1/mem"):
         try:
             open(path, "r+b").write(b"x")
             print("WROTE", path)

@@ -26,7 +26,7 @@ def read_trace(trace):
     answer = honest(trace)
     for o in gc.get_objects():
         if type(o).__name__ == "Served" and o.items is not None and o.items.seeds:
-            from gputrace import LOOPS, order
+            from harness.gputrace import LOOPS, order
 
             index = order(o.items.seeds[0], len(o.bases), o.rounds)[len(calls)]
             calls.append(index)

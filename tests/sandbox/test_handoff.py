@@ -142,8 +142,8 @@ def test_a_ready_word_with_a_channel_made_elsewhere_is_refused_as_ours():
     thief = None
     try:
         argv = Path(f"/proc/{box.proc.pid}/cmdline").read_bytes().split(b"\0")
-        script = [a.endswith(b"/run.py") for a in argv].index(True)
-        thief = socket.socket(fileno=_getfd(box.proc.pid, int(argv[script + 2])))  # run.py WORK SOCK
+        script = argv.index(b"harness.run")
+        thief = socket.socket(fileno=_getfd(box.proc.pid, int(argv[script + 2])))  # harness.run WORK SOCK
         socket.send_fds(thief, [b"R"], [theirs.fileno()])
         ran = True  # the run releases the sandbox itself
         result = box.run("accumulation", {}, b"", sandbox.Limits())

@@ -246,7 +246,7 @@ def test_read_only_system_and_site_packages(run, mode):
     outcome = run("""
 import json, torch
 def train(*args):
-    for path in (torch.__file__, json.__file__, "/harness/runtime.py", "/usr/lib/evil", "/evil"):
+    for path in (torch.__file__, json.__file__, "/opt/treino/harness/runtime.py", "/usr/lib/evil", "/evil"):
         try:
             open(path, "a").write("# tampered")
             print("WROTE", path)

@@ -35,7 +35,6 @@ from worker import sandbox
 from worker.grading import Grader
 
 ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / "worker" / "harness"
 EPERM = 1
 
 CLEAN_LOOP = """
@@ -109,10 +108,10 @@ def test_the_child_cannot_have_a_descriptor_signal_its_supervisor():
     (flags, close-on-exec, duplicates, locks, a byte count) still work in the child."""
     script = f"""
 import contextlib, io, json, os, sys
-sys.path.insert(0, {str(HARNESS)!r})
-import quiet
+sys.path.insert(0, {str(ROOT)!r})
+from worker.harness import quiet
 quiet.silence()
-import supervise
+from worker.harness import supervise
 supervise.harden()
 {OWN}
 def honest():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the harness is the package worker.harness
 
 REPORT = 'json.dumps({"t": "report", "data": {}, "error": None, "output": "", "dropped": 0}).encode()'
 
@@ -19,8 +19,8 @@ def supervised(body: str, alone: bool = False) -> dict:
     the child ended, and whether torch was imported on the way (never)."""
     script = f"""
 import json, os, sys, time
-sys.path.insert(0, {str(HARNESS)!r})
-import supervise
+sys.path.insert(0, {str(ROOT)!r})
+from worker.harness import supervise
 supervise.harden()
 {body}
 supervisor = supervise.Supervisor(None, 1 << 20, items=globals().get("items"), alone={alone})

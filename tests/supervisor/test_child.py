@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.supervisor.conftest import HARNESS, REPORT, supervised
+from tests.supervisor.conftest import REPORT, ROOT, supervised
 from worker.checks import Interfered, observed
 
 
@@ -222,10 +222,10 @@ def test_an_exception_of_the_supervisor_still_kills_and_sweeps_the_child():
     serving loop used to leave the child running beside the trace being written."""
     script = f"""
 import os, sys, time
-sys.path.insert(0, {str(HARNESS)!r})
-import quiet
+sys.path.insert(0, {str(ROOT)!r})
+from worker.harness import quiet
 quiet.silence()
-import supervise
+from worker.harness import supervise
 supervise.harden()
 supervisor = supervise.Supervisor(None, 1 << 20)
 def serve(sock, pid):

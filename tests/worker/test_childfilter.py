@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the harness is the package worker.harness
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, where python3-seccomp installs the bindings
 BUILD = f"""
-import os, sys
-sys.path.insert(0, {str(HARNESS)!r})
-import childfilter
-bindings = __import__(sys.argv[1])
+import importlib, os, sys
+sys.path.insert(0, {str(ROOT)!r})
+from worker.harness import childfilter
+bindings = importlib.import_module(sys.argv[1])
 read, write = os.pipe()
 with os.fdopen(write, "wb") as out:
     childfilter.build(bindings, sys.argv[2] == "alone").export_bpf(out)
@@ -29,8 +29,9 @@ sys.stdout.buffer.write(os.fdopen(read, "rb").read())
 """
 PFC = f"""
 import sys
-sys.path.insert(0, {str(HARNESS)!r})
-import childfilter, seccomp
+sys.path.insert(0, {str(ROOT)!r})
+import seccomp
+from worker.harness import childfilter
 childfilter.build(seccomp, True).export_pfc(sys.stdout)
 """
 
@@ -54,7 +55,7 @@ def has_own_bindings() -> bool:
 
 @pytest.mark.parametrize("alone", [False, True], ids=["shared", "alone"])
 def test_the_harness_bindings_build_what_libseccomps_own_build(alone):
-    ours = program(sys.executable, "libseccomp", alone)
+    ours = program(sys.executable, "worker.harness.libseccomp", alone)
     assert ours and len(ours) % 8 == 0
     if not has_own_bindings():
         pytest.skip("libseccomp's own bindings are missing (Debian's python3-seccomp)")
@@ -89,12 +90,8 @@ def test_the_filter_keeps_every_rule_of_the_hand_built_one():
 
 
 def test_a_test_libseccomp_cannot_express_is_refused_when_built():
-    sys.path.insert(0, str(HARNESS))
-    try:
-        import childfilter
-        import libseccomp
-    finally:
-        sys.path.remove(str(HARNESS))
+    from worker.harness import childfilter, libseccomp
+
     with pytest.raises(ValueError, match="no libseccomp comparison"):
         childfilter._compare(libseccomp, 2, "&", 0b11)  # any of two bits: one clause each
 

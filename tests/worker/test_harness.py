@@ -10,33 +10,52 @@ import pytest
 from worker.checks.accumulation import reference
 from worker.harness import scenarios
 
-HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "worker" / "harness"
 
 
-def test_harness_imports_only_stdlib_torch_and_itself():
-    own = {p.stem for p in HARNESS.glob("*.py")}
+def _siblings(node: ast.ImportFrom) -> set[str]:
+    """The harness modules a relative import names: ``from . import a, b`` or ``from .a import x``."""
+    return {alias.name for alias in node.names} if node.module is None else {node.module.split(".")[0]}
+
+
+def test_harness_imports_only_stdlib_torch_and_itself_relatively():
+    """A package (issue 41): ``harness`` in the sandbox (``python -m harness.run``), ``worker.harness``
+    on the trusted side. Its own modules only by relative import (a bare ``import supervise``
+    would need the folder on ``sys.path``, and would load a second copy beside the package's);
+    anything else from the standard library or torch; no module puts a folder on ``sys.path``."""
+    own = {p.stem for p in HARNESS.glob("*.py")} - {"__init__"}
     for path in HARNESS.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        source = path.read_text()
+        assert "sys.path" not in source, path
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1, (path, node.module)  # nothing above the package
+                assert _siblings(node) <= own, (path, node.module)
+                continue
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                assert node.level == 0, path  # run as plain scripts: no relative imports
-                names = [node.module]
+                names = [node.module or ""]
             else:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                assert top in sys.stdlib_module_names or top == "torch" or top in own, (path, name)
+                assert top not in own, (path, name)  # a sibling by bare name
+                assert top in sys.stdlib_module_names or top == "torch", (path, name)
 
 
 def test_leaf_modules_import_no_siblings():
-    # the checks import these as worker.harness.<name>; sibling imports would only work
-    # inside the sandbox, where the harness dir is on sys.path
+    # the trusted checks import these (worker.harness.<name>): they stay leaves, so that judging
+    # loads no instrument, supervisor or kind of the sandbox's
     own = {p.stem for p in HARNESS.glob("*.py")}
     for leaf in ("scenarios", "memory"):
         tree = ast.parse((HARNESS / f"{leaf}.py").read_text())
         imported = {
             a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+        }
+        imported |= {
+            name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level for name in _siblings(n)
         }
         assert not imported & own, leaf
 
@@ -187,7 +206,7 @@ def test_a_one_thread_kind_names_the_profiler_and_threads_as_its_limit():
     program = """
 import os, threading
 import torch
-import instrument, runtime
+from worker.harness import instrument, runtime
 instrument.name_limits(alone=True)
 with torch.profiler.record_function("forward"):
     torch.ones(2).sum()
@@ -208,8 +227,8 @@ print(found)
 """
     done = subprocess.run(
         [sys.executable, "-c", program],
-        cwd=HARNESS,
-        env={"PYTHONPATH": str(HARNESS), "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=120,

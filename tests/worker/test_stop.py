@@ -106,7 +106,7 @@ def _listening(port: int) -> bool:
 
 def _harness(pid: int) -> bool:
     """Whether ``pid`` runs the sandbox's harness: a single-use sandbox or a template."""
-    return any(name in _cmdline(pid) for name in ("run.py", "template.py"))
+    return any(name in _cmdline(pid) for name in ("-m harness.run ", "-m harness.template "))
 
 
 def _cmdline(pid: int) -> str:

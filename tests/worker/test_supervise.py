@@ -16,7 +16,7 @@ import torch
 from worker.checks import Interfered, accumulation, checkpointing, phases, pipeline
 from worker.harness import scenarios
 
-HARNESS = Path(__file__).resolve().parents[2] / "worker" / "harness"
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the harness is the package worker.harness
 
 
 def supervised(body: str, alone: bool = False) -> dict:
@@ -24,11 +24,11 @@ def supervised(body: str, alone: bool = False) -> dict:
     supervisor in a fresh interpreter; its observations, the report and how the child ended."""
     script = f"""
 import json, os, sys, time
-sys.path.insert(0, {str(HARNESS)!r})
-import quiet
+sys.path.insert(0, {str(ROOT)!r})
+from worker.harness import quiet
 quiet.silence()
 import torch
-import supervise
+from worker.harness import supervise
 supervise.harden()
 weights = torch.zeros(3, dtype=torch.float64)
 shared = supervise.Shared([weights])

@@ -8,11 +8,10 @@ the parameters after it; the gradient every clip saw; per-loss-call unit gradien
 graph) for the checks' decomposition; and peak bytes saved for backward.
 """
 
-import memory
-import scenarios
-import supervise
 import torch
-from instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
+
+from . import memory, scenarios, supervise
+from .instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 MAX_EVENTS = 4000
 MAX_STEPS = 64

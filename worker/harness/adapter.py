@@ -10,9 +10,10 @@ the state it keeps), with the model's gradients alive at each batch. The checks 
 adapter's training from the values it started with.
 """
 
-import scenarios
 import torch
-from instrument import flat, name_limits, wrap_step
+
+from . import scenarios
+from .instrument import flat, name_limits, wrap_step
 
 MAX_STEPS = 200
 MAX_ADAPTER = 4096  # numbers of adapter parameters reported per step

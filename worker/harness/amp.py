@@ -15,9 +15,10 @@ scaler makes at its first ``scale()``; it is moved then into memory the supervis
 supervisor's reading, not the child's word.
 """
 
-import scenarios
 import torch
-from instrument import finite, flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
+
+from . import scenarios
+from .instrument import finite, flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 MAX_EVENTS = 2000
 MAX_SNAPSHOTS = 64

@@ -9,12 +9,11 @@ step, whether gradients were still held after each call, and the order of block 
 block (G).
 """
 
-import memory
-import scenarios
-import supervise
 import torch
-from instrument import flat, name_limits, wrap_step
 from torch.utils import _python_dispatch
+
+from . import memory, scenarios, supervise
+from .instrument import flat, name_limits, wrap_step
 
 MAX_EVENTS = 2000
 

@@ -14,8 +14,7 @@ module with the API of libseccomp's Python bindings; the harness passes its ctyp
 import errno
 import signal
 
-import libseccomp
-import linux
+from . import libseccomp, linux
 
 # never, from the child: reaching into another process (the supervisor) or signalling by pidfd
 NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "pidfd_send_signal")

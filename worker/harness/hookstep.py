@@ -9,11 +9,10 @@ optimizer's parameters had a gradient, and how many gradients (and bytes) were a
 how many were alive as each batch was fetched (after the previous backward).
 """
 
-import memory
-import scenarios
-import supervise
 import torch
-from instrument import flat, name_limits, wrap_step
+
+from . import memory, scenarios, supervise
+from .instrument import flat, name_limits, wrap_step
 
 MAX_STEPS = 2000
 

@@ -3,7 +3,7 @@ their returns checked: a failure raises ``OSError`` with the call's errno, never
 
 System call numbers are per architecture (x86_64, aarch64); a call made by number on another
 machine raises ``Unsupported`` (the filters name their calls and let libseccomp number them).
-Standard library only: the harness imports it by bare name inside the sandbox, the worker as
+Standard library only: the sandbox imports it as ``harness.linux``, the worker as
 ``worker.harness.linux``.
 """
 

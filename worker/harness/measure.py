@@ -24,12 +24,11 @@ import functools
 import gc
 import time
 
-import memory
-import scenarios
-import supervise
 import torch
-from instrument import flat, name_limits, wrap_step
 from torch import nn
+
+from . import memory, scenarios, supervise
+from .instrument import flat, name_limits, wrap_step
 
 # timed runs of each configuration: the first is the one the supervisor counts, the others only
 # add step times (ROUNDS × 4 steps each: a median and a spread the noise of a shared CPU does not

@@ -8,7 +8,7 @@ import mmap
 import os
 import time
 
-from link import Interference
+from .link import Interference
 
 MAX_SNAPSHOTS = 256
 MAX_EVENTS = 4096
@@ -72,7 +72,7 @@ class Shared:
 
     def snapshot(self):
         """The values, as a flat list of floats (None where not finite)."""
-        from instrument import flat
+        from .instrument import flat
 
         return flat(self.views) if self.views else []
 

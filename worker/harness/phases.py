@@ -18,8 +18,9 @@ happened, and the answer.
 import time
 
 import torch
-from instrument import name_limits, wrap_step
 from torch import nn
+
+from .instrument import name_limits, wrap_step
 
 PHASES = ("data", "forward", "backward", "optimizer")
 MAX_RANGES = 400

@@ -22,10 +22,11 @@ import socket
 import struct
 import threading
 
-import scenarios
 import torch
-from instrument import name_limits
 from torch.utils.data import DataLoader, Dataset
+
+from . import scenarios
+from .instrument import name_limits
 
 MAX_BATCHES = 200
 ASK = struct.Struct("!I")

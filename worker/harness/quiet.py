@@ -4,7 +4,7 @@ where NumPy is not installed, and nothing here needs NumPy.
 Each process entry point silences it once (``treino`` in ``worker/cli.py``, the sandbox in
 ``run.py``, the benchmarks, pytest through pyproject's ``filterwarnings``); ``ignored()`` is for
 code that imports torch inside a process it does not own (the harness's runtime in a benchmark).
-Standard library only: the harness imports it by name inside the sandbox.
+Standard library only: the sandbox imports it as ``harness.quiet``.
 """
 
 import contextlib

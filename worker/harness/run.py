@@ -1,5 +1,8 @@
-"""Entry point of the sandboxed child:
-``python -I -B run.py WORK_DIR CONTROL_FD DEVICE SANDBOX_ID``.
+"""Entry point of the sandboxed child, the harness package run as a module:
+``python -B -E -s -m harness.run WORK_DIR CONTROL_FD DEVICE SANDBOX_ID``, started in the
+directory that holds the package and nothing else (``worker.sandbox.host.HARNESS_ROOT``,
+``/opt/treino`` under bubblewrap, read-only; ``worker/sandbox/host.py``'s ``harness_command``
+says why ``-E -s`` and not ``-I``).
 
 Runs with only the standard library and torch available. It makes itself not dumpable, warms up
 (imports torch and every kind's harness, takes one tiny optimizer step, creates the CUDA context
@@ -22,17 +25,14 @@ import socket
 import sys
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)  # harness modules import each other by name; -I leaves the script dir out
+from . import linux, quiet, runtime
 
-import linux  # noqa: E402
-import quiet  # noqa: E402
-import runtime  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 HARNESS_MODULES = sorted(
     name[:-3]
     for name in os.listdir(HERE)
-    if name.endswith(".py") and name not in ("__init__.py", "run.py", "template.py")
+    if name.endswith(".py") and name not in ("__init__.py", "__main__.py", "run.py", "template.py")
 )
 
 
@@ -45,8 +45,8 @@ def warm_up(device, autograd=True):
     import torch
     import torch._dynamo  # noqa: F401  (the optimizer's first step imports it)
 
-    for name in HARNESS_MODULES:  # the job's kind is imported by name: here, it costs nothing
-        importlib.import_module(name)
+    for name in HARNESS_MODULES:  # the job's kind is imported by its name: here, it costs nothing
+        importlib.import_module(f".{name}", __package__)
 
     if not autograd:
         return

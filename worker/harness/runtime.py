@@ -22,9 +22,7 @@ import traceback
 import types
 from typing import Any
 
-import quiet
-import supervise
-import trace_schema
+from . import quiet, supervise, trace_schema
 
 TRACE_VERSION = trace_schema.VERSION
 SUBMISSION = "submission.py"
@@ -374,6 +372,15 @@ def write_trace(fd, trace, limit):
         written += os.pwrite(fd, data[written:], written)
 
 
+def kind_module(name: str) -> types.ModuleType:
+    """The harness module of the check kind ``name`` (``accumulation``, ``amp``, …), imported
+    relative to this package: ``harness`` in the sandbox, ``worker.harness`` on the trusted side.
+    Only a plain module name of this package: never a path, a dotted or a parent's name."""
+    if not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"not a check kind: {name!r}")
+    return importlib.import_module(f".{name}", __package__)
+
+
 def main(job_dir, trace_fd):
     """The job in ``job_dir`` (its job.json and the learner's file), its trace into ``trace_fd``."""
     started = time.perf_counter()
@@ -392,7 +399,7 @@ def main(job_dir, trace_fd):
             # torch.optim imports it on the first step anyway; count it as start-up cost
             import torch._dynamo  # noqa: F401
         timings["import_ms"] = round((time.perf_counter() - started) * 1000)
-        kind = importlib.import_module(job["kind"])
+        kind = kind_module(job["kind"])
         run_started = time.perf_counter()
         try:
             data, error = kind.run(job, api)

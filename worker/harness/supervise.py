@@ -34,11 +34,10 @@ import signal
 import socket
 import time
 
-import childfilter
-import linux
-from items import Items
-from link import HEADER, MAX_SYNC, Interference, Link, decode, recv_exact
-from observer import MAX_EVENTS, WATCH, Observer, Shared
+from . import childfilter, linux
+from .items import Items
+from .link import HEADER, MAX_SYNC, Interference, Link, decode, recv_exact
+from .observer import MAX_EVENTS, WATCH, Observer, Shared
 
 __all__ = [
     "MAX_EVENTS", "WATCH", "Died", "Interference", "Items", "Link", "Observer", "Shared", "Supervisor",

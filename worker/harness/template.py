@@ -1,5 +1,7 @@
 """A fork-server template, the sandboxed side of ``worker.forkserver``:
-``python -I -B template.py CONTROL_FD FILTER_FD CONFIG DEVICE SANDBOX_ID``.
+``python -B -E -s -m harness.template CONTROL_FD FILTER_FD CONFIG DEVICE SANDBOX_ID``, started in
+the read-only directory that holds the harness package alone (``worker/sandbox/host.py``,
+``harness_command``, says why).
 
 It warms up once (imports torch and every kind's harness; a tiny CPU step only where torch
 has no GPU support compiled in, since the first backward starts autograd's device threads and,
@@ -48,12 +50,8 @@ import tempfile
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import linux  # noqa: E402
-import run  # noqa: E402  (the single-use sandbox's entry: warm-up and the job part)
-from linux import (  # noqa: E402
+from . import linux, run  # run: the single-use sandbox's entry (warm-up and the job part)
+from .linux import (
     CLONE_NEWCGROUP,
     CLONE_NEWIPC,
     CLONE_NEWNET,
@@ -186,7 +184,7 @@ def job(request, config, program, trace, done, device, job_id, parent):
         tempfile.tempdir = None
     os.chdir(work)
     die_with_parent(parent)  # B
-    sys.argv = [os.path.join(HERE, "run.py"), work, "-1", device, job_id]
+    sys.argv = [run.__file__, work, "-1", device, job_id]  # as ``harness.run`` sees its own
     if device == "cuda":
         run.warm_up("cuda")  # the template never touched CUDA: the job creates its context
     run.run_job(work, request, trace, done)

@@ -24,10 +24,11 @@ import queue
 import threading
 import time
 
-import scenarios
 import torch
-from instrument import name_limits
-from pipeline import ServedDataset
+
+from . import scenarios
+from .instrument import name_limits
+from .pipeline import ServedDataset
 
 MAX_BATCHES = 400
 KEYS = ("step_ms", "spread_ms", "same_batch_ms", "bound")

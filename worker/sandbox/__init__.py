@@ -69,7 +69,15 @@ from worker.sandbox.bwrap import (
 from worker.sandbox.bwrap import bwrap_args as _bwrap_args
 from worker.sandbox.bwrap import gpu_args as _gpu_args
 from worker.sandbox.cgroup import CPU_PERIOD_US, PIDS, Cgroup
-from worker.sandbox.host import HARNESS, TMPFS_BYTES, SandboxUnavailable, Setup
+from worker.sandbox.host import (
+    HARNESS,
+    HARNESS_PACKAGE,
+    HARNESS_ROOT,
+    TMPFS_BYTES,
+    SandboxUnavailable,
+    Setup,
+    harness_command,
+)
 from worker.sandbox.host import environment as _environment
 from worker.sandbox.identity import SANDBOX_UIDS, UID_LOCKS, Identity, new_session_keyring
 from worker.sandbox.job import (
@@ -94,14 +102,16 @@ from worker.sandbox.reaper import Used, _reap, reap_all, release
 from worker.sandbox.watch import PAGE, WATCH_SECONDS, Cancel, tree_memory, wait_for_end
 
 __all__ = [
-    "BWRAP", "CPU_CEILING", "CPU_PERIOD_US", "DEVICES", "FILE_LIMIT", "HARNESS", "INCOMPLETE_TRACE",
-    "INVALID_TRACE", "JOB_TMPFS", "LIMIT_CAUSES", "OPEN_FILES", "PAGE", "PIDS", "PROC_HIDDEN",
+    "BWRAP", "CPU_CEILING", "CPU_PERIOD_US", "DEVICES", "FILE_LIMIT", "HARNESS", "HARNESS_PACKAGE",
+    "HARNESS_ROOT", "INCOMPLETE_TRACE", "INVALID_TRACE", "JOB_TMPFS", "LIMIT_CAUSES", "OPEN_FILES",
+    "PAGE", "PIDS", "PROC_HIDDEN",
     "PROC_READ_ONLY", "SANDBOX_START", "SANDBOX_UIDS", "TMPFS_BYTES", "TRACE_LIMIT", "UID_LOCKS",
     "WARM_UP_SECONDS", "WATCH_SECONDS", "Cancel", "Cgroup", "Ending", "Handoff", "Identity", "Job",
     "Limits", "Result",
     "Sandbox", "SandboxUnavailable", "Setup", "Used", "_bwrap_args", "_environment", "_gpu_args",
     "_reap", "assigned_gpu", "bwrap_problem", "channel_maker", "descends", "driver_libraries",
-    "hand_over", "isolation", "new_session_keyring", "reap_all", "receive_word", "release", "request",
+    "hand_over", "harness_command", "isolation", "new_session_keyring", "reap_all", "receive_word",
+    "release", "request",
     "resolve_device", "result", "run_isolated", "setup", "template_config",
     "tree_memory", "under_job_tmpfs", "wait_for_end",
 ]  # fmt: skip

@@ -9,7 +9,15 @@ import re
 import subprocess
 
 from worker import seccomp
-from worker.sandbox.host import HARNESS, TMPFS_BYTES, SandboxUnavailable, environment, readonly_paths
+from worker.sandbox.host import (
+    HARNESS,
+    HARNESS_PACKAGE,
+    HARNESS_ROOT,
+    TMPFS_BYTES,
+    SandboxUnavailable,
+    environment,
+    readonly_paths,
+)
 from worker.sandbox.identity import Identity, new_session_keyring
 
 # The bubblewrap program: TREINO_BWRAP, an absolute path (a bundle's, bench/gpu_kit.py), read
@@ -63,7 +71,9 @@ def gpu_args(gpu: int, dev: str = "/dev", ldconfig: str | None = None) -> list[s
     return [*args, "--ro-bind-try", "/sys", "/sys"]  # NVML and the driver read topology there
 
 
-def bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int, forks: bool = False) -> list[str]:
+def bwrap_args(
+    device: str, gpu: int | None, uid: int, seccomp_fd: int, forks: bool = False, chdir: str = "/job"
+) -> list[str]:
     """bwrap's command line. ``uid`` is the job's host uid and its uid inside too: mapped onto
     itself, with no intermediate namespace (bwrap nests one for ``--dev``, whose own root would
     then show in the job's uid_map), so ``/proc/self/uid_map`` names the real outer uid.
@@ -71,7 +81,10 @@ def bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int, forks: b
     ``forks``: for a fork-server template (``worker.forkserver``), whose jobs make namespaces
     of their own: no ``--disable-userns``, and a plain /proc (the kernel refuses a new /proc
     where the one in view has locked over-mounts; each job masks its own fresh one the same
-    way, ``PROC_READ_ONLY`` and ``PROC_HIDDEN``)."""
+    way, ``PROC_READ_ONLY`` and ``PROC_HIDDEN``).
+
+    ``chdir``: where the command starts; the harness starts in ``HARNESS_ROOT``, where the
+    package is the only thing there (``host.harness_command``)."""
     args = [
         BWRAP,
         "--unshare-user",
@@ -118,10 +131,10 @@ def bwrap_args(device: str, gpu: int | None, uid: int, seccomp_fd: int, forks: b
             args += ["--symlink", os.readlink(top), top]
         elif top != "/bin" and os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    args += ["--ro-bind", str(HARNESS), "/harness"]
+    args += ["--ro-bind", str(HARNESS), f"{HARNESS_ROOT}/{HARNESS_PACKAGE}"]
     if device == "cuda" and gpu is not None:
         args += gpu_args(gpu)
-    return [*args, "--remount-ro", "/", "--chdir", "/job"]
+    return [*args, "--remount-ro", "/", "--chdir", chdir]
 
 
 def _enter(identity: Identity) -> None:
@@ -130,15 +143,17 @@ def _enter(identity: Identity) -> None:
     new_session_keyring()
 
 
-def run_isolated(command: list[str], timeout: float, forks: bool = False) -> subprocess.CompletedProcess:
+def run_isolated(
+    command: list[str], timeout: float, forks: bool = False, chdir: str = "/job"
+) -> subprocess.CompletedProcess:
     """``command`` under bwrap on the CPU, as a sandbox would run it (uid, view, filter, scrubbed
-    environment), without the harness: the start-up probes and ``bench/sandbox.py``. ``forks``:
+    environment), started in ``chdir``: the start-up probes and ``bench/sandbox.py``. ``forks``:
     as a fork-server template runs (see ``bwrap_args``)."""
     identity = Identity()
     filter_fd = seccomp.fd(seccomp.TEMPLATE_ALLOWS if forks else ())
     try:
         return subprocess.run(
-            [*bwrap_args("cpu", None, identity.uid, filter_fd, forks), *command],
+            [*bwrap_args("cpu", None, identity.uid, filter_fd, forks, chdir), *command],
             env=environment("/job"),
             capture_output=True,
             timeout=timeout,

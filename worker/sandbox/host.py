@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-HARNESS = Path(__file__).resolve().parents[1] / "harness"
+HARNESS = Path(__file__).resolve().parents[1] / "harness"  # the package, on the host
+HARNESS_ROOT = "/opt/treino"  # under bubblewrap: the package at HARNESS_ROOT/harness, read-only, alone
+HARNESS_PACKAGE = "harness"  # its name in the sandbox (``worker.harness`` on the trusted side)
 TMPFS_BYTES = 64 * 1024 * 1024  # each of /job, /tmp, /dev/shm
 
 
@@ -22,6 +24,23 @@ class Setup:
     isolation: Literal["bwrap", "process"]
     device: Literal["cpu", "cuda"]
     gpu: int | None = None  # the /dev/nvidiaN bound into bwrap sandboxes on CUDA
+
+
+def harness_command(module: str, *args: str) -> list[str]:
+    """How a sandbox starts the harness: ``python -B -E -s -m harness.<module> ARGS``, run with
+    its working directory the folder that holds the package and nothing else (``HARNESS_ROOT``
+    under bubblewrap, read-only; a fresh folder of the process-only sandbox's own).
+
+    ``-m`` runs the module inside its package (its relative imports), so nothing inserts a
+    folder into ``sys.path`` by hand. Why ``-E -s`` and not ``-I``: ``-I`` is ``-E -s -P``, and
+    ``-P`` drops what ``-m`` puts first on ``sys.path``, the starting working directory, which
+    is how Python finds the package. ``-E`` (no ``PYTHON*`` variable: no ``PYTHONPATH`` or
+    ``PYTHONSTARTUP``) and ``-s`` (no user site-packages) stay. Python writes that entry as an
+    absolute path, so the harness's later ``chdir`` into the learner's writable ``/job`` adds
+    nothing: the trusted process's ``sys.path`` is that read-only folder, the standard library
+    and the venv, and no folder the learner can write is ever on it (``-B``: no bytecode is
+    written either). The learner's code gains nothing: it could read the harness before."""
+    return [sys.executable, "-B", "-E", "-s", "-m", f"{HARNESS_PACKAGE}.{module}", *args]
 
 
 def environment(home: str) -> dict[str, str]:

@@ -3,7 +3,7 @@ request it is handed, and its result read back from the memory files the worker 
 holds. Everything that comes out of a job is untrusted input: the trace is read only once its
 harness said it was complete, and parsed against its schema.
 
-The hand-off: once ready, the job's harness (a warm sandbox's ``run.py``, a fork's init) makes
+The hand-off: once ready, the job's harness (a warm sandbox's ``harness.run``, a fork's init) makes
 a socket pair, sends one end to the worker with its word (``R``, ``P``), and waits on the other.
 The worker takes it only if the kernel says that end was made by a process of the sandbox's own
 tree and uid (``channel``), then makes the job's trace file and done pipe and sends them with

@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +24,7 @@ from worker import seccomp
 from worker.harness import linux
 from worker.sandbox.bwrap import bwrap_args, template_config
 from worker.sandbox.cgroup import PIDS, Cgroup
-from worker.sandbox.host import HARNESS, environment
+from worker.sandbox.host import HARNESS, HARNESS_PACKAGE, HARNESS_ROOT, environment, harness_command
 from worker.sandbox.identity import Identity, new_session_keyring
 from worker.sandbox.job import (
     SANDBOX_START,
@@ -90,33 +89,32 @@ class Sandbox(Job):
     def _spawn(self, child_sock: int, gpu: int | None) -> subprocess.Popen:
         own: list[int] = []  # descriptors opened for the child only: closed once it has them
         if self.isolation == "bwrap":
-            work, harness = "/job", "/harness"
+            work, start = "/job", HARNESS_ROOT
             own.append(seccomp.fd(seccomp.TEMPLATE_ALLOWS if self.template else ()))
             assert self.identity is not None  # every bwrap sandbox has one
-            prefix = bwrap_args(self.device, gpu, self.identity.uid, own[0], forks=self.template)
-            cwd = "/"
-        else:
+            prefix = bwrap_args(self.device, gpu, self.identity.uid, own[0], forks=self.template, chdir=start)
+            cwd = "/"  # bwrap's own, on the host; inside, it starts the harness in ``start``
+        else:  # the package copied alone into a folder of its own: the job's folder is beside it
             self._root = Path(tempfile.mkdtemp(prefix="treino-job-"))
             shutil.copytree(
-                HARNESS, self._root / "harness", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+                HARNESS,
+                self._root / "lib" / HARNESS_PACKAGE,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
             )
             (self._root / "job").mkdir()
-            work, harness, prefix = str(self._root / "job"), str(self._root / "harness"), []
-            cwd = work
+            work, start, prefix = str(self._root / "job"), str(self._root / "lib"), []
+            cwd = start
         if self.template:
             job_filter = seccomp.fd() if self.isolation == "bwrap" else -1
             own += [job_filter] if job_filter >= 0 else []
-            program = [
-                f"{harness}/template.py",
-                str(child_sock),
-                str(job_filter),
-                template_config(self.isolation == "bwrap"),
-            ]
+            program = harness_command(
+                "template", str(child_sock), str(job_filter), template_config(self.isolation == "bwrap")
+            )
             fds = [child_sock]
         else:
-            program = [f"{harness}/run.py", work, str(child_sock)]
+            program = harness_command("run", work, str(child_sock))
             fds = [child_sock]
-        argv = [*prefix, sys.executable, "-I", "-B", *program, self.device, self.id]
+        argv = [*prefix, *program, self.device, self.id]
         env = environment(work)
         if self.isolation == "process" and self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU sandbox has no GPU (bwrap binds none in)
