@@ -34,7 +34,8 @@ EXERCISES = (
     "measure-it",
     "step-in-backward",
     "train-an-adapter",  # lesson 5
-    "chunked-loss",  # lesson 6
+    "chunked-loss",
+    "pack-the-batch",  # lesson 6
 )
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_FILES = sorted(GOLDEN.glob("*/*.py"))  # a file added there is a test at the next run

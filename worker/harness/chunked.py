@@ -13,14 +13,8 @@ mistake, never what makes a pass.
 
 import torch
 
-try:  # the harness as a package (``python -m harness.run``)
-    from . import scenarios, sequences, supervise
-    from .instrument import flat, name_limits
-except ImportError:  # until then, its modules by their bare names
-    import scenarios  # type: ignore[import-not-found, no-redef]
-    import sequences  # type: ignore[import-not-found, no-redef]
-    import supervise  # type: ignore[import-not-found, no-redef]
-    from instrument import flat, name_limits  # type: ignore[import-not-found, no-redef]
+from . import scenarios, sequences, supervise
+from .instrument import flat, name_limits
 
 MAX_CALLS = 2000
 

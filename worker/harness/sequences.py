@@ -78,3 +78,44 @@ def watched(model: TinyLM) -> list[torch.Tensor]:
     """What the supervisor reads of the memory run's model: its mixing layer, which every
     token's loss reaches through the hidden states (the lm_head is too large for a trace)."""
     return [model.mix.weight, model.mix.bias]
+
+
+class PackedLM(nn.Module):
+    """Token and position embeddings, one attention layer, ``lm_head``: ``model(tokens, positions,
+    mask)`` with ``tokens`` and ``positions`` ``(rows, length)`` and ``mask`` ``(rows, length,
+    length)``, True where a query may attend a key, gives the logits ``(rows, length, vocab)``.
+    Every token also sees itself, so that a padding position with nothing else to see stays
+    finite."""
+
+    def __init__(self, vocab: int, dim: int, length: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.position = nn.Embedding(length, dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.lm_head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens) + self.position(positions)
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        itself = torch.eye(tokens.shape[-1], dtype=torch.bool, device=tokens.device)
+        attended = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask.bool() | itself)
+        return self.lm_head(torch.tanh(h + self.out(attended)))
+
+
+def packing(params: dict, dtype: torch.dtype = torch.float64) -> tuple[PackedLM, list]:
+    """Packing's run (lesson 6): a ``PackedLM`` for rows of ``row_len`` tokens and ``n_batches``
+    batches, each a list of ``docs_per_batch`` documents (1-D token tensors) of ``min_doc`` to
+    ``max_doc`` tokens, seeded by ``params["seed"]``."""
+    torch.manual_seed(int(params.get("seed", 0)))
+    vocab, length = int(params["vocab"]), int(params["row_len"])
+    model = PackedLM(vocab, int(params["dim"]), length).to(dtype)
+    low, high = int(params["min_doc"]), int(params["max_doc"])
+    batches = [
+        [
+            torch.randint(0, vocab, (int(n),))
+            for n in torch.randint(low, high + 1, (int(params["docs_per_batch"]),))
+        ]
+        for _ in range(int(params["n_batches"]))
+    ]
+    return model, batches

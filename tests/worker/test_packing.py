@@ -1,0 +1,132 @@
+"""The "packing" kind (lesson 6, pack-the-batch): the trusted packing against each document alone,
+and what the check concludes from what the supervisor saw, on made-up traces of a tiny scenario
+(the exercise's solution and mistakes are graded for real by `treino lessons check`, other styles
+and attacks in golden/pack-the-batch/)."""
+
+import pytest
+import torch
+
+from worker.checks import Interfered, tensors
+from worker.checks import packing as check
+from worker.harness import sequences
+
+PARAMS = {
+    "seed": 0,
+    "vocab": 10,
+    "dim": 4,
+    "row_len": 8,
+    "min_doc": 2,
+    "max_doc": 5,
+    "docs_per_batch": 4,
+    "n_batches": 2,
+    "lr": 0.5,
+}
+
+
+def test_packed_rows_with_document_masks_and_restarting_positions_are_each_document_alone():
+    model, batches = sequences.packing(PARAMS)
+    documents = batches[0]
+    losses, grads = [], []
+    for loss_of in (check.alone_loss, check.packed_loss):
+        model.zero_grad()
+        loss = loss_of(model, documents, PARAMS["row_len"])
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(tensors.flat(p.grad for p in model.parameters()))
+    assert torch.allclose(losses[0], losses[1], rtol=1e-12)
+    assert torch.allclose(grads[0], grads[1], rtol=0, atol=1e-12)
+    for mistake in check.MISTAKES.values():  # every mistake changes the loss on these rows
+        wrong = check.packed_loss(model, documents, PARAMS["row_len"], **mistake)
+        assert not torch.allclose(wrong.detach(), losses[0], rtol=1e-6), mistake
+
+
+def test_pack_puts_whole_documents_in_order_and_marks_the_boundaries():
+    docs = [torch.tensor([1, 2, 3]), torch.tensor([4, 5]), torch.tensor([6, 7, 8, 9])]
+    rows = check.pack(docs, 6)
+    assert rows.tokens.tolist() == [[1, 2, 3, 4, 5, 0], [6, 7, 8, 9, 0, 0]]
+    assert rows.labels.tolist() == [[2, 3, -100, 5, -100, -100], [7, 8, 9, -100, -100, -100]]
+    assert rows.boundary.tolist()[0] == [2, 3, 4, 5, -100, -100]
+    assert rows.positions.tolist() == [[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 0]]
+    assert rows.docs.tolist() == [[0, 0, 0, 1, 1, -1], [0, 0, 0, 0, -1, -1]]
+
+
+def _start():
+    model, _ = sequences.packing(PARAMS)
+    return tensors.flat(model.parameters()).tolist()
+
+
+def _data(after, rows=None, forwards=None):
+    """A trace whose supervisor read ``after`` (the parameters after each batch) and counted one
+    call of the model per batch, on ``rows`` rows each (the packed count unless given)."""
+    before = [_start(), *[a.tolist() for a in after[:-1]]]
+    rows = list(check.packed_rows(PARAMS)) if rows is None else rows
+    events = []
+    for i in range(len(before)):
+        events.append(["batch", i, float(i), i])
+        if i < len(rows):
+            events.append(["forward", rows[i], float(i) + 0.5, -1])
+    final = after[-1].tolist()
+    count = len(rows) if forwards is None else forwards
+    observed = {
+        "mode": "fork",
+        "counts": {"batch": len(before), "forward": count},
+        "events": events,
+        "snapshots": before,
+        "final_params": final,
+        "interfered": None,
+    }
+    return {"final_params": final, "observed": observed}
+
+
+def test_a_loop_that_trains_each_document_as_if_alone_on_packed_rows_passes():
+    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS)), "cpu")
+    assert result.passed, result.checks
+    assert result.diagnosis is None
+    assert result.metrics["model_rows"] == list(check.packed_rows(PARAMS))
+
+
+@pytest.mark.parametrize("name", sorted(check.MISTAKES))
+def test_each_mistake_is_named_by_the_trajectory_it_gives(name):
+    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS, name)), "cpu")
+    assert not result.passed
+    assert result.checks[0].message == "check.packed-trajectory.failed"
+    assert result.diagnosis is not None and result.diagnosis.id == name
+
+
+def test_one_document_per_row_trains_right_and_fails_on_its_rows():
+    rows = [PARAMS["docs_per_batch"]] * PARAMS["n_batches"]
+    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS), rows=rows), "cpu")
+    assert [c.passed for c in result.checks] == [True, False]
+    assert result.diagnosis.id == "one-document-per-row"
+    assert result.diagnosis.values["rows"] == PARAMS["docs_per_batch"]
+
+
+def test_a_call_per_document_fails_on_the_supervisor_s_count_whatever_rows_it_said():
+    n = PARAMS["docs_per_batch"] * PARAMS["n_batches"]
+    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS), rows=[1] * n), "cpu")
+    assert not result.passed
+    assert result.checks[1].message == "check.packed-rows.calls"
+    # a model never called (its submodules used by hand) is no pass either
+    assert not check.evaluate(PARAMS, _data(check.trajectory(PARAMS), rows=[]), "cpu").passed
+
+
+def test_a_loop_that_trains_nothing_fails_unnamed():
+    still = [torch.tensor(_start(), dtype=torch.float64)] * PARAMS["n_batches"]
+    result = check.evaluate(PARAMS, _data(still), "cpu")
+    assert not result.passed and result.diagnosis is None
+
+
+def test_a_short_run_is_not_a_pass():
+    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS)[:1]), "cpu")
+    assert not result.passed
+    assert result.checks[0].values == {"batches": 1, "expected": 2}
+
+
+def test_reported_parameters_that_differ_from_the_observed_ones_are_interference():
+    data = _data(check.trajectory(PARAMS))
+    data["final_params"] = [v * 1.001 for v in data["final_params"]]
+    with pytest.raises(Interfered):
+        check.evaluate(PARAMS, data, "cpu")
+    data["final_params"] = None
+    with pytest.raises(Interfered):
+        check.evaluate(PARAMS, data, "cpu")
