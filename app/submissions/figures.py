@@ -196,7 +196,7 @@ def figures(verdict: dict[str, Any]) -> Figures:
     elif peak is not None:
         facts.append((_("Peak activation memory"), size(peak)))
     lesson5, counted = _gradients(metrics)
-    charts += lesson5 + _configurations(metrics) + _timing(metrics)
+    charts += lesson5 + _configurations(metrics) + _timing(metrics) + _logits(metrics)
     facts += counted
     if (ms := _num(metrics, "sandbox_ms")) is not None:
         facts.append((_("Running your code"), seconds(ms)))
@@ -205,6 +205,26 @@ def figures(verdict: dict[str, Any]) -> Figures:
     if device := metrics.get("device"):
         facts.append((_("Device"), str(device).upper()))
     return Figures(charts, facts)
+
+
+def _logits(metrics: dict) -> list[Figure]:
+    """Lesson 6's chunked loss: how far the memory run's memory rose, as the kernel counted it,
+    against the budget and the whole logits' bytes."""
+    rise, limit = _num(metrics, "logits_rise_bytes"), _num(metrics, "logits_limit_bytes")
+    whole = _num(metrics, "whole_logits_bytes")
+    if rise is None or limit is None or whole is None:
+        return []
+    rows = [
+        (_("Yours"), rise, size(rise), "yours"),
+        (_("Budget"), limit, size(limit), "reference"),
+        (_("Whole logits"), whole, size(whole), "naive"),
+    ]
+    summary = _(
+        "Your loop's memory rose by %(rise)s at its peak; the budget is %(limit)s and the whole "
+        "logits alone take %(whole)s."
+    ) % {"rise": size(rise), "limit": size(limit), "whole": size(whole)}
+    note = _("The rise of the process's memory in the run on the large vocabulary, as the system counted it.")
+    return [Figure("logits", _("The logits' peak"), _from_zero(rows), note, summary)]
 
 
 def _configurations(metrics: dict) -> list[Figure]:
