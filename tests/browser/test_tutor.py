@@ -18,7 +18,7 @@ pytestmark = pytest.mark.browser
 
 # what the panel says of an answer the model stopped at its length limit
 CUT = {
-    "en": "The answer reached its length limit and stops there. Ask a follow-up to hear the rest.",
+    "en": "The answer reached its length limit and stops there. Ask a follow-up to read the rest.",
     "pt-BR": "A resposta atingiu o limite de tamanho e parou aqui. Faça outra pergunta para ler o resto.",
 }
 
