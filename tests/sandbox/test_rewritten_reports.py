@@ -71,7 +71,7 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     # the same, patched on the meter's class in its module (sys.modules)
     "meter-class-patched": BACKWARD_ONCE
     + """
-meter_class = sys.modules["memory"].SavedTensorMeter
+meter_class = sys.modules["harness.memory"].SavedTensorMeter
 def hold(self, value, nbytes):
     self.packed += nbytes
     self.freed += nbytes
@@ -172,6 +172,51 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
         return step(*args, **kwargs)
     optimizer.step = stepped
     backward_once(model, loader, loss_fn, optimizer, accum_steps)
+""",
+    # threads may run here (memory is the kernel's count of the process, which holds them): a
+    # whole cycle's forwards and backward on a thread of the loop's own, where the meter's hooks
+    # (per thread) never see what is saved
+    "cycle-on-a-thread": """
+import threading
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    def cycle(batch):
+        (sum(loss_fn(model(x), y) for x, y in batch) / accum_steps).backward()
+
+    batches = list(loader)
+    for start in range(0, len(batches), accum_steps):
+        worker = threading.Thread(target=cycle, args=(batches[start : start + accum_steps],))
+        worker.start()
+        worker.join()
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+    # the cycle's backward in a process of its own, forked through the C library past Python's
+    # os.fork: the kernel would count its memory apart, and the child's filter refuses it
+    "cycle-in-a-process-forked-through-libc": BACKWARD_ONCE
+    + """
+import ctypes, os, pickle
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    batches = list(loader)
+    for start in range(0, len(batches), accum_steps):
+        read, write = os.pipe()
+        pid = ctypes.CDLL(None).fork()
+        if pid < 0:
+            raise OSError(ctypes.get_errno(), "fork refused")
+        if pid == 0:
+            total = sum(loss_fn(model(x), y) for x, y in batches[start : start + accum_steps])
+            (total / accum_steps).backward()
+            os.write(write, pickle.dumps([p.grad for p in model.parameters()]))
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            grads = pickle.loads(f.read())
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g
+        optimizer.step()
+        optimizer.zero_grad()
 """,
 }
 
@@ -378,3 +423,71 @@ def test_the_accumulate_solution_passes(run, mode, exercise):
     """The control: the reference loop passes through the same supervised path."""
     outcome = run(_solution(exercise))
     assert outcome.status == "passed", outcome.verdict
+
+
+# amp-loop without the scaler's work: the loss never scaled, optimizer.step() called directly
+# (skipping the inf batch by hand), and the scale made to follow the right one with
+# scaler.update(new_scale=…); the scale and the weights are then where the supervisor expects
+SCALE_BY_HAND = """
+import torch
+
+def by_hand(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm, told):
+    scale = scaler.get_scale()
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss)  # never used: it only makes the scaler's scale tensor
+        loss.backward()
+        told("unscale_")
+        finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        told("scaler.step")
+        if finite:
+            optimizer.step()
+            scale *= 2.0
+        else:
+            scale /= 2.0
+        scaler.update(new_scale=scale)
+"""
+
+AMP_LOOP = {
+    # the scale set by hand, and nothing else hidden (this passed before: the scaler's calls were
+    # the child's events alone, and update(new_scale=…) is an update)
+    "scale-set-by-hand": SCALE_BY_HAND
+    + """
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    by_hand(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm, lambda code: None)
+""",
+    # the same, with the calls it skipped written into the recorder's events (found with gc) and
+    # the clip told it came after an unscale_
+    "scale-set-by-hand-and-calls-written": SCALE_BY_HAND
+    + """
+import gc
+
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    rec = next(o for o in gc.get_objects() if type(o).__name__ == "Recorder" and hasattr(o, "snapshots"))
+
+    def told(code):
+        rec.events.append([code])
+        rec.unscaled = code == "unscale_" or rec.unscaled
+
+    by_hand(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm, told)
+""",
+}
+
+
+class TestAmpLoop:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("mixed-precision/amp-loop")
+
+    @pytest.mark.parametrize("route", AMP_LOOP)
+    def test_the_scale_set_by_hand_does_not_pass(self, run, mode, route):
+        outcome = run(AMP_LOOP[route])
+        assert outcome.status in ("failed", "error"), outcome.verdict
+
+    def test_the_solution_passes(self, run, mode, exercise):
+        outcome = run(_solution(exercise))
+        assert outcome.status == "passed", outcome.verdict

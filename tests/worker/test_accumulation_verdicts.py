@@ -80,3 +80,19 @@ def test_unscale_every_micro_batch_is_named(exercise, grade):
     assert verdict["status"] == "error"
     assert verdict["diagnosis"]["id"] == "unscale-every-micro-batch"
     assert "uma vez por atualização" in verdict["diagnosis"]["explanation"]
+
+
+@pytest.mark.slow
+def test_the_adapters_no_gradient_line_says_it_is_the_programs_word(exercise, grade):
+    """issue 41: a weight's gradient lives in the learner's process, out of the supervisor's
+    sight; the line that says there was none says whose word it is, in both languages."""
+    adapter = exercise("train-an-adapter")
+    code = (Path(adapter.path) / "solution.py").read_bytes()
+    for lang, said in (
+        ("en", "your program's word, not a measurement"),
+        ("pt-BR", "palavra do seu programa"),
+    ):
+        verdict = grade(adapter, code, lang)
+        assert verdict["status"] == "passed"
+        no_grad = verdict["checks"][1]
+        assert no_grad["status"] == "passed" and said in no_grad["message"], no_grad

@@ -134,10 +134,13 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     )
     steps = data["steps"]
     graded = max([len(s["base_grads"]) for s in steps] + list(data["base_grads"]) + [0])
+    # A gradient lives in the learner's process, out of the supervisor's sight: this check rests
+    # on the child's report, and its text says so. It can fail a loop (the mistake named), and
+    # its pass is no more than what the run said (docs/security.md, "What a pass rests on").
     no_grad = Check(
         "frozen-no-grad",
         graded == 0,
-        "check.frozen-no-grad.passed" if graded == 0 else "check.frozen-no-grad.failed",
+        "check.frozen-no-grad.reported" if graded == 0 else "check.frozen-no-grad.failed",
         {"grads": graded},
     )
     base_state = max([s["base_state"] for s in steps] + [0])

@@ -244,9 +244,34 @@ def _autocast_check(data, wanted):
     return Check("autocast", True, "check.autocast.passed", {"total": total, "dtype": wanted})
 
 
+# GradScaler's calls, each a sync the supervisor counts (worker/harness/instrument.watch_scaler)
+SCALER_CALLS = ("scale", "unscale_", "scaler.step", "update", "update.new_scale")
+MAX_EVENTS = 2000  # the harness's record of events stops there (worker/harness/amp.py)
+
+
+def _scaler_calls(data: dict) -> dict[str, int]:
+    """How many times the loop called each of GradScaler's methods, as the supervisor counted
+    them; the child's events, where it kept them all, must say the same. ``update.new_scale``: an
+    update handed a scale of the loop's own (the scale set by hand, which no right loop does)."""
+    seen = observed(data)["counts"]
+    counted = {code: int(seen.get(code, 0)) for code in SCALER_CALLS}
+    events = data["events"]
+    if len(events) < MAX_EVENTS:
+        for code in SCALER_CALLS[:3]:
+            agree(_count(events, code), counted[code], "scaler_calls")
+        agree(_count(events, "update"), counted["update"] + counted["update.new_scale"], "scaler_calls")
+    return counted
+
+
 def _order_check(data, n, flow):
     events = data["events"]
-    counts = {code: _count(events, code) for code in ("scale", "scaler.step", "update", "C")}
+    calls = _scaler_calls(data)
+    counts = {
+        "scale": calls["scale"],
+        "scaler.step": calls["scaler.step"],
+        "update": calls["update"],
+        "C": _count(events, "C"),
+    }
     values = {
         "scales": counts["scale"],
         "steps": counts["scaler.step"],
@@ -254,6 +279,9 @@ def _order_check(data, n, flow):
         "clips": counts["C"],
         "batches": n,
     }
+    if calls["update.new_scale"]:  # the scale set by hand: the scaler's own is not followed
+        values = {"count": calls["update.new_scale"], "batches": n}
+        return Check("scaler_order", False, "check.scaler_order.new_scale", values)
     if any(count != n for count in counts.values()):
         return Check("scaler_order", False, "check.scaler_order.failed", values)
     early = next((c for c in data["clips"] if not c["unscaled"]), None)

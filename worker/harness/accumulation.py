@@ -10,7 +10,7 @@ graph) for the checks' decomposition; and peak bytes saved for backward.
 
 import torch
 
-from . import memory, scenarios, supervise
+from . import childfilter, memory, scenarios, supervise
 from .instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 MAX_EVENTS = 4000
@@ -57,8 +57,22 @@ class Recorder:
             self.meter.check_on()
 
 
+def _plain(tensor):
+    """``tensor`` itself, or under a torch.func transform the tensor its wrappers hold (a
+    wrapped tensor has no storage of its own to compare)."""
+    functorch = torch._C._functorch
+    while isinstance(tensor, torch.Tensor) and functorch.is_functorch_wrapped_tensor(tensor):
+        tensor = functorch.get_unwrapped(tensor)
+    return tensor
+
+
+def _transformed(tensor):
+    return isinstance(tensor, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+
+
 def _identify(batches, y):
     """Indices of the micro-batches whose targets make up ``y`` (consecutive), or []."""
+    y = _plain(y)
     if not isinstance(y, torch.Tensor) or y.dim() == 0:
         return []
     for i, (_, yi) in enumerate(batches):
@@ -111,8 +125,10 @@ class RecordingLoss:
             key = (tuple(mbs), rec.steps_total)
             if (not mbs or key not in rec.seen) and len(rec.calls) < MAX_CALLS:
                 rec.seen.add(key)
-                unit = self._scenario.unit_objective(loss, target)
-                grads = _own_gradients(unit, rec.params)
+                if _transformed(loss):  # inside torch.func: the graph is the transform's, not
+                    grads = [None] * len(rec.params)  # the parameters' (no unit: no diagnosis)
+                else:
+                    grads = _own_gradients(self._scenario.unit_objective(loss, target), rec.params)
                 index = len(rec.calls)
                 rec.calls.append(
                     {
@@ -140,7 +156,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
         rec.check_meter()
         recompute = torch._C._current_autograd_node() is not None  # checkpoint, in backward
         rec.forwards += not recompute
-        x = args[0] if args else None
+        x = _plain(args[0]) if args else None
         size = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() > 0 else -1
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
         rec.event("F", size, index, torch.is_grad_enabled(), recompute)
@@ -240,10 +256,17 @@ def run(job, api):
         )
     rec = Recorder(model, scaler)
     initial = flat(rec.params)
+    # with a memory run, the kernel's count of the child grades its memory: the meter only names
+    # mistakes, so the child may start threads (the profiler's), never a process, which the
+    # kernel would count apart; without one, the meter is what memory rests on: one thread
+    processes = childfilter.prepare_processes() if sized is not None else None
     # the memory run's parameters after the maths run's (``observations`` parts them)
     api.share(rec.params + (list(sized.model.parameters()) if sized is not None else []))
 
     def learner():
+        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
+        if forked:
+            childfilter.stack(processes)
         _instrument(model, optimizer, scaler, batches, rec, api)
         available = {
             "model": model,
@@ -257,7 +280,7 @@ def run(job, api):
         names = params.get("signature", DEFAULT_SIGNATURE)
         if sized is not None:
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
-        name_limits(alone=api.alone)
+        name_limits(alone=api.alone or forked, kernel=processes is not None)
         fn = api.load_entry()
         api.check_signature(fn, names)
         torch.manual_seed(int(params.get("seed", 0)) + 1)
@@ -287,4 +310,5 @@ def run(job, api):
             error = _memory_run(api, fn, names, sized.model, available, big, params)
         return data, error
 
-    return api.supervise(learner, alone=True)  # its meters see this thread of this process only
+    # without a memory run, its meter sees this thread of this process only
+    return api.supervise(learner, alone=processes is None)

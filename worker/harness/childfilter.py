@@ -4,7 +4,10 @@ renice, reschedule, trace or read no other process, nor have a descriptor signal
 training loop makes one). With ``alone``, no new thread or process either: ``clone``, ``fork``
 and ``vfork`` fail with EPERM (Python: "can't start new thread", ``OSError`` from ``os.fork``),
 ``clone3`` with ENOSYS (so that the C library falls back to clone); the in-process meters see
-one thread (saved-tensor hooks and dispatch modes are per thread) of one process.
+one thread (saved-tensor hooks and dispatch modes are per thread) of one process. A kind whose
+memory the kernel counts stacks ``build_processes``'s instead: threads, but no process. It can
+never make itself dumpable again (``PR_SET_DUMPABLE``), which would give it its own ``/proc``
+files, ``clear_refs`` among them.
 
 Built by libseccomp, as the sandbox's filter is (``worker/seccomp.py``): ``build`` takes any
 module with the API of libseccomp's Python bindings; the harness passes its ctypes one
@@ -19,6 +22,8 @@ from . import libseccomp, linux
 # never, from the child: reaching into another process (the supervisor) or signalling by pidfd
 NEVER = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "pidfd_send_signal")
 ALONE = ("clone", "fork", "vfork")  # and clone3 (ENOSYS)
+PROCESSES = ("fork", "vfork")  # and clone without CLONE_THREAD, clone3 (ENOSYS): threads may run
+CLONE_THREAD = 0x00010000
 # refused where any clause holds, a clause being tests (argument, "==", "!=" or "&" (the
 # value's bit set), value) that all hold
 REFUSED = {
@@ -44,6 +49,9 @@ REFUSED = {
         ((1, "==", linux.F_SETFL), (2, "&", linux.O_ASYNC)),
     ),
     "ioctl": tuple(((1, "==", request),) for request in (linux.FIOSETOWN, linux.SIOCSPGRP, linux.FIOASYNC)),
+    # dumpable again, its /proc files would be its own: /proc/self/clear_refs lowers the
+    # high-water mark the supervisor reads its memory peak from (``observer.process_memory``)
+    "prctl": (((0, "==", linux.PR_SET_DUMPABLE),),),
 }
 LOW_WORD = 0xFFFFFFFF
 
@@ -62,6 +70,8 @@ def _compare(seccomp, arg, op, value):
         return seccomp.Arg(arg, seccomp.NE, value)
     if op == "&" and value > 0 and value & (value - 1) == 0:
         return seccomp.Arg(arg, seccomp.MASKED_EQ, value, value)
+    if op == "!&" and value > 0 and value & (value - 1) == 0:  # the value's bit clear
+        return seccomp.Arg(arg, seccomp.MASKED_EQ, value, 0)
     raise ValueError(f"no libseccomp comparison for {op} {value:#x}")
 
 
@@ -80,6 +90,35 @@ def build(seccomp, alone):
         for clause in clauses:
             f.add_rule(eperm, name, *(_compare(seccomp, *test) for test in clause))
     return f
+
+
+def build_processes(seccomp):
+    """A filter to stack on ``build(seccomp, False)``'s for a child that may start threads but no
+    process, which the kernel would count apart from it (a kind whose memory is graded from the
+    kernel's count of the child: ``observer.process_memory``): ``fork``, ``vfork`` and a
+    ``clone`` without ``CLONE_THREAD`` (``posix_spawn``'s and ``subprocess``'s too) fail with
+    EPERM, ``clone3`` with ENOSYS (the C library then makes its threads with ``clone``)."""
+    eperm = seccomp.ERRNO(errno.EPERM)
+    f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    f.set_attr(seccomp.Attr.ACT_BADARCH, eperm)
+    for name in PROCESSES:
+        if seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) >= 0:
+            f.add_rule(eperm, name)
+    f.add_rule(eperm, "clone", _compare(seccomp, 0, "!&", CLONE_THREAD))
+    f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    return f
+
+
+def prepare_processes():
+    """``build_processes``'s filter, built by the supervisor before the fork (a failure to is
+    ours); the child loads it with ``stack`` before the learner's code runs."""
+    linux.numbers()
+    return build_processes(libseccomp)
+
+
+def stack(prepared):
+    """In the child, already under ``guard``'s filter (no_new_privs set): one more filter."""
+    prepared.load()
 
 
 def prepare(alone):

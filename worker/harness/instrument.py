@@ -67,20 +67,34 @@ def _given(value):
     return value
 
 
-def watch_scaler(scaler, rec):
+def watch_scaler(scaler, rec, sync=None):
     """Record a GradScaler's calls as events (scale, unscale_, scaler.step, update) and keep
     ``rec.unscaled``: whether unscale_ ran since the last update. The ``unscale_`` that
     ``scaler.step`` makes itself, where the loop did not, is the scaler's, not the loop's: not
-    recorded."""
+    recorded. ``sync(code)``, when given, tells the supervisor of each call as it happens (a
+    sync it counts itself: ``update.new_scale`` for an update handed a scale of the loop's own,
+    the scale set by hand)."""
     inside = {"step": False}
+    tell = sync if sync is not None else (lambda code: None)
+
+    def scale(*args, **kwargs):
+        rec.event("scale")
+        tell("scale")
 
     def unscale(*args, **kwargs):
         if not inside["step"]:
             rec.event("unscale_")
+            tell("unscale_")
             rec.unscaled = True
+
+    def step(*args, **kwargs):
+        rec.event("scaler.step")
+        tell("scaler.step")
 
     def update(*args, **kwargs):
         rec.event("update")
+        given = (args[0] if args else kwargs.get("new_scale")) is not None
+        tell("update.new_scale" if given else "update")
         rec.unscaled = False
 
     @contextlib.contextmanager
@@ -91,9 +105,9 @@ def watch_scaler(scaler, rec):
         finally:
             inside["step"] = False
 
-    wrap_method(scaler, "scale", lambda *a, **k: rec.event("scale"))
+    wrap_method(scaler, "scale", scale)
     wrap_method(scaler, "unscale_", unscale)
-    wrap_method(scaler, "step", lambda *a, **k: rec.event("scaler.step"), during=stepping)
+    wrap_method(scaler, "step", step, during=stepping)
     wrap_method(scaler, "update", update)
 
 
@@ -149,14 +163,27 @@ THREADS = (
 )
 
 
-def name_limits(alone=False):
+PROCESSES = (
+    "This exercise's grader runs your loop in a single process, so that the system's count of its "
+    "memory is all of it: starting a process is refused here (threads may run). Run the loop "
+    "without one."
+)
+
+
+def name_limits(alone=False, kernel=False):
     """In the learner's process, before its file is imported: ``torch.compile`` raises
-    ``Unavailable`` (its compiler's threads and processes are refused) and so do torch.func's
-    transforms where hooks are on (a memory meter's), instead of a bare ``PermissionError`` or
-    "don't yet support saved tensor hooks". With ``alone`` (the child of a kind that may start
-    no thread or process: ``runtime.Api.alone``), ``torch.profiler`` and a thread or process
-    started from Python raise ``Unavailable`` too, instead of "Operation not permitted" from the
-    profiler's C++ thread or "can't start new thread"."""
+    ``Unavailable`` (its compiler's threads and processes are refused). With ``alone`` (the child
+    of a kind that may start no thread or process: ``runtime.Api.alone``), ``torch.profiler`` and
+    a thread or process started from Python raise ``Unavailable`` too, instead of "Operation not
+    permitted" from the profiler's C++ thread or "can't start new thread"; and torch.func's
+    transforms raise it where hooks are on (a memory meter's), instead of "don't yet support saved
+    tensor hooks".
+
+    ``kernel``: the kind's memory is graded from the kernel's count of the process (a memory
+    run), so its in-process meters only name mistakes: torch.func's transforms run with the
+    meters' hooks set aside (what they save is the transform's own, for the call), and threads
+    may run (the profiler's among them); a process, which the kernel counts apart, is still
+    refused (``childfilter.PROCESSES``, loaded by the kind)."""
 
     def compile(*args, **kwargs):  # noqa: A001 (the name the learner calls)
         raise Unavailable("compile", COMPILE)
@@ -165,15 +192,54 @@ def name_limits(alone=False):
     graph = torch.autograd.graph
     disable = graph.disable_saved_tensors_hooks
 
-    @functools.wraps(disable)
+    @contextlib.contextmanager
     def disable_saved_tensors_hooks(error_message):
+        if kernel:
+            with _meters_set_aside(), disable(error_message):
+                yield
+            return
         if torch._C._autograd._top_saved_tensors_default_hooks(False) is not None:
             raise Unavailable("transforms", TRANSFORMS)
-        return disable(error_message)
+        with disable(error_message):
+            yield
 
+    functools.update_wrapper(disable_saved_tensors_hooks, disable)
     graph.disable_saved_tensors_hooks = disable_saved_tensors_hooks
-    if alone:
+    if alone and kernel:
+        _refuse_processes()
+    elif alone:
         _refuse_threads()
+
+
+@contextlib.contextmanager
+def _meters_set_aside():
+    """The saved-tensor hooks on top of this thread's stack, while they are a memory meter's
+    (``memory.SavedTensorMeter``), popped for the duration and pushed back after; hooks of the
+    program's own stay, and torch refuses the transform under them as it would anywhere."""
+    from . import memory  # a leaf module too; imported here, where a kind meters
+
+    packs = {meter._pack for meter in memory._on()}
+    autograd = torch._C._autograd
+    popped = []
+    top = autograd._top_saved_tensors_default_hooks(False)
+    while top is not None and top[0] in packs:
+        popped.append(top)
+        autograd._pop_saved_tensors_default_hooks()
+        top = autograd._top_saved_tensors_default_hooks(False)
+    try:
+        yield
+    finally:
+        for pack, unpack in reversed(popped):
+            autograd._push_saved_tensors_default_hooks(pack, unpack)
+
+
+def _refuse_processes():
+    """``os.fork`` raises ``Unavailable`` with the limit named; the filter refuses it anyway."""
+
+    def processes(*args, **kwargs):
+        raise Unavailable("processes", PROCESSES)
+
+    os.fork = processes
 
 
 def _refuse_threads():

@@ -1,5 +1,5 @@
-# torch.profiler around the whole loop: refused with a named limit (the profiler starts a thread;
-# this grader runs the loop on one thread to count the bytes saved for backward).
+# torch.profiler around the whole loop: the profiler starts a thread, which this exercise allows
+# (its memory is graded from the kernel's count of the process; a process is still refused).
 from torch.profiler import ProfilerActivity, profile
 
 

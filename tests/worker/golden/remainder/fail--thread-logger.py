@@ -1,4 +1,5 @@
-# A background thread that logs: refused with a named limit (one thread, one process here).
+# A background thread that logs: refused with a named limit here (one thread, one process: this
+# exercise's memory rests on the meter, which sees one thread; accumulate allows threads).
 import queue
 import threading
 
@@ -6,10 +7,12 @@ import threading
 def train(model, loader, loss_fn, optimizer, accum_steps):
     q = queue.Queue()
     threading.Thread(target=lambda: [print(v) for v in iter(q.get, None)], daemon=True).start()
+    total = len(loader)
     for i, (x, y) in enumerate(loader):
-        loss = loss_fn(model(x), y) / accum_steps
+        start = i - i % accum_steps
+        loss = loss_fn(model(x), y) / min(accum_steps, total - start)
         loss.backward()
-        if (i + 1) % accum_steps == 0:
+        if (i + 1) % accum_steps == 0 or i + 1 == total:
             optimizer.step()
             optimizer.zero_grad()
             q.put(loss.item())

