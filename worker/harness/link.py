@@ -4,7 +4,15 @@ how the supervisor says the protocol was broken. Standard library only."""
 
 import json
 import os
+import socket
 import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .protocol import Sync, Word
+
+if TYPE_CHECKING:
+    from .observer import Observer
 
 HEADER = struct.Struct("!I")
 MAX_SYNC = 64 * 1024  # one sync message
@@ -21,11 +29,11 @@ class Interference(Exception):
         self.key, self.values = key, values
 
 
-def send(sock, payload: bytes):
+def send(sock: socket.socket, payload: bytes) -> None:
     sock.sendall(HEADER.pack(len(payload)) + payload)
 
 
-def recv_exact(sock, n):
+def recv_exact(sock: socket.socket, n: int) -> bytes | None:
     chunks, got = [], 0
     while got < n:
         chunk = sock.recv(min(n - got, 1 << 20))
@@ -36,11 +44,11 @@ def recv_exact(sock, n):
     return b"".join(chunks)
 
 
-def _refuse_constant(name):
+def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"non-finite number {name}")
 
 
-def decode(raw):
+def decode(raw: bytes) -> dict[str, Any]:
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -53,27 +61,30 @@ def decode(raw):
 class Link:
     """The child's end: syncs (it waits for the supervisor's answer) and the final report."""
 
-    def __init__(self, sock=None, observer=None):
+    def __init__(self, sock: socket.socket | None = None, observer: "Observer | None" = None) -> None:
         self._sock, self._observer = sock, observer  # a socket (forked) or the observer (inline)
 
-    def sync(self, label, index=-1, snapshot=False, meter=None):
-        message = {"t": "sync", "label": label, "index": int(index), "snapshot": bool(snapshot)}
+    def sync(
+        self, label: str, index: int = -1, snapshot: bool = False, meter: Sequence[int] | None = None
+    ) -> None:
+        message: Sync = {"t": "sync", "label": label, "index": int(index), "snapshot": bool(snapshot)}
         if meter is not None:
             message["meter"] = [int(v) for v in meter]
         if self._sock is None:
+            assert self._observer is not None  # inline: the observer is this process's
             if self._observer.shared is not None:
                 self._observer.shared.mirror()
-            self._observer.sync(message)
+            self._observer.sync(dict(message))
             return
         send(self._sock, json.dumps(message).encode())
-        if label != "meter" and recv_exact(self._sock, 1) != b"k":
+        if label != "meter" and recv_exact(self._sock, 1) != Word.ANSWER:
             os._exit(70)  # the supervisor is gone: nothing left to report to
 
-    def meter(self, number, packed, freed, note=0):
+    def meter(self, number: int, packed: int, freed: int, note: int = 0) -> None:
         """Meter ``number``'s running counts (bytes in, bytes out), sent as they change, with
         its ``note`` (``Observer._meter``) when it has one."""
         self.sync("meter", meter=(number, packed, freed, note) if note else (number, packed, freed))
 
-    def report(self, payload: bytes):
+    def report(self, payload: bytes) -> None:
         if self._sock is not None:
             send(self._sock, payload)

@@ -7,8 +7,13 @@ imported by ``Shared`` alone, when a kind shares its parameters, so the supervis
 import mmap
 import os
 import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from .link import Interference
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_SNAPSHOTS = 256
 MAX_EVENTS = 4096
@@ -18,7 +23,7 @@ WATCH = "watch-memory"  # the sync that has the supervisor watch the child's mem
 ALIGN = 64
 
 
-def process_memory(pid):
+def process_memory(pid: int) -> tuple[int, int] | None:
     """``(rss, hwm)``: the bytes of ``pid``'s resident set now and at its highest (VmRSS,
     VmHWM of /proc/PID/status, as the kernel accounts them), or None once it is gone."""
     try:
@@ -40,7 +45,7 @@ class Shared:
     """Tensors moved into one anonymous shared mapping made before the fork: the child computes
     in it, the supervisor reads it without the child's help."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors: Iterable["torch.Tensor"]) -> None:
         import torch
 
         tensors = [t for t in tensors]
@@ -61,7 +66,7 @@ class Shared:
             self.views.append(view)
         self.tensors = tensors
 
-    def mirror(self):
+    def mirror(self) -> None:
         """Copy tensors that could not live in the mapping (on a GPU) into it: inline mode only."""
         import torch
 
@@ -70,7 +75,7 @@ class Shared:
                 if t.data_ptr() != view.data_ptr():
                     view.copy_(t.detach().to("cpu", view.dtype).reshape(view.shape))
 
-    def snapshot(self):
+    def snapshot(self) -> list[float | None]:
         """The values, as a flat list of floats (None where not finite)."""
         from .instrument import flat
 
@@ -80,26 +85,30 @@ class Shared:
 class Observer:
     """What the supervisor saw: syncs by label, parameter snapshots, the meters' stream."""
 
-    def __init__(self, shared):
+    def __init__(self, shared: Shared | None) -> None:
         self.shared = shared
         self.started = time.monotonic()
-        self.counts = {}
-        self.events = []  # [label, index, ms, snapshot index or -1]
+        self.counts: dict[str, int] = {}
+        self.events: list[list[Any]] = []  # [label, index, ms, snapshot index or -1]
         self.events_dropped = 0
-        self.snapshots = []
-        self.meters = {}  # meter number → its counts and the peak seen
-        self.problems = []  # {"key", "values"}: what broke the protocol (``link.Interference``)
-        self.slow = None  # (labels, seconds): one label made slow per run, drawn after the fork
-        self.slowed = []  # the label made slow in run 0, 1, …: its syncs are answered late
-        self.hooks = {}  # label → called with the index, before the parameters are read
-        self.child = None  # the child's pid, once forked
-        self.watched = False  # whether its memory is read (``watch``)
-        self.memory = []  # [label, index, rss, peak] at each sync once watched: the kernel's bytes
+        self.snapshots: list[list[float | None]] = []
+        self.meters: dict[int, dict[str, int]] = {}  # meter number → its counts and the peak seen
+        # {"key", "values"}: what broke the protocol (link.Interference)
+        self.problems: list[dict[str, Any]] = []
+        # (labels, seconds): one label made slow per run, drawn after the fork
+        self.slow: tuple[list[str], float] | None = None
+        self.slowed: list[str] = []  # the label made slow in run 0, 1, …: its syncs are answered late
+        # label → called with the index, before the parameters are read
+        self.hooks: dict[str, Callable[[int], None]] = {}
+        self.child: int | None = None  # the child's pid, once forked
+        self.watched = False  # whether its memory is read (watch)
+        # [label, index, rss, peak] at each sync once watched: the kernel's bytes
+        self.memory: list[list[Any]] = []
         self.memory_peak = 0  # the most the child's resident set held, of every reading
         self.memory_lowered = 0  # the most its high-water mark fell between two readings
         self._hwm = 0
 
-    def watch(self):
+    def watch(self) -> None:
         """From now on, read the child's memory from the kernel (``process_memory``) at every
         sync and at every ``poll`` (the supervisor's, at least every ``MEMORY_POLL`` s): its
         high-water mark, and its resident set as a floor where the child lowered that mark
@@ -109,9 +118,9 @@ class Observer:
         self.watched = self.child is not None
         self.poll()
 
-    def poll(self):
+    def poll(self) -> int:
         """One reading of the watched child's memory, its peak kept here; its resident set."""
-        if not self.watched:
+        if not self.watched or self.child is None:
             return -1
         found = process_memory(self.child)
         if found is None:
@@ -122,7 +131,7 @@ class Observer:
         self.memory_peak = max(self.memory_peak, rss, hwm)
         return rss
 
-    def draw_slow(self):
+    def draw_slow(self) -> None:
         """Draw which label is slow in each run (sync index): a permutation of the labels, made
         here once the child exists, so that nothing in its memory tells."""
         if self.slow is None:
@@ -134,13 +143,13 @@ class Observer:
             order[i], order[j] = order[j], order[i]
         self.slowed = order
 
-    def problem(self, key, **values):
+    def problem(self, key: str, **values: int | str) -> None:
         """Note that the protocol was broken: ``key`` (an ``interfered.<key>`` of messages.yaml)
         and the numbers observed; the first is what the learner is told."""
         if len(self.problems) < 8:
             self.problems.append({"key": key, "values": values})
 
-    def sync(self, message):
+    def sync(self, message: dict[str, Any]) -> None:
         label, index = message.get("label"), message.get("index", -1)
         if not isinstance(label, str) or len(label) > 40 or not isinstance(index, int):
             raise Interference("protocol", message="sync-shape")
@@ -169,7 +178,7 @@ class Observer:
         else:
             self.events_dropped += 1
 
-    def _meter(self, meter):
+    def _meter(self, meter: object) -> None:
         """``[number, packed, freed]``: the bytes meter ``number`` ever counted in and out;
         both only grow, so live bytes are their difference and the peak is kept here. A fourth
         value is a note: 1, the meter saw work it could not count (interference); 2, a forward
@@ -202,7 +211,7 @@ class Observer:
         state["peak"] = max(state["peak"], packed - freed)
         state["messages"] += 1
 
-    def result(self, final):
+    def result(self, final: list[float | None] | None) -> dict[str, Any]:
         return {
             "counts": self.counts,
             "events": self.events,

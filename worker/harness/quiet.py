@@ -9,6 +9,7 @@ Standard library only: the sandbox imports it as ``harness.quiet``.
 
 import contextlib
 import warnings
+from collections.abc import Iterator
 
 NUMPY_NOTICE = "Failed to initialize NumPy"
 
@@ -19,7 +20,7 @@ def silence() -> None:
 
 
 @contextlib.contextmanager
-def ignored():
+def ignored() -> Iterator[None]:
     """For the block only."""
     with warnings.catch_warnings():
         silence()

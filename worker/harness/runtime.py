@@ -20,12 +20,19 @@ import sys
 import time
 import traceback
 import types
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
 
 from . import quiet, supervise, trace_schema
+from .protocol import Message, Outcome, Spec
+from .supervise import Items, Part
+
+# what a kind hands ``Api.supervise``: run in the child, the kind's data and an error, as data
+Learner = Callable[[], tuple[Any, dict[str, Any] | None]]
 
 TRACE_VERSION = trace_schema.VERSION
 SUBMISSION = "submission.py"
+SPEC_FILE = "spec.json"  # the spec, written into the job's folder by ``run.run_job``
 MAX_MESSAGE = 2000
 MAX_FRAMES = 20
 
@@ -36,10 +43,10 @@ class CappedWriter:
     encoding = "utf-8"
     errors = "replace"
 
-    def __init__(self, shared):
+    def __init__(self, shared: dict[str, Any]) -> None:
         self._shared = shared
 
-    def write(self, text):
+    def write(self, text: object) -> int:
         text = str(text)
         shared = self._shared
         room = shared["limit"] - len(shared["text"])
@@ -49,29 +56,29 @@ class CappedWriter:
             shared["dropped"] += len(text) - max(room, 0)
         return len(text)
 
-    def writelines(self, lines):
+    def writelines(self, lines: Iterable[object]) -> None:
         for line in lines:
             self.write(line)
 
-    def flush(self):
+    def flush(self) -> None:
         pass
 
-    def isatty(self):
+    def isatty(self) -> bool:
         return False
 
-    def fileno(self):
+    def fileno(self) -> NoReturn:
         raise OSError("output is captured")
 
 
 class Stop(Exception):
     """The learner's file could not be run; ``error`` says why, as data."""
 
-    def __init__(self, error):
+    def __init__(self, error: dict[str, Any]) -> None:
         super().__init__(error.get("message", ""))
         self.error = error
 
 
-def _clip(text, limit=MAX_MESSAGE):
+def _clip(text: object, limit: int = MAX_MESSAGE) -> str:
     """``str(text)``, capped; the learner's objects may make ``str`` recurse, raise or hang on
     nothing we can fix, so any failure of it becomes a plain note."""
     try:
@@ -83,7 +90,7 @@ def _clip(text, limit=MAX_MESSAGE):
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def learner_frames(tb):
+def learner_frames(tb: types.TracebackType | None) -> list[dict[str, Any]]:
     """The frames of a traceback that belong to the learner's file, innermost last: a walk that
     keeps only the last few, so a 50,000-frame recursion costs no more than a short one."""
     kept: collections.deque = collections.deque(maxlen=MAX_FRAMES)
@@ -102,7 +109,7 @@ def learner_frames(tb):
     ]
 
 
-def describe_exception(exc, phase):
+def describe_exception(exc: BaseException, phase: str) -> dict[str, Any]:
     try:
         name = _clip(type(exc).__name__, 200)
     except BaseException:  # noqa: BLE001 (a metaclass of the learner's)
@@ -124,14 +131,18 @@ def describe_exception(exc, phase):
 class Api:
     """The services a kind module gets from the runtime."""
 
-    def __init__(self, job_dir, job):
-        self.job_dir = job_dir
-        self.job = job
-        self.output: dict[str, Any] = {"text": "", "dropped": 0, "limit": int(job.get("output_limit", 65536))}
+    def __init__(self, work_dir: str, spec: Spec) -> None:
+        self.work_dir = work_dir  # the job's folder: the learner's file, its writable place
+        self.spec = spec  # what to run (``protocol.Spec``)
+        self.output: dict[str, Any] = {
+            "text": "",
+            "dropped": 0,
+            "limit": int(spec.get("output_limit", 65536)),
+        }
         self.link: Any = None  # in the child: the way to the supervisor
-        self._shared = None
-        self._slow = None
-        self._items = None
+        self._shared: supervise.Shared | None = None
+        self._slow: tuple[list[str], float] | None = None
+        self._items: supervise.Items | None = None
         self._meters = 0
         # in the child of an ``alone`` kind (forked under the filter that refuses threads and
         # processes); not inline on CUDA, where the learner runs in this process unfiltered
@@ -139,24 +150,24 @@ class Api:
 
     # ------------------------------------------------------------ the supervisor's side
 
-    def share(self, tensors):
+    def share(self, tensors: Iterable[Any]) -> None:
         """Put ``tensors`` (the model's parameters) in memory this process reads itself."""
         self._shared = supervise.Shared(tensors)
 
-    def slow_one(self, labels, seconds):
+    def slow_one(self, labels: Iterable[str], seconds: float) -> None:
         """Have the supervisor make one of ``labels`` slow in each run (the syncs' index): it
         takes ``seconds`` before answering each sync of that label, in time the learner's code
         cannot shorten, and draws which label once the child exists (``observed["slowed"]``)."""
         self._slow = (list(labels), float(seconds))
 
-    def serve_items(self, count, seconds, make, size):
+    def serve_items(self, count: int, seconds: float, make: Callable[[int, int], bytes], size: int) -> Items:
         """Have the supervisor serve a dataset of ``count`` items, each ``make(seed, index)``
         (``size`` bytes) ``seconds`` after it is asked for, under a new seed at each ``run``
         sync; returns the server, whose ``address`` the child's dataset connects to."""
         self._items = supervise.Items(count, seconds, make, size)
         return self._items
 
-    def supervise(self, learner, alone=False):
+    def supervise(self, learner: Learner, alone: bool = False) -> tuple[Any, dict[str, Any] | None]:
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
         under ``data["observed"]``. A child that dies without reporting raises
@@ -165,7 +176,7 @@ class Api:
         of one process)."""
         supervisor = supervise.Supervisor(
             self._shared,
-            int(self.job.get("trace_limit", 4 << 20)),
+            int(self.spec.get("trace_limit", 4 << 20)),
             items=self._items,
             alone=alone,
             slow=self._slow,
@@ -174,6 +185,8 @@ class Api:
         import torch
 
         self.alone = alone and not torch.cuda.is_initialized()
+        report: dict[str, Any] | None
+        death: supervise.Death | None
         if torch.cuda.is_initialized():
             report, death = supervisor.inline(part)
             mode = "inline"
@@ -195,7 +208,9 @@ class Api:
             data = {"reported": data, "observed": observed}
         return data, error
 
-    def _reported(self, report, observed):
+    def _reported(
+        self, report: dict[str, Any] | None, observed: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any] | None]:
         """The child's report, checked for shape; interference where it is not one."""
         if report is None:
             return None, None
@@ -212,10 +227,10 @@ class Api:
         self.output["text"], self.output["dropped"] = text[: self.output["limit"]], max(dropped, 0)
         return data, error
 
-    def _part(self, learner):
+    def _part(self, learner: Learner) -> Part:
         """What the child runs: the learner, output captured, its report as bytes."""
 
-        def part(link):
+        def part(link: supervise.Link) -> bytes:
             self.link = link
             real = sys.stdout, sys.stderr
             sys.stdout = CappedWriter(self.output)
@@ -239,7 +254,7 @@ class Api:
                 sys.stdout, sys.stderr = real
             return trace_schema.dumps(
                 {
-                    "t": "report",
+                    "t": Message.REPORT,
                     "data": data,
                     "error": error,
                     "output": self.output["text"],
@@ -251,20 +266,20 @@ class Api:
 
     # ------------------------------------------------------------ the child's side
 
-    def sync(self, label, index=-1, snapshot=False):
+    def sync(self, label: str, index: int = -1, snapshot: bool = False) -> None:
         """Tell the supervisor ``label`` happened (and wait while it reads the parameters)."""
         self.link.sync(label, index, snapshot)
 
-    def meter_report(self):
+    def meter_report(self) -> Callable[..., None]:
         """A report callback for a new meter: its counts go to the supervisor as they change,
         and a note when it has one (``memory.BLIND``, ``memory.RECOMPUTED``)."""
         number = self._meters
         self._meters += 1
         return lambda packed, freed, note=0: self.link.meter(number, packed, freed, note)
 
-    def load_entry(self):
+    def load_entry(self) -> Callable[..., Any]:
         """Import the learner's file and return its entry function (raises ``Stop``)."""
-        path = os.path.join(self.job_dir, SUBMISSION)
+        path = os.path.join(self.work_dir, SUBMISSION)
         with open(path, "rb") as f:
             raw = f.read()
         try:
@@ -295,7 +310,7 @@ class Api:
             exec(code, module.__dict__)
         except BaseException as exc:  # the learner's module body raised: report it
             raise Stop(describe_exception(exc, "load")) from None
-        entry = self.job["entry"]
+        entry = self.spec["entry"]
         fn = module.__dict__.get(entry)
         if not callable(fn):
             raise Stop(
@@ -309,7 +324,7 @@ class Api:
             )
         return fn
 
-    def check_signature(self, fn, names):
+    def check_signature(self, fn: Callable[..., Any], names: Sequence[str]) -> None:
         """Raise ``Stop`` unless ``fn`` accepts ``len(names)`` positional arguments."""
         try:
             inspect.signature(fn).bind(*names)
@@ -318,7 +333,7 @@ class Api:
                 {
                     "phase": "signature",
                     "type": "WrongSignature",
-                    "entry": self.job["entry"],
+                    "entry": self.spec["entry"],
                     "expected": list(names),
                     "message": _clip(exc),
                     "traceback": [],
@@ -327,7 +342,7 @@ class Api:
         except ValueError:  # builtins without a signature: let the call decide
             pass
 
-    def call(self, fn, args):
+    def call(self, fn: Callable[..., Any], args: Sequence[Any]) -> dict[str, Any] | None:
         """Call the learner's function; return None, or the error as data."""
         try:
             fn(*args)
@@ -335,7 +350,9 @@ class Api:
             return describe_exception(exc, "run")
         return None
 
-    def call_for_value(self, fn, args):
+    def call_for_value(
+        self, fn: Callable[..., Any], args: Sequence[Any]
+    ) -> tuple[Any, dict[str, Any] | None]:
         """Call the learner's function; return ``(value, None)`` or ``(None, error)``."""
         try:
             return fn(*args), None
@@ -343,7 +360,7 @@ class Api:
             return None, describe_exception(exc, "run")
 
 
-def _harness_detail():
+def _harness_detail() -> str:
     """The harness's own traceback, for our logs; never allowed to fail in turn."""
     try:
         return _clip("".join(traceback.format_exc(limit=-MAX_FRAMES)), 4000)
@@ -351,7 +368,7 @@ def _harness_detail():
         return ""
 
 
-def write_trace(fd, trace, limit):
+def write_trace(fd: int, trace: dict[str, Any], limit: int) -> None:
     """Written by the supervisor alone, once, into ``fd`` (a memory file it held before the child
     existed, which the child never holds), once the child and all it started are dead."""
     text = trace_schema.dumps(trace)
@@ -381,17 +398,23 @@ def kind_module(name: str) -> types.ModuleType:
     return importlib.import_module(f".{name}", __package__)
 
 
-def main(job_dir, trace_fd):
-    """The job in ``job_dir`` (its job.json and the learner's file), its trace into ``trace_fd``."""
+def main(work_dir: str, trace_fd: int) -> int:
+    """The job in ``work_dir`` (its spec, ``SPEC_FILE``, and the learner's file), its trace into
+    ``trace_fd``."""
     started = time.perf_counter()
-    job_dir = os.path.abspath(job_dir)
-    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as f:
-        job = json.load(f)
-    os.chdir(job_dir)
+    work_dir = os.path.abspath(work_dir)
+    with open(os.path.join(work_dir, SPEC_FILE), encoding="utf-8") as f:
+        spec: Spec = json.load(f)
+    os.chdir(work_dir)
     supervise.harden()
-    api = Api(job_dir, job)
-    trace = {"version": TRACE_VERSION, "kind": job["kind"], "outcome": "ok", "error": None}
-    timings = {}
+    api = Api(work_dir, spec)
+    trace: dict[str, Any] = {
+        "version": TRACE_VERSION,
+        "kind": spec["kind"],
+        "outcome": Outcome.OK,
+        "error": None,
+    }
+    timings: dict[str, float] = {}
     try:
         with quiet.ignored():
             import torch  # noqa: F401  (timed: it is most of a cold start)
@@ -399,24 +422,24 @@ def main(job_dir, trace_fd):
             # torch.optim imports it on the first step anyway; count it as start-up cost
             import torch._dynamo  # noqa: F401
         timings["import_ms"] = round((time.perf_counter() - started) * 1000)
-        kind = kind_module(job["kind"])
+        kind = kind_module(spec["kind"])
         run_started = time.perf_counter()
         try:
-            data, error = kind.run(job, api)
+            data, error = kind.run(spec, api)
         except Stop as stop:
             data, error = None, stop.error
         timings["run_ms"] = round((time.perf_counter() - run_started) * 1000)
         trace["data"] = data
         if error is not None:
-            trace["outcome"] = "error"
+            trace["outcome"] = Outcome.ERROR
             trace["error"] = error
     except supervise.Died as died:  # the learner's program ended without a report
         how, number = died.death
-        trace["outcome"] = "error"
+        trace["outcome"] = Outcome.ERROR
         trace["error"] = {"phase": "run", "type": "Died", "message": str(died), "traceback": []}
         trace["death"] = {"how": how, "number": number}
     except BaseException as exc:  # a harness failure is still reported as data
-        trace["outcome"] = "error"
+        trace["outcome"] = Outcome.ERROR
         trace["error"] = {
             "phase": "harness",
             "type": type(exc).__name__,
@@ -427,5 +450,5 @@ def main(job_dir, trace_fd):
     trace["output"] = api.output["text"]
     trace["output_dropped"] = api.output["dropped"]
     trace["timings"] = timings
-    write_trace(trace_fd, trace, int(job.get("trace_limit", 4 * 1024 * 1024)))
+    write_trace(trace_fd, trace, int(spec.get("trace_limit", 4 * 1024 * 1024)))
     return 0

@@ -7,19 +7,23 @@ start from the same parameters and see the same micro-batches.
 
 import random
 import struct
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 IGNORE_INDEX = -100
+Params = Mapping[str, Any]  # an exercise's check parameters
+Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets)
 
 
 class TokenLoss(nn.Module):
     """Per-token cross-entropy: ``logits (..., V)``, ``targets (...)`` → losses shaped like
     ``targets``, 0 where the target is padding (``-100``)."""
 
-    def forward(self, logits, targets):
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         flat = nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]),
             targets.reshape(-1),
@@ -31,26 +35,26 @@ class TokenLoss(nn.Module):
 
 @dataclass
 class Scenario:
-    model: nn.Module
-    micro_batches: list  # [(x, y)]
+    model: Any  # an nn.Module: the kinds and checks index it and move it freely
+    micro_batches: list[Batch]  # [(x, y)]
     loss_fn: nn.Module
     tokens: bool  # per-token losses (sum / token count) instead of a mean per sample
 
-    def weight(self, y):
+    def weight(self, y: torch.Tensor) -> int:
         """How much one micro-batch counts in a large batch: samples, or real tokens."""
         return int((y != IGNORE_INDEX).sum()) if self.tokens else int(y.shape[0])
 
-    def positions(self, y):
+    def positions(self, y: torch.Tensor) -> int:
         """Loss positions, padding included."""
         return int(y.numel())
 
-    def unit_objective(self, loss, y):
+    def unit_objective(self, loss: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The micro-batch's own mean loss, from what ``loss_fn`` returned."""
         if self.tokens:
             return loss.sum() / max(self.weight(y), 1)
         return loss
 
-    def batch_loss(self, model, batches):
+    def batch_loss(self, model: nn.Module, batches: Sequence[Batch]) -> torch.Tensor:
         """The true large-batch loss of ``batches`` taken as one batch."""
         x = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])
@@ -58,7 +62,7 @@ class Scenario:
         return self.unit_objective(loss, y)
 
 
-def _mlp(params, dtype):
+def _mlp(params: Params, dtype: torch.dtype) -> Scenario:
     n_micro, micro = int(params["n_micro"]), int(params["micro_batch"])
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).to(dtype)
     x = torch.randn(n_micro * micro, 6, dtype=dtype)
@@ -67,7 +71,7 @@ def _mlp(params, dtype):
     return Scenario(model, batches, nn.CrossEntropyLoss(), tokens=False)
 
 
-def _tokens(params, dtype):
+def _tokens(params: Params, dtype: torch.dtype) -> Scenario:
     n_micro, micro = int(params["n_micro"]), int(params["micro_batch"])
     vocab, dim, length = 11, 8, int(params.get("seq_len", 6))
     model = nn.Sequential(nn.Embedding(vocab, dim), nn.Tanh(), nn.Linear(dim, vocab)).to(dtype)
@@ -85,16 +89,16 @@ def _tokens(params, dtype):
     return Scenario(model, batches, TokenLoss(), tokens=True)
 
 
-BUILDERS = {"mlp": _mlp, "tokens": _tokens}
+BUILDERS: dict[str, Callable[[Params, torch.dtype], Scenario]] = {"mlp": _mlp, "tokens": _tokens}
 
 
-def build(params, dtype=torch.float64):
+def build(params: Params, dtype: torch.dtype = torch.float64) -> Scenario:
     """The scenario named by ``params["scenario"]``, seeded by ``params["seed"]``."""
     torch.manual_seed(int(params.get("seed", 0)))
     return BUILDERS[params.get("scenario", "mlp")](params, dtype)
 
 
-def placed(params, device):
+def placed(params: Params, device: str | torch.device) -> tuple[Scenario, list[Any], dict[int, int]]:
     """The scenario with its model and micro-batches moved to ``device``, its parameters in
     order and each one's index by identity (what the per-parameter kinds, hookstep and adapter,
     report by)."""
@@ -105,12 +109,14 @@ def placed(params, device):
     return scenario, weights, {id(p): i for i, p in enumerate(weights)}
 
 
-def cycles(n_micro, accum_steps):
+def cycles(n_micro: int, accum_steps: int) -> list[list[int]]:
     """Micro-batch indices of each accumulation cycle; the last may be shorter."""
     return [list(range(i, min(i + accum_steps, n_micro))) for i in range(0, n_micro, accum_steps)]
 
 
-def amp_batches(params, device="cpu"):
+def amp_batches(
+    params: Params, device: str | torch.device = "cpu"
+) -> tuple[Any, list[Batch], Any]:  # the model, its batches, the loss
     """Mixed precision (lesson 1): a float32 MLP and its batches, one of them poisoned.
 
     ``x[0, 0]`` of batch ``params["overflow_batch"]`` is inf, so that step's gradients are
@@ -132,7 +138,7 @@ ITEM = struct.Struct("<6f")  # one input-pipeline item: six float32 features
 PIPELINE_LR = 0.1
 
 
-def pipeline_item(seed, index):
+def pipeline_item(seed: int, index: int) -> bytes:
     """Item ``index`` of the input pipeline's dataset (lesson 3) under ``seed``, packed. The seed
     is drawn by the sandbox's supervisor for each run, after the learner's process was forked:
     that process cannot make the items without asking the supervisor for them."""
@@ -140,12 +146,14 @@ def pipeline_item(seed, index):
     return ITEM.pack(*(rng.gauss(0.0, 1.0) for _ in range(6)))
 
 
-def pipeline_model():
+def pipeline_model() -> nn.Module:
     """The input pipeline's model: six features, three classes (the target is ``index % 3``)."""
     return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
 
 
-def pipeline_step(model, optimizer, x, index):
+def pipeline_step(
+    model: nn.Module, optimizer: Any, x: torch.Tensor, index: torch.Tensor | Sequence[int]
+) -> None:
     """One training step of the input pipeline's loop, on ``x``'s device."""
     target = (torch.as_tensor(index) % 3).to(x.device, non_blocking=True)
     nn.functional.cross_entropy(model(x), target).backward()
@@ -157,7 +165,7 @@ class BlockNet(nn.Module):
     """``blocks`` (each a few Linear+Tanh layers) then ``head``: deep enough that its
     activations, not its weights, fill memory."""
 
-    def __init__(self, width, blocks, depth, classes):
+    def __init__(self, width: int, blocks: int, depth: int, classes: int) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(
             nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.Tanh())])
@@ -165,13 +173,13 @@ class BlockNet(nn.Module):
         )
         self.head = nn.Linear(width, classes)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             x = block(x)
         return self.head(x)
 
 
-def block_net(params, dtype=torch.float64):
+def block_net(params: Params, dtype: torch.dtype = torch.float64) -> tuple[Any, list[Any], Any]:
     """Activation memory (lesson 4): a seeded ``BlockNet`` and its batches."""
     torch.manual_seed(int(params.get("seed", 0)))
     width, classes = int(params["width"]), 3
@@ -187,20 +195,20 @@ def block_net(params, dtype=torch.float64):
 class Loader:
     """The micro-batches: iterable, with ``len()`` and indexing."""
 
-    def __init__(self, batches):
+    def __init__(self, batches: list[Batch]) -> None:
         self._batches = batches
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._batches)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         return iter(self._batches)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> Batch:
         return self._batches[index]
 
 
-def memory_params(params):
+def memory_params(params: Params) -> dict[str, Any] | None:
     """A memory run's scenario (issue 41): ``params["memory_batch"]`` samples in one batch on a
     fresh model seeded apart, or None where the exercise has none. The harness runs the learner's
     code on it; the checks build its reference from the same parameters."""

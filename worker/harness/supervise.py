@@ -33,16 +33,22 @@ import select
 import signal
 import socket
 import time
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, NoReturn
 
 from . import childfilter, linux
 from .items import Items
 from .link import HEADER, MAX_SYNC, Interference, Link, decode, recv_exact
 from .observer import MAX_EVENTS, WATCH, Observer, Shared
+from .protocol import Message, Word
 
 __all__ = [
-    "MAX_EVENTS", "WATCH", "Died", "Interference", "Items", "Link", "Observer", "Shared", "Supervisor",
-    "exact_malloc", "harden", "sweep",
+    "MAX_EVENTS", "WATCH", "Death", "Died", "Interference", "Items", "Link", "Observer", "Part", "Shared",
+    "Supervisor", "exact_malloc", "harden", "sweep",
 ]  # fmt: skip
+
+Part = Callable[[Link], bytes]  # what the child runs: the learner's part, returning its report
+Death = tuple[str, int]  # ("signal", number) or ("exit", code): how a child ended unreported
 
 SWEEP_ROUNDS = 200
 # where the child's memory is watched, the kernel's figures are read at least this often (s):
@@ -63,7 +69,7 @@ IGNORED = tuple(
 )  # fmt: skip
 
 
-def harden():
+def harden() -> None:
     """Make this process's memory and descriptors unreachable from its children (not dumpable:
     the trace's memory file and "done" pipe are among them), deaf to every signal it can ignore
     (``IGNORED``: the child's SIGINT once made KeyboardInterrupt escape the supervision), and
@@ -75,7 +81,7 @@ def harden():
     linux.become_subreaper()
 
 
-def _stat(pid):
+def _stat(pid: int) -> tuple[int, bytes] | None:
     """``(ppid, state)`` of ``pid`` from /proc, or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -86,7 +92,7 @@ def _stat(pid):
     return int(fields[1]), fields[0]
 
 
-def _descendants(me, spared):
+def _descendants(me: int, spared: Collection[int]) -> list[int]:
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -101,7 +107,7 @@ def _descendants(me, spared):
     return result
 
 
-def sweep(spared):
+def sweep(spared: Collection[int]) -> int:
     """Kill every descendant of this process but ``spared`` (children it had before the fork)
     and reap those that are its own, until none is left; how many outlived every round (0: all
     gone)."""
@@ -123,7 +129,7 @@ def sweep(spared):
     return len(pids)
 
 
-def exact_malloc():
+def exact_malloc() -> None:
     """Have this process's C allocator (and its child's, forked after) map every block of 64 KiB
     or more on its own and unmap it when freed, instead of keeping freed memory for reuse: then
     the resident set the kernel accounts (``Observer.watch``) rises and falls with the tensors
@@ -139,14 +145,21 @@ def exact_malloc():
         mallopt(option, EXACT_FROM)
 
 
-def _children():
+def _children() -> set[int]:
     return set(_descendants(os.getpid(), set()))
 
 
 class Supervisor:
     """Forks the child that runs ``part`` and serves its syncs until it reports or dies."""
 
-    def __init__(self, shared, report_limit, items=None, alone=False, slow=None):
+    def __init__(
+        self,
+        shared: Shared | None,
+        report_limit: int,
+        items: Items | None = None,
+        alone: bool = False,
+        slow: tuple[list[str], float] | None = None,
+    ) -> None:
         self.observer = Observer(shared)
         self.observer.slow = slow  # (labels, seconds), drawn once the child exists
         self.report_limit = report_limit
@@ -155,7 +168,7 @@ class Supervisor:
         if items is not None:
             self.observer.hooks["run"] = items.open
 
-    def run(self, part):
+    def run(self, part: Part) -> tuple[dict[str, Any] | None, Death | None]:
         """``part()`` in the child; returns ``(report, death)``: the child's report (a dict)
         or None, and how it ended when it did not report (``("signal", n)`` or ``("exit", n)``).
         Whatever happens here (an exception of ours included), the child and everything it
@@ -169,7 +182,8 @@ class Supervisor:
             _child(child_end, part, prepared)
         child_end.close()
         self.observer.child = pid
-        report, self._status = None, None
+        report: dict[str, Any] | None = None
+        self._status: int | None = None
         problem: Interference | None = None
         try:
             self.observer.draw_slow()
@@ -187,6 +201,7 @@ class Supervisor:
             left = sweep(spared)
             parent_end.close()
         status, death = self._status, None
+        assert status is not None  # waited for above
         if report is None and problem is None:
             death = (
                 ("signal", os.WTERMSIG(status))
@@ -199,7 +214,7 @@ class Supervisor:
             self.observer.problem("processes", left=left)
         return report, death
 
-    def _serve(self, sock, pid):
+    def _serve(self, sock: socket.socket, pid: int) -> dict[str, Any] | None:
         while True:
             ready, _, _ = select.select([sock], [], [], MEMORY_POLL if self.observer.watched else 0.2)
             self.observer.poll()
@@ -221,25 +236,25 @@ class Supervisor:
             if raw is None:
                 return None
             message = decode(raw)
-            if message.get("t") == "sync":
+            if message.get("t") == Message.SYNC:
                 if size > MAX_SYNC:
                     raise Interference("protocol", message="sync-too-large", bytes=size, limit=MAX_SYNC)
                 self.observer.sync(message)
                 if message.get("label") != "meter":  # a meter's counts need no answer
-                    sock.sendall(b"k")
-            elif message.get("t") == "report":
+                    sock.sendall(Word.ANSWER)
+            elif message.get("t") == Message.REPORT:
                 return message
             else:
                 raise Interference("protocol", message="unknown-type")
 
-    def inline(self, part):
+    def inline(self, part: Part) -> tuple[dict[str, Any], None]:
         """``part()`` in this process (CUDA): the same syncs, observed from here."""
         self.observer.draw_slow()
         with self._serving_items():
             return decode(part(Link(observer=self.observer))), None
 
     @contextlib.contextmanager
-    def _serving_items(self):
+    def _serving_items(self) -> Iterator[None]:
         """The items served from a thread of this process (started after the fork: the child
         gets no thread of ours, and no descriptor of the server's)."""
         if self.items is None:
@@ -252,7 +267,7 @@ class Supervisor:
             self.items.close()
 
 
-def _child(sock, part, prepared):
+def _child(sock: socket.socket, part: Part, prepared: Any) -> NoReturn:
     """Keep stdin, stdout, stderr and the link; the usual signal dispositions back, a session
     of its own (no signal to the supervisor's process group reaches it, none of its reaches the
     supervisor), death with the supervisor, no capability, the filter ``prepared`` for it
@@ -281,6 +296,6 @@ class Died(Exception):
     ``("exit", n)``); it is a field of the trace (the worker reads the cause from it: a CPU
     limit's SIGXCPU, the OOM killer's SIGKILL, the learner's own exit code)."""
 
-    def __init__(self, death):
+    def __init__(self, death: Death) -> None:
         super().__init__(f"the program ended by {death[0]} {death[1]}")
         self.death = death

@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Any, NoReturn
 
 from . import linux, run  # run: the single-use sandbox's entry (warm-up and the job part)
 from .linux import (
@@ -68,6 +69,7 @@ from .linux import (
     MS_REC,
     MS_REMOUNT,
 )
+from .protocol import Request, Word
 
 JOB_FDS = 3  # job socket, output, status
 
@@ -75,7 +77,7 @@ JOB_FDS = 3  # job socket, output, status
 # ---------------------------------------------------------------- A: namespaces
 
 
-def settle_fds(fds):
+def settle_fds(fds: list[int]) -> tuple[int, int]:
     """Output on 1 and 2, the job's socket and status pipe on 3 and 4, nothing else open."""
     sock, output, status = fds
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (sock, status)]
@@ -87,7 +89,7 @@ def settle_fds(fds):
     return 3, 4
 
 
-def enter_namespaces():
+def enter_namespaces() -> None:
     """A user namespace mapping this uid (and gid) onto itself, then the rest; the PID namespace
     is the next child's."""
     uid, gid = os.getuid(), os.getgid()
@@ -101,7 +103,7 @@ def enter_namespaces():
 # ---------------------------------------------------------------- B: the job's init
 
 
-def own_mounts(config):
+def own_mounts(config: dict[str, Any]) -> None:
     """The job's own writable places and /proc, as bwrap gives a single-use sandbox."""
     linux.mount(None, "/", None, MS_REC | MS_PRIVATE)
     kept = [(path, os.open(path, os.O_PATH)) for path in config["keep"]]  # before they are covered
@@ -152,7 +154,7 @@ def own_mounts(config):
             )
 
 
-def reap_until(child):
+def reap_until(child: int) -> int:
     """As init: reap every process that ends until ``child`` does; its wait status."""
     while True:
         pid, status = os.waitpid(-1, 0)
@@ -163,7 +165,7 @@ def reap_until(child):
 # ---------------------------------------------------------------- C: the job
 
 
-def drop_privileges(program):
+def drop_privileges(program: bytes) -> None:
     """No capability of any kind, no new privileges, then the whole filter."""
     linux.drop_capabilities()
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1, what="prctl(PR_SET_NO_NEW_PRIVS)")
@@ -172,7 +174,17 @@ def drop_privileges(program):
     linux.prctl(linux.PR_SET_SECCOMP, linux.SECCOMP_MODE_FILTER, ctypes.addressof(fprog), what="seccomp")
 
 
-def job(request, config, program, trace, done, device, job_id, parent):
+def job(
+    request: Request,
+    config: dict[str, Any],
+    program: bytes,
+    trace: int,
+    done: int,
+    device: str,
+    job_id: str,
+    parent: int,
+) -> NoReturn:
+    """C: the job itself, in its own cgroup namespace, filtered (``drop_privileges``), in /job."""
     isolate = config["isolate"]
     if isolate:
         linux.unshare(CLONE_NEWCGROUP)  # it is in its own cgroup now
@@ -193,7 +205,7 @@ def job(request, config, program, trace, done, device, job_id, parent):
 # ---------------------------------------------------------------- one fork
 
 
-def die_with_parent(parent=None):
+def die_with_parent(parent: int | None = None) -> None:
     """SIGKILL when the parent goes (set after any change of credentials, which clears it); if
     it is already gone, go now."""
     linux.die_with_parent(signal.SIGKILL)
@@ -201,7 +213,9 @@ def die_with_parent(parent=None):
         os._exit(1)
 
 
-def fork_job(fds, config, program, device, job_id, template):
+def fork_job(
+    fds: list[int], config: dict[str, Any], program: bytes, device: str, job_id: str, template: int
+) -> NoReturn:
     """A (this process, a fork of the template): waits for B, dies with the template; never
     returns. Each of A, B and C dies with its parent, so a job never outlives its template (under
     bwrap its PID namespaces see to that too)."""
@@ -223,7 +237,9 @@ def fork_job(fds, config, program, device, job_id, template):
         os._exit(0)
 
 
-def init(sock, status, config, program, device, job_id):
+def init(
+    sock: int, status: int, config: dict[str, Any], program: bytes, device: str, job_id: str
+) -> NoReturn:
     """B: never returns."""
     try:
         die_with_parent()  # A: outside our PID namespace, so no getppid() to compare
@@ -237,7 +253,7 @@ def init(sock, status, config, program, device, job_id):
         # now (out of every job's reach: not dumpable as a fork of the template, or behind the
         # PID namespaces under bwrap) only if the kernel says we made it
         job_sock = socket.socket(fileno=sock)
-        channel = run.offer(job_sock, b"P")
+        channel = run.offer(job_sock, Word.FORKED)
         job_sock.close()
         request, trace, done = run.receive(channel)  # the go: we are in the job's cgroup
         me = os.getpid()
@@ -263,14 +279,14 @@ def init(sock, status, config, program, device, job_id):
 # ---------------------------------------------------------------- the template
 
 
-def serve(control, config, program, device):
+def serve(control: socket.socket, config: dict[str, Any], program: bytes, device: str) -> None:
     """Fork one job per ``J`` message until the worker closes its end."""
     jobs, template = 0, os.getpid()
     while True:
         message, fds, _, _ = socket.recv_fds(control, 16, JOB_FDS)
         if not message:
             return
-        if message != b"J" or len(fds) != JOB_FDS:
+        if message != Word.FORK or len(fds) != JOB_FDS:
             for fd in fds:
                 os.close(fd)
             continue
@@ -284,7 +300,7 @@ def serve(control, config, program, device):
             os.close(fd)
 
 
-def fork(attempts=200):
+def fork(attempts: int = 200) -> int:
     """os.fork, waiting out a moment without processes to spare (a fork bomb's processes take a
     moment to go: the uid's RLIMIT_NPROC counts every job of this template); -1 if it fails."""
     for _ in range(attempts):
@@ -295,7 +311,7 @@ def fork(attempts=200):
     return -1
 
 
-def threads():
+def threads() -> list[str]:
     """The names of this process's threads (the kernel's, so native ones count too)."""
     names = []
     for task in os.listdir("/proc/self/task"):
@@ -307,7 +323,7 @@ def threads():
     return names
 
 
-def probe(config):
+def probe(config: dict[str, Any]) -> NoReturn:
     """``template.py --probe CONFIG``: whether a job's sandbox can be made here (its namespaces
     and mounts, nothing run in it); the exit status says (``worker.forkserver.problem``)."""
     enter_namespaces()
@@ -322,9 +338,9 @@ def probe(config):
     sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 
 
-def main(argv):
+def main(argv: list[str]) -> None:
     if argv[0] == "--probe":
-        return probe(json.loads(argv[1]))
+        probe(json.loads(argv[1]))
     control = socket.socket(fileno=int(argv[0]))
     filter_fd, config, device = int(argv[1]), json.loads(argv[2]), argv[3]
     if not config["isolate"]:
@@ -349,7 +365,7 @@ def main(argv):
         raise SystemExit(f"template: {len(names)} threads after warm-up ({', '.join(names)}), forks need one")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # each job's A is reaped by the kernel
     gc.freeze()  # the warm-up's objects stay shared with every fork (no refcount-driven copies)
-    control.send(b"R")
+    control.send(Word.READY)
     serve(control, config, program, device)
     os._exit(0)
 

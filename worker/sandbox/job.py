@@ -24,12 +24,13 @@ import stat
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import psutil
 
 from contracts.limits import Limits
 from worker.harness import trace_schema
+from worker.harness.protocol import Spec, Word
 from worker.sandbox.watch import Cancel, wait_for_end
 
 if TYPE_CHECKING:
@@ -58,14 +59,16 @@ class Result:
 
 
 def request(
-    kind: str, job: dict, code: bytes, limits: Limits, device: str, cgroup: bool, **extra: object
+    kind: str, spec: dict[str, Any], code: bytes, limits: Limits, device: str, cgroup: bool, **extra: object
 ) -> bytes:
-    """The request a job's harness receives (``run.receive``): the job, the code, its limits."""
+    """The request a job's harness receives (``run.receive``; ``protocol.Request``): the spec,
+    the code, its limits."""
     address_space = None if cgroup or device == "cuda" else limits.memory_mb
-    job = {**job, "kind": kind, "output_limit": limits.output_kb * 1024, "trace_limit": TRACE_LIMIT}
+    caps = {"kind": kind, "output_limit": limits.output_kb * 1024, "trace_limit": TRACE_LIMIT}
+    whole = cast(Spec, {**spec, **caps})
     return json.dumps(
         {
-            "job": job,
+            "spec": whole,
             "code": code.decode("utf-8"),
             **extra,
             "limits": {
@@ -127,7 +130,7 @@ def hand_over(channel: socket.socket, data: bytes) -> tuple[int, int]:
     done, theirs = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
     try:
         channel.settimeout(HAND_OVER_SECONDS)
-        socket.send_fds(channel, [b"T"], [trace, theirs])
+        socket.send_fds(channel, [Word.HANDOFF], [trace, theirs])
         channel.sendall(data)
         channel.shutdown(socket.SHUT_WR)
     except OSError:
@@ -246,13 +249,15 @@ class Job(abc.ABC):
     trace: int  # the job's trace file and done pipe, made at hand-off (-1 before)
     done: int
 
-    def run(self, kind: str, job: dict, code: bytes, limits: Limits, cancel: Cancel | None = None) -> Result:
+    def run(
+        self, kind: str, spec: dict[str, Any], code: bytes, limits: Limits, cancel: Cancel | None = None
+    ) -> Result:
         """Hand one job over and wait for its end (or ``cancel``), then kill what is left of it."""
         asked = time.monotonic()
         ready = self._ready(limits)
         if isinstance(ready, Result):
             return ready
-        data = request(kind, job, code, limits, self.device, self.cgroup is not None, **ready.extra)
+        data = request(kind, spec, code, limits, self.device, self.cgroup is not None, **ready.extra)
         started = time.monotonic()
         self.trace, self.done = hand_over(ready.channel, data)
         end = wait_for_end(

@@ -22,6 +22,7 @@ from pathlib import Path
 from contracts.limits import Limits
 from worker import seccomp
 from worker.harness import linux
+from worker.harness.protocol import Word
 from worker.sandbox.bwrap import bwrap_args, template_config
 from worker.sandbox.cgroup import PIDS, Cgroup
 from worker.sandbox.host import HARNESS, HARNESS_PACKAGE, HARNESS_ROOT, environment, harness_command
@@ -187,11 +188,11 @@ class Sandbox(Job):
                     return False
             try:
                 if self.template:
-                    return self._sock.recv(1, socket.MSG_PEEK) == b"R"
+                    return self._sock.recv(1, socket.MSG_PEEK) == Word.READY
                 word, channel, _ = receive_word(self._sock)
             except OSError:
                 return False
-            if word == b"R" and channel is not None and self._own(channel):
+            if word == Word.READY and channel is not None and self._own(channel):
                 self._channel = channel
                 return True
             if channel is not None:
@@ -227,7 +228,7 @@ class Sandbox(Job):
     def fork(self, fds: list[int]) -> None:
         """A template's: fork a job that gets these descriptors (its socket, output, trace, done
         and status pipes; ``worker.forkserver``). OSError when the template is gone."""
-        socket.send_fds(self._sock, [b"J"], fds)
+        socket.send_fds(self._sock, [Word.FORK], fds)
 
     # ------------------------------------------------------------ the job
 

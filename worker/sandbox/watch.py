@@ -11,6 +11,7 @@ import time
 import psutil
 
 from worker import nvml
+from worker.harness.protocol import Word
 
 WATCH_SECONDS = 0.1  # how often the tree's memory is summed where no cgroup does it
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -76,7 +77,7 @@ def tree_memory(pid: int, host: bool = True, gpu: bool = False) -> int:
 def _said_done(done: int) -> bool:
     """Whether the harness's ``D`` is waiting in the ``done`` pipe (never blocks)."""
     ready, _, _ = select.select([done], [], [], 0)
-    return bool(ready) and os.read(done, 1) == b"D"
+    return bool(ready) and os.read(done, 1) == Word.DONE
 
 
 def wait_for_end(
@@ -111,7 +112,7 @@ def wait_for_end(
                 if any(key.data == "exited" for key, _ in events):
                     return "done" if listening and _said_done(done) else "exited"
                 if any(key.data == "done" for key, _ in events):
-                    if os.read(done, 1) == b"D":
+                    if os.read(done, 1) == Word.DONE:
                         return "done"
                     sel.unregister(done)  # its end (or not a harness's word): none will come
                     listening = False
