@@ -133,6 +133,23 @@ def test_a_report_of_no_calls_at_all_passes_only_on_what_was_observed():
     ).passed
 
 
+def test_memory_held_before_the_run_and_freed_in_it_is_counted_from_the_file_s_load():
+    """A decoy of 300 MiB held into the memory run and freed as it began: the whole logits then
+    fit under the high-water mark it raised, a rise of 0 B from the run's start."""
+    data = _data(_reference(), rise=0, memory_calls=[[1, 16, False]])
+    base = 300 * MIB
+    data["observed"]["memory"] = [
+        ["watch-memory", -1, base, base],
+        ["memory-start", -1, base + 300 * MIB, base + 300 * MIB],
+        ["memory-end", -1, base, base + 300 * MIB],
+    ]
+    result = check.evaluate(PARAMS, data, "cpu")
+    assert not result.passed
+    assert result.checks[1].message == "check.logits_kernel.held"
+    assert result.checks[1].values["since"] == 300 * MIB
+    assert result.diagnosis.id == "whole-logits-built"  # the calls reported name the mistake
+
+
 def test_a_memory_run_that_trained_nothing_fails_whatever_its_peak():
     result = check.evaluate(PARAMS, _data(_reference(), rise=0, mix=_wide_start()), "cpu")
     assert not result.passed
