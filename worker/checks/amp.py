@@ -258,8 +258,8 @@ def _scaler_calls(data: dict) -> dict[str, int]:
     events = data["events"]
     if len(events) < MAX_EVENTS:
         for code in SCALER_CALLS[:3]:
-            agree(_count(events, code), counted[code], "scaler_calls")
-        agree(_count(events, "update"), counted["update"] + counted["update.new_scale"], "scaler_calls")
+            agree(_count(events, code), counted[code], "scaler")
+        agree(_count(events, "update"), counted["update"] + counted["update.new_scale"], "scaler")
     return counted
 
 
