@@ -33,6 +33,7 @@ from worker.checks import (
     tensors,
 )
 from worker.harness import sequences
+from worker.harness.protocol import reported
 
 IGNORE = sequences.IGNORE_INDEX
 PAD = 0  # the token a row's end is padded with (its labels are IGNORE)
@@ -218,9 +219,10 @@ def _named(params: dict, after: list[torch.Tensor]) -> Diagnosis | None:
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
-    if not isinstance(data.get("final_params"), list):
+    final = reported(data, "final_params")
+    if not isinstance(final, list):
         raise Interfered("shape", detail="the report has no parameters")
-    agree(data["final_params"], seen["final_params"], "parameters")
+    agree(final, seen["final_params"], "parameters")
     size = _size(params)
     before = [b[:size] for b in snapshots(seen, "batch")]
     ends = [*before[1:], seen["final_params"][:size]] if before else []

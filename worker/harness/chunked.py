@@ -19,9 +19,9 @@ from .instrument import flat, name_limits
 MAX_CALLS = 2000
 
 
-def run(job, api):
-    params = job["params"]
-    device = job.get("device", "cpu")
+def run(spec, api):
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     model, batches = sequences.chunked(params)
     model = model.to(device)
     batches = [(x.to(device), y.to(device)) for x, y in batches]

@@ -16,9 +16,9 @@ from . import sequences
 from .instrument import flat, name_limits
 
 
-def run(job, api):
-    params = job["params"]
-    device = job.get("device", "cpu")
+def run(spec, api):
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     model, batches = sequences.packing(params)
     model = model.to(device)
     batches = [[doc.to(device) for doc in batch] for batch in batches]
