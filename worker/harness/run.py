@@ -118,9 +118,7 @@ def apply_limits(limits: Limits) -> None:
         import torch
 
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(
-            min(1.0, int(gpu_memory) * 1024 * 1024 / total)
-        )
+        torch.cuda.set_per_process_memory_fraction(min(1.0, int(gpu_memory) * 1024 * 1024 / total))
 
 
 def run_job(work_dir: str, request: Request, trace_fd: int, done_fd: int) -> NoReturn:
