@@ -18,7 +18,11 @@ import bisect
 import itertools
 import math
 
+import torch
+
 from worker.checks import Check, Diagnosis, Evaluation, Interfered, agree, observed
+from worker.checks.tensors import flat, vector
+from worker.harness.phases import scenario
 
 PHASES = ("data", "forward", "backward", "optimizer")
 
@@ -145,6 +149,74 @@ def _observed(params, data):
     ]
 
 
+ALIGNED = 0.999  # cosine between an update and the trusted step's fit: a learner's float32 is ~1e-6 off
+ROUNDING = 2.0**-22  # and the parameters' own float32 rounding (before and after), relative to their norm
+NEVER_ZEROED = 1e-3  # every update carrying the whole one before it (momentum 1): .grad never zeroed
+STILL = 1e-12  # an update this small (relative to the parameters) moved nothing
+
+
+def _explained(update, step, previous, scale):
+    """Whether ``update`` is ``a * step + b * previous`` with ``a > 0`` (a descent step on this
+    batch's gradient, plus momentum's share of the update before it), to a cosine of
+    ``ALIGNED`` or within the float32 rounding of parameters of norm ``scale`` (a schedule's
+    last, tiny steps); that cosine (0 when the fit points up the gradient); and ``b``, the share
+    of the update before it carried into this one (None on a loop's first step)."""
+    basis = torch.stack([step] if previous is None else [step, previous], dim=1)
+    coefficients = torch.linalg.lstsq(basis, update.unsqueeze(1)).solution.squeeze(1)
+    if float(coefficients[0]) <= 0:
+        return False, 0.0, None
+    fit = basis @ coefficients
+    cosine = float(torch.nn.functional.cosine_similarity(update, fit, dim=0))
+    carried = None if previous is None else float(coefficients[1])
+    return cosine >= ALIGNED or float((update - fit).norm()) <= ROUNDING * scale, cosine, carried
+
+
+def _trained(params, seen, loops):
+    """The ``trained`` check on what the supervisor read after every optimizer step of every
+    loop: each update is a step down that batch's gradient at the parameters before it (redone
+    here from the seeded model and batches), give or take momentum's share of the update
+    before it (a OneCycleLR turns SGD's momentum on). Its size is the loop's business (a
+    schedule changes the learning rate); a step that moved nothing, or moved another way, is
+    not a training step; nor is one that carries the whole update before it, every time (the
+    gradients never zeroed: SGD with a momentum of exactly 1, as far as the parameters tell)."""
+    model, batches = scenario(params)
+    model[2]._sync = lambda *_: None  # the Phase layer: no supervisor here
+    start = flat(model.parameters())
+    width = start.numel()
+    loss_fn = torch.nn.CrossEntropyLoss()
+    steps, carried = 0, []
+    for loop in range(loops):
+        marks = [e for e in seen["events"] if e[0] == "step" and e[1] == loop]
+        if any(e[3] < 0 for e in marks):
+            raise Interfered("missing", detail="a step without the parameters read")
+        before, previous = start, None
+        for k, mark in enumerate(marks[: len(batches)]):
+            after = vector(seen["snapshots"][mark[3]])[loop * width : (loop + 1) * width]
+            update = after - before
+            values = {"step": k + 1, "loop": loop + 1}
+            if not bool(torch.isfinite(update).all()) or float(update.norm()) <= STILL * float(before.norm()):
+                return Check("trained", False, "check.trained.still", values)
+            torch.nn.utils.vector_to_parameters(before.float(), model.parameters())
+            model.zero_grad()
+            x, y = batches[k]
+            loss_fn(model(x), y).backward()
+            step = -flat(p.grad for p in model.parameters())
+            right, alignment, share = _explained(update, step, previous, float(after.norm()))
+            if share is not None:
+                carried.append(share)
+            if not right:
+                return Check(
+                    "trained", False, "check.trained.failed", {**values, "alignment": round(alignment, 2)}
+                )
+            before, previous, steps = after, update, steps + 1
+    if not steps:
+        return Check("trained", False, "check.trained.still", {"step": 1, "loop": 1})
+    if carried and all(abs(share - 1) < NEVER_ZEROED for share in carried):
+        # every update was the one before it plus this batch's step: every gradient so far, summed
+        return Check("trained", False, "check.trained.never_zeroed", {"steps": steps})
+    return Check("trained", True, "check.trained.passed", {"steps": steps})
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     runs = _observed(params, data)
     checks = []
@@ -167,6 +239,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks.append(Check("one_pass", False, "check.one_pass.failed", {"batches": batches, **off}))
     else:
         checks.append(Check("one_pass", True, "check.one_pass.passed", {"batches": batches}))
+    checks.append(_trained(params, observed(data), len(runs)))
     wrong = [run for run in runs if run["answer"] != run["slow"]]
     not_text = next((run for run in runs if run.get("answer_is_text") is False), None)
     if not_text is not None:  # a tuple or a list: not a wrong phase, a wrong kind of answer

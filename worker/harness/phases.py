@@ -118,12 +118,24 @@ def _patch_record_function(state):
     torch.profiler.record_function = record_function  # type: ignore[misc]
 
 
-def _build(params, run, sync):
+LR = 0.1  # the loop's SGD
+
+
+def scenario(params):
+    """One loop's seeded model and batches, as the supervisor builds them and the checks again
+    (``worker/checks/phases.py``: each step's update is judged against them)."""
     torch.manual_seed(int(params.get("seed", 0)))
-    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), Phase(sync), nn.Linear(16, 3))
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), Phase(None), nn.Linear(16, 3))
     size = int(params["batch_size"])
     batches = [(torch.randn(size, 6), torch.randint(0, 3, (size,))) for _ in range(int(params["n_batches"]))]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, batches
+
+
+def _build(model, batches, run, sync):
+    """A loop around the supervisor's ``model`` (its parameters shared, read at every step):
+    the Phase layer's syncs, the timeline's hooks, the served loader."""
+    model[2]._sync = sync
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
 
     started: dict[str, float] = {}
     model.register_forward_pre_hook(lambda m, a: started.__setitem__("f", time.perf_counter()))
@@ -146,7 +158,7 @@ def _build(params, run, sync):
         started["s"] = time.perf_counter()
 
     def step_done(result):
-        sync("step")
+        sync("step", snapshot=True)  # the parameters after this step, read by the supervisor
         run.point("optimizer", started.pop("s"))
 
     wrap_step(optimizer, step_started, step_done)
@@ -154,10 +166,12 @@ def _build(params, run, sync):
     return model, loader, nn.CrossEntropyLoss(), optimizer
 
 
-def run(job, api):
-    params = job["params"]
+def run(spec, api):
+    params = spec["params"]
     runs_count = len(params["slow"])
     api.slow_one([LABELS[phase] for phase in params["slow"]], float(params["slow_ms"]) / 1000)
+    loops = [scenario(params) for _ in range(runs_count)]
+    api.share([p for model, _ in loops for p in model.parameters()])
 
     def learner():
         state: dict = {"run": None, "sync": None}
@@ -169,11 +183,12 @@ def run(job, api):
         for number in range(runs_count):
             state["run"] = current = Run()
 
-            def sync(label, number=number):
-                api.sync(label, number)
+            def sync(label, number=number, snapshot=False):
+                api.sync(label, number, snapshot)
 
             state["sync"] = sync
-            model, loader, loss_fn, optimizer = _build(params, current, sync)
+            model, batches = loops[number]
+            model, loader, loss_fn, optimizer = _build(model, batches, current, sync)
             origin = time.perf_counter()
             answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
             state["run"] = None
