@@ -44,7 +44,7 @@ log = logging.getLogger("treino.grading")
 # schema bounds, so an honest run takes a fraction of a second; past this, the learner is told
 CHECK_SECONDS = 15
 # PyTorch features the harness refuses by name (worker/harness/instrument.py's Unavailable)
-UNAVAILABLE = ("compile", "transforms", "profiler", "threads")
+UNAVAILABLE = ("compile", "transforms", "profiler", "threads", "processes")
 
 
 def _prepare(exercise: Exercise, device: str) -> None:

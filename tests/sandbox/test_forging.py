@@ -307,13 +307,15 @@ ENDS = {
     "activations-hidden-by-inner-hooks": "failed",
     "torch-hooks-replaced": "failed",
     "harness-killed-then-fake-trace": "error",
-    "backward-on-another-thread": "error",  # it passed before: no thread may start there now
+    # threads may run in accumulate now (its memory is the kernel's count of the process): the
+    # cycle's backward on another thread holds the whole cycle's activations, and the kernel says so
+    "backward-on-another-thread": "failed",
     # these three passed: the meter now checks at every forward and loss that its hooks (or
     # torch's checkpoint's, known by code) are on top, and fewer bytes seen pass only where
     # every backward recomputed its forward under checkpoint
     "decoys-then-cycle-under-own-hooks": "failed",  # (counted through their own hooks, as above)
     "hooks-dressed-as-checkpoints": "failed",
-    "ctx-attributes-behind-a-checkpoint-decoy": "interfered",
+    "ctx-attributes-behind-a-checkpoint-decoy": "failed",  # the kernel counted the joined cycle
     "grandchild-rewrites-the-trace": "error",  # failed on memory before the child could not fork
 }
 
@@ -324,14 +326,18 @@ ENDS = {
 BOTH_STARTS = ("fake-trace-on-inherited-descriptor", "harness-killed-then-fake-trace")
 
 
+# the meter's figure (the program's own, naming the mistake) and the kernel's (what a pass rests on)
+MEMORY_CHECKS = ("Activation memory", "Memory, as the system counted it")
+
+
 def _forged(run, route) -> None:
     outcome = run(ROUTES[route], wall_seconds=30)
     assert outcome.status != "passed", outcome.verdict
     end = ENDS[route]
     if end == "failed":
         assert outcome.status == "failed", outcome.verdict
-        memory = next(c for c in outcome.verdict["checks"] if c["name"] == "Activation memory")
-        assert memory["status"] == "failed", outcome.verdict
+        memory = [c for c in outcome.verdict["checks"] if c["name"] in MEMORY_CHECKS]
+        assert memory and "failed" in {c["status"] for c in memory}, outcome.verdict
     else:
         assert outcome.status == "error", outcome.verdict
     if end == "interfered":

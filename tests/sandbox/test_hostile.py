@@ -589,8 +589,9 @@ def train(*args):
 
 def test_saying_done_early_ends_the_job_without_a_verdict(run, mode):
     """The learner's process holds no done pipe (the supervisor does, from the hand-off on):
-    "D" written into every descriptor it has, with a thread still running left behind, ends
-    nothing but its own run, without a pass."""
+    "D" written into every descriptor it has, with a thread still running left behind (threads
+    may run in accumulate), ends nothing but its own run: the "D" in its socket to the supervisor
+    breaks the protocol, which is not a pass, and the thread goes with the sandbox."""
     outcome = run(
         """
 import os, sys, threading, time
@@ -599,19 +600,19 @@ def spin():
         time.sleep(0.01)
 def train(*args):
     try:
-        threading.Thread(target=spin).start()
+        threading.Thread(target=spin, daemon=False).start()
     finally:
         for fd in range(3, 256):
             try:
                 os.write(fd, b"D")
             except OSError:
                 pass
-    time.sleep(30)
 """,
         wall_seconds=20,
     )
     no_pass(outcome, within=10)
     assert outcome.status == "error", outcome.verdict
+    assert "this run cannot be judged" in outcome.verdict["checks"][0]["message"]
 
 
 FORGED_REPORT = """

@@ -154,7 +154,7 @@ def test_a_pass_above_float64_rounding_says_so(graded):
     verdict = graded["golden", "token-loss", "pass--int64-count-reciprocal"]
     trajectory = verdict["checks"][1]
     assert trajectory["status"] == "passed"
-    assert "1.0e-5 allowed" in trajectory["message"] and "float32" in trajectory["message"]
+    assert "1.0e-5× allowed" in trajectory["message"] and "float32" in trajectory["message"]
     exact = graded["bank", "token-loss", "solution"]["checks"][1]["message"]
     assert "allowed" not in exact
 

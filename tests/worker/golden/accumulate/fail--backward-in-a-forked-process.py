@@ -20,7 +20,7 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
         with os.fdopen(read, "rb") as f:
             grads = pickle.loads(f.read())
         with torch.no_grad():
-            for p, g in zip(model.parameters(), grads):
+            for p, g in zip(model.parameters(), grads, strict=True):
                 p.grad = g
         optimizer.step()
         optimizer.zero_grad()

@@ -10,7 +10,8 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     params = dict(model.named_parameters())
 
     def cycle_loss(p, xs, ys):
-        return sum(loss_fn(functional_call(model, p, (x,)), y) for x, y in zip(xs, ys)) / accum_steps
+        losses = (loss_fn(functional_call(model, p, (x,)), y) for x, y in zip(xs, ys, strict=True))
+        return sum(losses) / accum_steps
 
     xs, ys = [], []
     for x, y in loader:
