@@ -351,7 +351,7 @@ def _trajectory_check(
     if first_bad is not None:
         values = {"step": first_bad + 1, "error": Sci(errors[first_bad])}
         if median is not None and round(median, 2) != 1.0:  # the chart's figure says the size
-            return Check("trajectory", False, "check.trajectory.diverged", {**values, "ratio": median})
+            return Check("trajectory", False, "check.trajectory.diverged", {**values, "ratio": Sci(median)})
         own = ratios[first_bad]
         if math.isfinite(own) and round(own, 2) != 1.0:  # the median hides this step's update
             return Check("trajectory", False, "check.trajectory.diverged_step", {**values, "ratio": Sci(own)})
