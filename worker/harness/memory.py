@@ -43,7 +43,7 @@ def run_params(params):
 
 def wide_scenario(params):
     """The hookstep kind's memory run (``params["memory_width"]``), or None: three square
-    ``Linear`` layers that wide (float64, seeded apart), one batch of 8 rows, cross-entropy. Its
+    ``Linear`` layers that wide (float64, seeded apart), two batches of 8 rows, cross-entropy. Its
     gradients are tens of MiB each, so the kernel's count of the process's memory tells one
     gradient alive at a time from all of them (the maths run's are a few hundred bytes)."""
     width = int(params.get("memory_width") or 0)
@@ -53,9 +53,11 @@ def wide_scenario(params):
     layers = [torch.nn.Linear(width, width) for _ in range(3)]
     model = torch.nn.Sequential(layers[0], torch.nn.Tanh(), layers[1], torch.nn.Tanh(), layers[2])
     model = model.to(torch.float64)
-    x = torch.randn(8, width, dtype=torch.float64)
-    y = torch.randint(0, width, (8,))
-    return model, [(x, y)], torch.nn.CrossEntropyLoss()
+    # two batches: Adam makes its state at the first step, so in a run of one batch its state,
+    # not the gradients, sets the peak; in the second backward the state is there already and
+    # every gradient held at once shows above it
+    batches = [(torch.randn(8, width, dtype=torch.float64), torch.randint(0, width, (8,))) for _ in range(2)]
+    return model, batches, torch.nn.CrossEntropyLoss()
 
 
 def biases(model):
