@@ -175,11 +175,13 @@ KINDS = {  # one exercise per check kind
     "measure": "gpu-memory/measure-it",
     "hookstep": "model-memory/step-in-backward",
     "adapter": "model-memory/train-an-adapter",
+    "chunked": "long-sequences/chunked-loss",
+    "packing": "long-sequences/pack-the-batch",
 }
 
 
 def test_a_pass_in_each_exercise_kind_says_what_it_means_and_the_course_ends_on_a_page(new_page):
-    """Slow (nine grades): each passed in English on a light desktop, then the same verdict read
+    """Slow (twelve grades): each passed in English on a light desktop, then the same verdict read
     in Portuguese on a dark 390 px phone (the words are chosen as the page is drawn, so no second
     grade); then the end of the course at 390 px in Portuguese, dark, and in English on the
     desktop."""
