@@ -60,7 +60,6 @@ HELD = 32 << 20
 # how far that step moved it (float32, another order of additions: ~1e-6; a loss over a part of
 # the tokens, or none, is off by more than 1e-2)
 TRAINED = 1e-4
-WATCH = "watch-memory"  # the sync where the supervisor begins to read the child's memory (observer.WATCH)
 
 Loss = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, int], torch.Tensor]
 
@@ -230,7 +229,7 @@ def kernel_check(params: dict, data: dict, size: int) -> Check | None:
     if wide is None or not kernel_memory.watched(seen):
         return None
     rise = kernel_memory.rise(seen, "memory-start", "memory-end")
-    since = kernel_memory.rise(seen, WATCH, "memory-end")
+    since = kernel_memory.since_watch(seen, "memory-end")
     total = size + wide.mix.numel()
     error = kernel_memory.trained(seen, "memory-end", total, size, wide.mix, wide.travelled)
     limit = int(KERNEL_FACTOR * wide.logits_bytes)

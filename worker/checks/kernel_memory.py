@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from worker.checks import Interfered, snapshots, tensors
+from worker.harness.observer import WATCH  # where the supervisor begins to read the child's memory
 
 # the kernel's count of a process's pages is summed per CPU and wavers by some KiB between two
 # readings; a high-water mark that fell by more was lowered by the process (/proc/self/clear_refs)
@@ -53,6 +54,15 @@ def rise(seen: dict[str, Any], start: str, end: str) -> int:
                 break
             return max(peak - begun, 0)
     raise Interfered("missing", detail=f"no {start} then {end} in the supervisor's memory readings")
+
+
+def since_watch(seen: dict[str, Any], end: str) -> int:
+    """How far the child's memory rose, at its peak by the ``end`` sync, over its resident set as
+    the learner's file began to load. A loop that holds memory across a memory run's start and
+    frees it during the run (a ballast) lowers ``rise`` by that much, never this: a memory-graded
+    kind bounds both (this one with an allowance for what a right loop holds from before its
+    run: the maths run's tensors, torch's lazily loaded code, the learner's module)."""
+    return rise(seen, WATCH, end)
 
 
 def trained(
