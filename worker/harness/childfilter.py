@@ -16,6 +16,8 @@ module with the API of libseccomp's Python bindings; the harness passes its ctyp
 
 import errno
 import signal
+from types import ModuleType
+from typing import Any
 
 from . import libseccomp, linux
 
@@ -56,7 +58,7 @@ REFUSED = {
 LOW_WORD = 0xFFFFFFFF
 
 
-def _compare(seccomp, arg, op, value):
+def _compare(seccomp: ModuleType, arg: int, op: str, value: int) -> Any:
     """One test as libseccomp compares it. The arguments tested are ints to the kernel, which
     reads their low 32 bits only: "==" compares the low word (a set high word must not slip a
     SIGSTOP past it); "!=" compares all 64 bits, which refuses a little more than the low word
@@ -75,7 +77,7 @@ def _compare(seccomp, arg, op, value):
     raise ValueError(f"no libseccomp comparison for {op} {value:#x}")
 
 
-def build(seccomp, alone):
+def build(seccomp: ModuleType, alone: bool) -> Any:
     """The child's filter (not loaded): ``seccomp`` is a module with the API of libseccomp's
     Python bindings. Calls this architecture lacks (fork and vfork on aarch64) are left out."""
     eperm = seccomp.ERRNO(errno.EPERM)
@@ -92,7 +94,7 @@ def build(seccomp, alone):
     return f
 
 
-def build_processes(seccomp):
+def build_processes(seccomp: ModuleType) -> Any:
     """A filter to stack on ``build(seccomp, False)``'s for a child that may start threads but no
     process, which the kernel would count apart from it (a kind whose memory is graded from the
     kernel's count of the child: ``observer.process_memory``): ``fork``, ``vfork`` and a
@@ -109,26 +111,26 @@ def build_processes(seccomp):
     return f
 
 
-def prepare_processes():
+def prepare_processes() -> libseccomp.SyscallFilter:
     """``build_processes``'s filter, built by the supervisor before the fork (a failure to is
     ours); the child loads it with ``stack`` before the learner's code runs."""
     linux.numbers()
     return build_processes(libseccomp)
 
 
-def stack(prepared):
+def stack(prepared: libseccomp.SyscallFilter) -> None:
     """In the child, already under ``guard``'s filter (no_new_privs set): one more filter."""
     prepared.load()
 
 
-def prepare(alone):
+def prepare(alone: bool) -> libseccomp.SyscallFilter:
     """The filter, built by the supervisor before the fork: any failure to build it is ours
     and raises there; the child only loads it (``guard``)."""
     linux.numbers()  # Unsupported on an architecture this harness has no numbers for
     return build(libseccomp, alone)
 
 
-def guard(prepared):
+def guard(prepared: libseccomp.SyscallFilter) -> None:
     """In the child: no capability left (``linux.drop_capabilities``), then the filter
     ``prepared`` made (libseccomp's load sets no_new_privs first). Raises if either fails."""
     linux.drop_capabilities()

@@ -7,21 +7,31 @@ import math
 import os
 import threading
 import types
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import torch
 
+_T = TypeVar("_T")
 
-def flat(tensors):
+
+def flat(tensors: Iterable[torch.Tensor]) -> list[float | None]:
     """One plain list of floats (JSON: non-finite values become None)."""
     values = torch.cat([t.detach().reshape(-1).to("cpu", torch.float64) for t in tensors])
     return [v if math.isfinite(v) else None for v in values.tolist()]
 
 
-def finite(value):
+def finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def wrap_method(obj, name, before=None, after=None, during=None):
+def wrap_method(
+    obj: object,
+    name: str,
+    before: Callable[..., object] | None = None,
+    after: Callable[[Any], object] | None = None,
+    during: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+) -> None:
     """``obj.name`` replaced by a bound method (``__func__``, the original's signature: torch's LR
     schedulers rebind ``optimizer.step.__func__``) that calls ``before(*args, **kwargs)`` first and
     ``after(result)`` once it returned, the whole call inside ``during()`` (a context manager)
@@ -29,7 +39,7 @@ def wrap_method(obj, name, before=None, after=None, during=None):
     original = getattr(obj, name)
 
     @functools.wraps(getattr(original, "__func__", original))
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: object, *args: Any, **kwargs: Any) -> Any:
         with during() if during is not None else contextlib.nullcontext():
             if before is not None:
                 before(*args, **kwargs)
@@ -41,14 +51,18 @@ def wrap_method(obj, name, before=None, after=None, during=None):
     setattr(obj, name, types.MethodType(wrapper, obj))
 
 
-def wrap_step(optimizer, before=None, after=None):
+def wrap_step(
+    optimizer: torch.optim.Optimizer,
+    before: Callable[[], object] | None = None,
+    after: Callable[[Any], object] | None = None,
+) -> None:
     """``optimizer.step`` wrapped as ``wrap_method`` does, where ``before()`` sees the gradient
     the update uses: with ``step(closure)``, once the closure has run (the optimizer is then
     handed its loss; torch's optimizers but L-BFGS call the closure once)."""
     original = optimizer.step
 
     @functools.wraps(getattr(original, "__func__", original))
-    def step(self, closure=None, *args, **kwargs):
+    def step(self: object, closure: Callable[[], Any] | None = None, *args: Any, **kwargs: Any) -> Any:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -60,14 +74,22 @@ def wrap_step(optimizer, before=None, after=None):
             after(result)
         return result
 
-    optimizer.step = types.MethodType(step, optimizer)
+    optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]  # the wrapped step
 
 
-def _given(value):
+def _given(value: _T) -> _T:
     return value
 
 
-def watch_scaler(scaler, rec, sync=None):
+class Recorder(Protocol):
+    """What ``watch_scaler`` records a GradScaler's calls into (a kind's record)."""
+
+    unscaled: bool
+
+    def event(self, *item: Any) -> object: ...
+
+
+def watch_scaler(scaler: Any, rec: Recorder, sync: Callable[[str], object] | None = None) -> None:
     """Record a GradScaler's calls as events (scale, unscale_, scaler.step, update) and keep
     ``rec.unscaled``: whether unscale_ ran since the last update. The ``unscale_`` that
     ``scaler.step`` makes itself, where the loop did not, is the scaler's, not the loop's: not
@@ -77,28 +99,28 @@ def watch_scaler(scaler, rec, sync=None):
     inside = {"step": False}
     tell = sync if sync is not None else (lambda code: None)
 
-    def scale(*args, **kwargs):
+    def scale(*args: Any, **kwargs: Any) -> None:
         rec.event("scale")
         tell("scale")
 
-    def unscale(*args, **kwargs):
+    def unscale(*args: Any, **kwargs: Any) -> None:
         if not inside["step"]:
             rec.event("unscale_")
             tell("unscale_")
             rec.unscaled = True
 
-    def step(*args, **kwargs):
+    def step(*args: Any, **kwargs: Any) -> None:
         rec.event("scaler.step")
         tell("scaler.step")
 
-    def update(*args, **kwargs):
+    def update(*args: Any, **kwargs: Any) -> None:
         rec.event("update")
         given = (args[0] if args else kwargs.get("new_scale")) is not None
         tell("update.new_scale" if given else "update")
         rec.unscaled = False
 
     @contextlib.contextmanager
-    def stepping():
+    def stepping() -> Iterator[None]:
         inside["step"] = True
         try:
             yield
@@ -111,14 +133,14 @@ def watch_scaler(scaler, rec, sync=None):
     wrap_method(scaler, "update", update)
 
 
-def patch_clip(record):
+def patch_clip(record: Callable[[list[torch.Tensor], Any, Callable[[], Any]], Any]) -> None:
     """torch's ``clip_grad_norm_``, under both names a learner imports, replaced by one that
     hands its parameters (as a list) to ``record(parameters, max_norm, clip)``, where ``clip()``
     runs the original and returns the norm. Patched before the learner's file is imported, so
     ``from torch.nn.utils import clip_grad_norm_`` sees it too."""
     original = torch.nn.utils.clip_grad.clip_grad_norm_
 
-    def clip_grad_norm_(parameters, max_norm, *args, **kwargs):
+    def clip_grad_norm_(parameters: Any, max_norm: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(parameters, torch.Tensor):
             parameters = [parameters]
         parameters = list(parameters)
@@ -133,7 +155,7 @@ class Unavailable(RuntimeError):
     (in English, in the learner's traceback) and ``limit`` says which, for the verdict's text in
     the learner's language (``error.unavailable_<limit>`` in messages.yaml)."""
 
-    def __init__(self, limit, text):
+    def __init__(self, limit: str, text: str) -> None:
         super().__init__(text)
         self.limit = limit
 
@@ -170,7 +192,7 @@ PROCESSES = (
 )
 
 
-def name_limits(alone=False, kernel=False):
+def name_limits(alone: bool = False, kernel: bool = False) -> None:
     """In the learner's process, before its file is imported: ``torch.compile`` raises
     ``Unavailable`` (its compiler's threads and processes are refused). With ``alone`` (the child
     of a kind that may start no thread or process: ``runtime.Api.alone``), ``torch.profiler`` and
@@ -185,7 +207,7 @@ def name_limits(alone=False, kernel=False):
     may run (the profiler's among them); a process, which the kernel counts apart, is still
     refused (``childfilter.PROCESSES``, loaded by the kind)."""
 
-    def compile(*args, **kwargs):  # noqa: A001 (the name the learner calls)
+    def compile(*args: Any, **kwargs: Any) -> NoReturn:  # noqa: A001 (the name the learner calls)
         raise Unavailable("compile", COMPILE)
 
     torch.compile = compile
@@ -193,7 +215,7 @@ def name_limits(alone=False, kernel=False):
     disable = graph.disable_saved_tensors_hooks
 
     @contextlib.contextmanager
-    def disable_saved_tensors_hooks(error_message):
+    def disable_saved_tensors_hooks(error_message: str) -> Iterator[None]:
         if kernel:
             with _meters_set_aside(), disable(error_message):
                 yield
@@ -212,7 +234,7 @@ def name_limits(alone=False, kernel=False):
 
 
 @contextlib.contextmanager
-def _meters_set_aside():
+def _meters_set_aside() -> Iterator[None]:
     """The saved-tensor hooks on top of this thread's stack, while they are a memory meter's
     (``memory.SavedTensorMeter``), popped for the duration and pushed back after; hooks of the
     program's own stay, and torch refuses the transform under them as it would anywhere."""
@@ -233,24 +255,24 @@ def _meters_set_aside():
             autograd._push_saved_tensors_default_hooks(pack, unpack)
 
 
-def _refuse_processes():
+def _refuse_processes() -> None:
     """``os.fork`` raises ``Unavailable`` with the limit named; the filter refuses it anyway."""
 
-    def processes(*args, **kwargs):
+    def processes(*args: Any, **kwargs: Any) -> NoReturn:
         raise Unavailable("processes", PROCESSES)
 
     os.fork = processes
 
 
-def _refuse_threads():
+def _refuse_threads() -> None:
     """The profiler (``torch.profiler.profile`` and the autograd profiler under it, which start
     Kineto's thread as they prepare and start a trace), ``threading.Thread.start`` and
     ``os.fork`` raise ``Unavailable`` with the limit named; the filter refuses them anyway."""
 
-    def profiler(*args, **kwargs):
+    def profiler(*args: Any, **kwargs: Any) -> NoReturn:
         raise Unavailable("profiler", PROFILER)
 
-    def threads(*args, **kwargs):
+    def threads(*args: Any, **kwargs: Any) -> NoReturn:
         raise Unavailable("threads", THREADS)
 
     autograd_profile = torch.autograd.profiler.profile

@@ -12,13 +12,14 @@ host's. It is opened by its soname, never through ``ctypes.util.find_library`` (
 
 import ctypes
 import os
+from typing import IO, Any
 
 ALLOW = 0x7FFF0000
 NE, EQ, MASKED_EQ = 1, 4, 7  # enum scmp_compare
 _SONAME = "libseccomp.so.2"
 
 
-def ERRNO(number):  # noqa: N802 (the bindings' name)
+def ERRNO(number: int) -> int:  # noqa: N802 (the bindings' name)
     return 0x00050000 | (number & 0xFFFF)
 
 
@@ -34,7 +35,7 @@ class Arg:
     """One comparison of a call's argument ``arg``: ``op`` with ``datum_a`` (for MASKED_EQ
     the mask) and ``datum_b`` (for MASKED_EQ the value)."""
 
-    def __init__(self, arg, op, datum_a, datum_b=0):
+    def __init__(self, arg: int, op: int, datum_a: int, datum_b: int = 0) -> None:
         self.arg, self.op, self.datum_a, self.datum_b = arg, op, datum_a, datum_b
 
 
@@ -47,10 +48,10 @@ class _ArgCmp(ctypes.Structure):
     ]
 
 
-_library = None
+_library: ctypes.CDLL | None = None
 
 
-def _lib():
+def _lib() -> ctypes.CDLL:
     """The library, its prototypes declared, opened once (OSError where it is missing)."""
     global _library
     if _library is None:
@@ -74,13 +75,13 @@ def _lib():
     return _library
 
 
-def _check(ret, what):
+def _check(ret: int, what: str) -> None:
     """libseccomp returns -errno."""
     if ret < 0:
         raise OSError(-ret, f"{what}: {os.strerror(-ret)}")
 
 
-def resolve_syscall(arch, name):
+def resolve_syscall(arch: int, name: str) -> int:
     """The call's number on ``arch`` (negative where that architecture has no such call)."""
     return _lib().seccomp_syscall_resolve_name_arch(arch, name.encode())
 
@@ -88,29 +89,29 @@ def resolve_syscall(arch, name):
 class SyscallFilter:
     """A filter being built (``seccomp_init``), freed with this object."""
 
-    def __init__(self, defaction):
+    def __init__(self, defaction: int) -> None:
         self._lib = _lib()
         self._ctx = self._lib.seccomp_init(defaction)
         if not self._ctx:
             raise OSError(ctypes.get_errno(), "seccomp_init failed")
 
-    def __del__(self):
+    def __del__(self) -> None:
         ctx, self._ctx = getattr(self, "_ctx", None), None
         if ctx:
             self._lib.seccomp_release(ctx)
 
-    def set_attr(self, attr, value):
+    def set_attr(self, attr: int, value: int) -> None:
         _check(self._lib.seccomp_attr_set(self._ctx, attr, value), f"seccomp_attr_set({attr})")
 
-    def add_rule(self, action, syscall, *args):
+    def add_rule(self, action: int, syscall: str | int, *args: Arg) -> None:
         number = resolve_syscall(Arch.NATIVE, syscall) if isinstance(syscall, str) else syscall
         compared = (_ArgCmp * len(args))(*(_ArgCmp(a.arg, a.op, a.datum_a, a.datum_b) for a in args))
         ret = self._lib.seccomp_rule_add_array(self._ctx, action, number, len(args), compared)
         _check(ret, f"seccomp_rule_add({syscall})")
 
-    def export_bpf(self, file):
+    def export_bpf(self, file: IO[Any]) -> None:
         _check(self._lib.seccomp_export_bpf(self._ctx, file.fileno()), "seccomp_export_bpf")
 
-    def load(self):
+    def load(self) -> None:
         """Load it into this thread (and set no_new_privs, libseccomp's default)."""
         _check(self._lib.seccomp_load(self._ctx), "seccomp_load")

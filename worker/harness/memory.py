@@ -11,7 +11,10 @@ itself, and a meter whose own figure disagrees with what it sent has been tamper
 """
 
 import threading
+import types
 import weakref
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, TypeVar
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -23,8 +26,12 @@ from torch.utils._pytree import tree_flatten
 BLIND = 1  # it saw work it could not count: interference
 RECOMPUTED = 2  # a forward recomputed by torch's checkpoint: it saved in the meter's place
 
+Report = Callable[..., object]  # report(packed, freed[, note]): ``runtime.Api.meter_report``'s
+Key = tuple[int, int]  # a storage's address and size (``_storage_key``)
+_T = TypeVar("_T")
 
-def run_params(params):
+
+def run_params(params: Mapping[str, Any]) -> dict[str, Any] | None:
     """The accumulation kind's memory run (``params["memory_run"]``): the scenario's parameters
     for one cycle of micro-batches large enough that the kernel's count of the process's memory
     tells one micro-batch's activations alive from a whole cycle's (the maths run's are a few
@@ -41,7 +48,9 @@ def run_params(params):
     }
 
 
-def wide_scenario(params):
+def wide_scenario(
+    params: Mapping[str, Any],
+) -> tuple[torch.nn.Sequential, list[tuple[torch.Tensor, torch.Tensor]], torch.nn.CrossEntropyLoss] | None:
     """The hookstep kind's memory run (``params["memory_width"]``), or None: three square
     ``Linear`` layers that wide (float64, seeded apart), two batches of 8 rows, cross-entropy. Its
     gradients are tens of MiB each, so the kernel's count of the process's memory tells one
@@ -60,7 +69,7 @@ def wide_scenario(params):
     return model, batches, torch.nn.CrossEntropyLoss()
 
 
-def biases(model):
+def biases(model: Iterable[torch.nn.Module]) -> list[torch.Tensor]:
     """The wide model's biases (``wide_scenario``), in order: what the supervisor reads of it."""
     return [layer.bias for layer in model if isinstance(layer, torch.nn.Linear)]
 
@@ -68,7 +77,7 @@ def biases(model):
 class _Held:
     __slots__ = ("tensor", "__weakref__")
 
-    def __init__(self, tensor):
+    def __init__(self, tensor: Any) -> None:
         self.tensor = tensor
 
 
@@ -79,7 +88,7 @@ class SavedTensorMeter:
     weight copies autocast saves) are left out: they are not activations.
     """
 
-    def __init__(self, params, report=None):
+    def __init__(self, params: Iterable[torch.Tensor], report: Report | None = None) -> None:
         params = list(params)
         self._storages = {p.untyped_storage().data_ptr() for p in params}
         self._shapes = {tuple(p.shape) for p in params if p.dim() > 1}
@@ -92,10 +101,10 @@ class SavedTensorMeter:
         )  # pack hooks of the program's own, counted through
 
     @property
-    def live(self):
+    def live(self) -> int:
         return self.packed - self.freed
 
-    def check_on(self):
+    def check_on(self) -> None:
         """Where the harness knows tensors are about to be saved (a forward, a loss): report at
         once (``BLIND``) if hooks other than this meter's are on top of the stack: what autograd
         saves under them this meter never sees. Torch's checkpoint's own are not: they keep fewer
@@ -110,18 +119,18 @@ class SavedTensorMeter:
         elif which == "recompute":
             self._report(self.packed, self.freed, RECOMPUTED)
 
-    def _free(self, nbytes):
+    def _free(self, nbytes: int) -> None:
         self.freed += nbytes
 
-    def _excluded(self, tensor):
+    def _excluded(self, tensor: torch.Tensor) -> bool:
         return tensor.untyped_storage().data_ptr() in self._storages or tuple(tensor.shape) in self._shapes
 
-    def _pack(self, tensor):
+    def _pack(self, tensor: torch.Tensor) -> Any:
         if self._excluded(tensor):
             return tensor
         return self._hold(tensor, tensor.numel() * tensor.element_size())
 
-    def _hold(self, value, nbytes):
+    def _hold(self, value: Any, nbytes: int) -> _Held:
         held = _Held(value)
         self.packed += nbytes
         self.peak = max(self.peak, self.live)
@@ -131,16 +140,18 @@ class SavedTensorMeter:
         return held
 
     @staticmethod
-    def _unpack(packed):
+    def _unpack(packed: Any) -> Any:
         return packed.tensor if isinstance(packed, _Held) else packed
 
-    def compose(self, pack, unpack):
+    def compose(
+        self, pack: Callable[[torch.Tensor], Any], unpack: Callable[[Any], Any]
+    ) -> tuple[Callable[[torch.Tensor], Any], Callable[[Any], Any]]:
         """Hooks of the program's own (``saved_tensors_hooks``, ``save_on_cpu``) entered while
         this meter is on: what their ``pack`` keeps is counted (its tensors' bytes, parameters
         left out), so they save under the meter, not past it. A ``pack`` that keeps no tensor
         (the saved one stored elsewhere, out of reach) is reported (``BLIND``)."""
 
-        def composed_pack(tensor):
+        def composed_pack(tensor: torch.Tensor) -> Any:
             kept = pack(tensor)
             if self._excluded(tensor):
                 return kept
@@ -150,19 +161,19 @@ class SavedTensorMeter:
             nbytes = sum(t.numel() * t.element_size() for t in found if not self._excluded(t))
             return self._hold(kept, nbytes)
 
-        def composed_unpack(held):
+        def composed_unpack(held: Any) -> Any:
             return unpack(held.tensor if isinstance(held, _Held) else held)
 
         self._composed.add(composed_pack)
         return composed_pack, composed_unpack
 
-    def __enter__(self):
+    def __enter__(self) -> "SavedTensorMeter":
         _watch_hooks()
         self._hooks.__enter__()
         _on().append(self)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         if self in _on():
             _on().remove(self)
         return self._hooks.__exit__(*exc)
@@ -176,14 +187,14 @@ _THREAD = threading.local()
 _WATCHING: list = []  # [True] once saved_tensors_hooks composes
 
 
-def _on():
+def _on() -> list[SavedTensorMeter]:
     """This thread's saved-tensor meters that are on, innermost last (hooks are per thread)."""
     if not hasattr(_THREAD, "meters"):
         _THREAD.meters = []
     return _THREAD.meters
 
 
-def _watch_hooks():
+def _watch_hooks() -> None:
     """``saved_tensors_hooks`` (and so ``save_on_cpu``) entered while a saved-tensor meter is on
     push hooks composed with it (``SavedTensorMeter.compose``); torch's checkpoint's own, and
     the meters', are left as they are. Patched once per process that meters."""
@@ -196,7 +207,7 @@ def _watch_hooks():
     own = (checkpoint._checkpoint_hook, checkpoint._recomputation_hook)
     enter = hooks.__enter__
 
-    def __enter__(self):
+    def __enter__(self: torch.autograd.graph.saved_tensors_hooks) -> None:
         meters = _on()
         if not meters or isinstance(self, (*own, _MeterHooks)):
             return enter(self)
@@ -211,7 +222,7 @@ def _watch_hooks():
 _TORCH_HOOKS: dict = {}  # code objects: checkpoint's pack hooks → which; "wrap" → dynamo's wrappers
 
 
-def _codes(module):
+def _codes(module: types.ModuleType) -> list[types.CodeType]:
     """Every code object ``module`` defines: its functions', its classes' methods', nested."""
     holders = (
         module,
@@ -226,10 +237,8 @@ def _codes(module):
     ]
 
 
-def _codes_within(code):
+def _codes_within(code: types.CodeType) -> list[types.CodeType]:
     """``code`` and every code object nested in it."""
-    import types
-
     found, todo = [], [code]
     while todo:
         code = todo.pop()
@@ -238,7 +247,7 @@ def _codes_within(code):
     return found
 
 
-def _torch_checkpoint_hook(pack):
+def _torch_checkpoint_hook(pack: Any) -> str | None:
     """``"forward"`` if ``pack`` is the pack hook torch's checkpoint sets around a checkpointed
     forward, ``"recompute"`` if it is the one around its recomputation in backward, else None.
     Known by code object; the recomputation's is wrapped in dynamo's ``disable``, and the
@@ -251,9 +260,9 @@ def _torch_checkpoint_hook(pack):
             ("forward", checkpoint._checkpoint_hook),
             ("recompute", checkpoint._recomputation_hook),
         ):
-            for code in _codes_within(holder.__init__.__code__):
-                if code.co_name == "pack_hook":
-                    _TORCH_HOOKS[code] = which
+            for found in _codes_within(holder.__init__.__code__):
+                if found.co_name == "pack_hook":
+                    _TORCH_HOOKS[found] = which
         _TORCH_HOOKS["wrap"] = [c for c in _codes(eval_frame) if c.co_name == "_fn" and "fn" in c.co_freevars]
     code = getattr(pack, "__code__", None)
     if code is not None and code in _TORCH_HOOKS["wrap"]:
@@ -262,7 +271,7 @@ def _torch_checkpoint_hook(pack):
     return _TORCH_HOOKS.get(code) if code is not None else None
 
 
-def _storage_key(tensor):
+def _storage_key(tensor: torch.Tensor) -> Key | None:
     """A storage's identity: its address and size (an alias — view, detach — shares both)."""
     try:
         storage = tensor.untyped_storage()
@@ -279,7 +288,7 @@ _COMPRESSED = {
 }
 
 
-def _parts(tensor):
+def _parts(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The plain tensors holding ``tensor``'s memory: itself, or a sparse tensor's indices and
     values (no storage of its own, and just as much memory)."""
     if tensor.layout == torch.sparse_coo:
@@ -303,25 +312,30 @@ class LiveTensorMeter(TorchDispatchMode):
     meter cannot see that step, and torch's own training code never takes it off. So is a
     parameter's gradient accumulated while the mode is off the stack."""
 
-    def __init__(self, params, report=None, inputs=()):
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        report: Report | None = None,
+        inputs: Iterable[torch.Tensor] = (),
+    ) -> None:
         super().__init__()
         params = list(params)
         self._weights = [p for p in params if p.requires_grad]
-        self._handles = []
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._params = {_storage_key(p) for p in params}
         self._inputs = {_storage_key(t) for t in inputs}
-        self._live = {}  # (storage address, bytes) → weak reference
+        self._live: dict[Key, StorageWeakRef] = {}  # (storage address, bytes) → weak reference
         self.packed = self.freed = 0
         self.peak = 0
         self._report = report  # report(packed, freed), after every op that allocated
         self._hooks = _MeterHooks(self._saved, _itself)
 
-    def __enter__(self):
+    def __enter__(self) -> "LiveTensorMeter":
         self._hooks.__enter__()
         self._handles = [p.register_post_accumulate_grad_hook(self._check_on) for p in self._weights]
         return super().__enter__()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Any:
         try:
             return super().__exit__(*exc)
         finally:
@@ -329,18 +343,18 @@ class LiveTensorMeter(TorchDispatchMode):
                 handle.remove()
             self._hooks.__exit__(*exc)
 
-    def _check_on(self, *_):
+    def _check_on(self, *_: object) -> None:
         """Report at once if this meter's mode is not on the stack where it must be."""
         if self._report is not None and self not in _python_dispatch._get_current_dispatch_mode_stack():
             self._report(self.packed, self.freed, BLIND)
 
-    def _saved(self, tensor):
+    def _saved(self, tensor: torch.Tensor) -> torch.Tensor:
         self._check_on()
         for part in _parts(tensor):
             self._new(part, self._inputs)
         return tensor
 
-    def _new(self, tensor, made_before):
+    def _new(self, tensor: torch.Tensor, made_before: Collection[Key | None]) -> None:
         """Count ``tensor``'s storage unless it is a parameter's, one of ``made_before``, or
         empty; a tensor with memory but no storage to know it by is reported (``BLIND``)."""
         key = _storage_key(tensor)
@@ -350,7 +364,7 @@ class LiveTensorMeter(TorchDispatchMode):
         elif key[1] and key not in self._params and key not in made_before:
             self._count(key, tensor)
 
-    def _count(self, key, tensor):
+    def _count(self, key: Key, tensor: torch.Tensor) -> None:
         """Count ``tensor``'s storage as allocated now, unless it is counted and alive."""
         held = self._live.get(key)
         if held is None or held.expired():
@@ -363,14 +377,16 @@ class LiveTensorMeter(TorchDispatchMode):
             if self._report is not None and self.packed != packed:
                 self._report(self.packed, self.freed)
 
-    def live(self):
+    def live(self) -> int:
         for key, ref in list(self._live.items()):
             if ref.expired():
                 del self._live[key]
                 self.freed += key[1]
         return self.packed - self.freed
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
         given = [p for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) for p in _parts(t)]
         inputs = {_storage_key(t) for t in given}
@@ -382,5 +398,5 @@ class LiveTensorMeter(TorchDispatchMode):
         return out
 
 
-def _itself(tensor):
+def _itself(tensor: _T) -> _T:
     return tensor
