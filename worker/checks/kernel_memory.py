@@ -33,8 +33,11 @@ def watched(seen: dict[str, Any]) -> bool:
 def rise(seen: dict[str, Any], start: str, end: str) -> int:
     """How far the child's memory rose, at its peak, between the ``start`` sync and the first
     ``end`` sync after it: the highest figure the supervisor read by ``end`` minus the resident
-    set at ``start``. Raises ``Interfered`` where the supervisor did not watch, the two syncs are
-    missing, or the high-water mark was lowered."""
+    set at ``start``, or, where the job's cgroup was read too (``observer.Counters``) and rose
+    more, its peak by ``end`` minus its bytes at ``start``: memory kept out of the process's
+    pages (a file on the job's tmpfs, a pipe's buffer) is the job's all the same. Raises
+    ``Interfered`` where the supervisor did not watch, the two syncs are missing, or the
+    high-water mark was lowered."""
     rows = seen.get("memory")
     if not isinstance(rows, list):
         raise Interfered("missing", detail="the supervisor did not read the child's memory")
@@ -46,13 +49,21 @@ def rise(seen: dict[str, Any], start: str, end: str) -> int:
             "the child's high-water mark fell between two readings",
         )
     begun = None
-    for label, _index, rss, peak in rows:
+    for row in rows:
+        if not isinstance(row, list) or len(row) not in (4, 6):
+            break
+        label = row[0]
         if label == start:
-            begun = rss
+            begun = row
         elif label == end and begun is not None:
-            if begun < 0 or peak < 0:
+            rss, peak = begun[2], row[3]
+            if rss < 0 or peak < 0:
                 break
-            return max(peak - begun, 0)
+            risen = peak - rss
+            if len(row) == 6 and len(begun) == 6 and begun[4] >= 0 and row[5] >= 0:
+                # the job's cgroup: what no resident set shows (tmpfs files, pipe buffers)
+                risen = max(risen, row[5] - begun[4])
+            return max(risen, 0)
     raise Interfered("missing", detail=f"no {start} then {end} in the supervisor's memory readings")
 
 

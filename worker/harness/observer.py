@@ -41,6 +41,52 @@ def process_memory(pid: int) -> tuple[int, int] | None:
     return found[b"VmRSS"], found[b"VmHWM"]
 
 
+class Counters:
+    """The memory the kernel charges to the job's cgroup, read through two descriptors the
+    worker sent with the request (``Cgroup.memory_counters``): the bytes charged now and their
+    peak. Unlike a process's resident set, they count what the job keeps in files of its tmpfs
+    (/tmp, /dev/shm, /job), in pipe and socket buffers, in every process and thread of its tree.
+    The supervisor starts the peak anew as it begins to watch (``restart``); where the kernel does
+    not let it (a cgroup v2 before Linux 6.12), the peak is left out and the figures read now are
+    the only ones."""
+
+    def __init__(self, fds: list[int]) -> None:
+        self.current = fds[0] if fds else -1
+        self.peak = fds[1] if len(fds) > 1 else -1
+
+    def restart(self) -> None:
+        """Start the peak anew from the bytes charged now (v1's ``max_usage_in_bytes``, v2's
+        ``memory.peak`` for this descriptor, written to)."""
+        if self.peak < 0:
+            return
+        try:
+            os.pwrite(self.peak, b"0\n", 0)
+        except OSError:
+            os.close(self.peak)
+            self.peak = -1
+
+    def read(self) -> tuple[int, int]:
+        """``(now, peak)`` in bytes; -1 for a figure there is none of."""
+        return _read_int(self.current), _read_int(self.peak)
+
+
+def _read_int(fd: int) -> int:
+    if fd < 0:
+        return -1
+    try:
+        return int(os.pread(fd, 32, 0).split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+_COUNTERS: list[Counters] = []  # the job's, once received (``use_counters``)
+
+
+def use_counters(fds: list[int]) -> None:
+    """The job's cgroup's memory counters (``run.receive``), for every ``Observer`` from now on."""
+    _COUNTERS[:] = [Counters(fds)] if fds else []
+
+
 class Shared:
     """Tensors moved into one anonymous shared mapping made before the fork: the child computes
     in it, the supervisor reads it without the child's help."""
@@ -102,11 +148,14 @@ class Observer:
         self.hooks: dict[str, Callable[[int], None]] = {}
         self.child: int | None = None  # the child's pid, once forked
         self.watched = False  # whether its memory is read (watch)
-        # [label, index, rss, peak] at each sync once watched: the kernel's bytes
+        # [label, index, rss, peak, charged, charged peak] at each sync once watched: the
+        # kernel's bytes, of the child's resident set and of the job's cgroup (-1: none)
         self.memory: list[list[Any]] = []
         self.memory_peak = 0  # the most the child's resident set held, of every reading
         self.memory_lowered = 0  # the most its high-water mark fell between two readings
         self._hwm = 0
+        self.counters = _COUNTERS[0] if _COUNTERS else None
+        self.charged = self.charged_peak = -1  # the cgroup's bytes now and at their peak
 
     def watch(self) -> None:
         """From now on, read the child's memory from the kernel (``process_memory``) at every
@@ -116,12 +165,17 @@ class Observer:
         own count, summed per CPU, wavers by some KiB), for the checks. Asked by the harness with a
         ``WATCH`` sync before the learner's file is imported (so it cannot be left out)."""
         self.watched = self.child is not None
+        if self.watched and self.counters is not None:
+            self.counters.restart()
         self.poll()
 
     def poll(self) -> int:
         """One reading of the watched child's memory, its peak kept here; its resident set."""
         if not self.watched or self.child is None:
             return -1
+        if self.counters is not None:
+            self.charged, peak = self.counters.read()
+            self.charged_peak = max(self.charged_peak, self.charged, peak)
         found = process_memory(self.child)
         if found is None:
             return -1
@@ -168,7 +222,7 @@ class Observer:
         if self.watched:
             rss = self.poll()
             if len(self.memory) < MAX_MEMORY:
-                self.memory.append([label, index, rss, self.memory_peak])
+                self.memory.append([label, index, rss, self.memory_peak, self.charged, self.charged_peak])
         shot = -1
         if message.get("snapshot") and self.shared is not None and len(self.snapshots) < MAX_SNAPSHOTS:
             shot = len(self.snapshots)

@@ -26,7 +26,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from . import linux, quiet, runtime
+from . import linux, observer, quiet, runtime
 from .protocol import Limits, Request, Word
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -78,10 +78,12 @@ def offer(control: socket.socket, word: Word) -> socket.socket:
 
 def receive(channel: socket.socket) -> tuple[Request, int, int]:
     """``(request, trace_fd, done_fd)`` from the worker on ``channel`` (``job.hand_over``): the
-    two descriptors with its first byte, then the request up to its end; the channel closed."""
+    two descriptors with its first byte, then the request up to its end; the channel closed.
+    The job's cgroup's memory counters, where the worker sent them after those two, go to the
+    supervisor's observer (``observer.use_counters``)."""
     try:
-        first, fds, _, _ = socket.recv_fds(channel, 1, 2)
-        if first != Word.HANDOFF or len(fds) != 2:
+        first, fds, _, _ = socket.recv_fds(channel, 1, 4)
+        if first != Word.HANDOFF or len(fds) < 2:
             for fd in fds:
                 os.close(fd)
             raise RuntimeError(f"the hand-off brought {len(fds)} descriptors ({first!r})")
@@ -92,6 +94,7 @@ def receive(channel: socket.socket) -> tuple[Request, int, int]:
         channel.close()
     for fd in fds:
         os.set_inheritable(fd, False)
+    observer.use_counters(fds[2:])
     return json.loads(b"".join(chunks).decode("utf-8")), fds[0], fds[1]
 
 

@@ -136,6 +136,28 @@ class Cgroup:
                     (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
                     (cpu / "cpu.cfs_quota_us").write_text(str(CPU_PERIOD_US))
 
+    def memory_counters(self) -> list[int]:
+        """Two descriptors the job's supervisor reads its cgroup's memory through (sent with the
+        request, ``job.hand_over``; ``observer.Counters``): the bytes charged now (read only) and
+        the peak (read and write, so that the supervisor can start it anew as the learner's file
+        loads: v1's ``memory.max_usage_in_bytes``, v2's ``memory.peak``, which Linux 6.12 and later
+        reset for the descriptor written to). What the kernel charges here and no process's
+        resident set shows (files on the job's tmpfs, pipe and socket buffers) counts as memory
+        too. Empty where they cannot be opened; the child closes every descriptor it inherits."""
+        memory = self.dirs["memory"]
+        v1 = ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
+        names = ("memory.current", "memory.peak") if self.v2 else v1
+        fds: list[int] = []
+        try:
+            fds.append(os.open(memory / names[0], os.O_RDONLY | os.O_CLOEXEC))
+            fds.append(os.open(memory / names[1], os.O_RDWR | os.O_CLOEXEC))
+        except OSError as exc:
+            for fd in fds[1:]:  # the current figure alone still says something
+                os.close(fd)
+            del fds[1:]
+            log.debug("sandbox: cgroup memory counters: %s", exc)
+        return fds
+
     def oom_killed(self) -> bool:
         memory = self.dirs["memory"]
         name = "memory.events" if self.v2 else "memory.oom_control"

@@ -122,21 +122,23 @@ def channel_maker(channel: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def hand_over(channel: socket.socket, data: bytes) -> tuple[int, int]:
+def hand_over(channel: socket.socket, data: bytes, counters: list[int] | None = None) -> tuple[int, int]:
     """The job's trace file and done pipe, made now, sent with the request on ``channel`` (which
     is closed after: the job gets no way back to the worker but the "D"); returns the worker's
-    ends ``(trace, done)``. A harness that does not take them is reported by the wait as a crash."""
+    ends ``(trace, done)``. ``counters`` (``Cgroup.memory_counters``) go with them, and are
+    closed here. A harness that does not take them is reported by the wait as a crash."""
     trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
     done, theirs = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
     try:
         channel.settimeout(HAND_OVER_SECONDS)
-        socket.send_fds(channel, [Word.HANDOFF], [trace, theirs])
+        socket.send_fds(channel, [Word.HANDOFF], [trace, theirs, *(counters or [])])
         channel.sendall(data)
         channel.shutdown(socket.SHUT_WR)
     except OSError:
         pass  # it died while warm; reported by the caller as a crash
     finally:
-        os.close(theirs)
+        for fd in (theirs, *(counters or [])):
+            os.close(fd)
         channel.close()
     return trace, done
 
@@ -259,7 +261,8 @@ class Job(abc.ABC):
             return ready
         data = request(kind, spec, code, limits, self.device, self.cgroup is not None, **ready.extra)
         started = time.monotonic()
-        self.trace, self.done = hand_over(ready.channel, data)
+        counters = self.cgroup.memory_counters() if self.cgroup is not None else []
+        self.trace, self.done = hand_over(ready.channel, data, counters)
         end = wait_for_end(
             ready.pid,
             self.done,

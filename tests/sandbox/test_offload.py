@@ -1,0 +1,81 @@
+"""Memory kept where no resident set shows it (issue 41): a loop that is wrong in its memory
+(accumulate's backward once per cycle: a whole cycle's activations alive) keeps what autograd
+saves in files of the job's tmpfs (/dev/shm, /tmp, its own folder) instead of its pages. Its
+numbers are right and the process's high-water mark rises no more than a right loop's, so by the
+process's figures alone it passed; the job's cgroup is charged for those files all the same, and
+the supervisor reads the cgroup's bytes and peak through the descriptors the worker hands over
+with the request (``Cgroup.memory_counters``, ``observer.Counters``). Without a cgroup (a host
+that lets the worker make none) there is nothing to read them from: docs/security.md says so.
+"""
+
+import pytest
+
+from tests.sandbox.conftest import ANY_START
+
+pytestmark = pytest.mark.slow  # real sandboxes, real torch
+
+OFFLOADED = """
+import os
+import torch
+
+FOLDER = {folder!r}
+_made = []
+
+
+def _pack(tensor):
+    path = os.path.join(FOLDER, f"saved-{{len(_made)}}.pt")
+    torch.save(tensor.detach().clone(), path)
+    _made.append(path)
+    return torch.tensor([len(_made) - 1])
+
+
+def _unpack(key):
+    return torch.load(_made[int(key)])
+
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    optimizer.zero_grad()
+    total = 0
+    with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+        for step, (x, y) in enumerate(loader):
+            total = total + loss_fn(model(x), y) / accum_steps
+            if (step + 1) % accum_steps == 0:
+                total.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                total = 0
+                for path in _made:
+                    os.unlink(path)
+                _made.clear()
+"""
+
+
+@pytest.fixture
+def cgroups(has_cgroups):
+    if not has_cgroups:
+        pytest.skip("no cgroup here: memory outside the process's pages is counted only with one")
+
+
+def _memory_failed(outcome):
+    assert outcome.status == "failed", outcome.verdict
+    memory = [c for c in outcome.verdict["checks"] if "system" in c["name"]]
+    assert memory and all(c["status"] == "failed" for c in memory), outcome.verdict
+    numbers = [c for c in outcome.verdict["checks"] if c["status"] == "passed"]
+    assert numbers, "the loop's numbers are right: only its memory fails"
+
+
+def test_activations_kept_in_shared_memory_files_do_not_pass(run, mode, start, cgroups):
+    _memory_failed(run(OFFLOADED.format(folder="/dev/shm")))
+
+
+@ANY_START
+@pytest.mark.parametrize("folder", ["/tmp", "."])
+def test_activations_kept_in_temporary_or_job_files_do_not_pass(run, mode, start, cgroups, folder):
+    _memory_failed(run(OFFLOADED.format(folder=folder)))
+
+
+@ANY_START
+def test_the_solution_still_passes_with_the_cgroup_read(run, mode, start, exercise):
+    with open(f"{exercise.path}/solution.py", encoding="utf-8") as f:
+        outcome = run(f.read())
+    assert outcome.status == "passed", outcome.verdict
