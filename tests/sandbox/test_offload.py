@@ -50,58 +50,6 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
 """
 
 
-# the same, its saved tensors' bytes kept in pipe buffers (1 MiB each): kernel memory, charged
-# to the cgroup too (the process read 19.5 MiB, the cgroup 64.4)
-IN_PIPES = """
-import fcntl
-import io
-import os
-import torch
-
-_kept = []  # per saved tensor: the pipes holding its bytes, and how many
-
-
-def _pack(tensor):
-    buf = io.BytesIO()
-    torch.save(tensor.detach().clone(), buf)
-    data = buf.getvalue()
-    del buf
-    pipes = []
-    for at in range(0, len(data), 1 << 20):
-        r, w = os.pipe()
-        fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
-        os.write(w, data[at : at + (1 << 20)])
-        pipes.append((r, w, len(data[at : at + (1 << 20)])))
-    _kept.append([pipes, None])
-    return torch.tensor([len(_kept) - 1])
-
-
-def _unpack(key):
-    slot = _kept[int(key)]
-    if slot[1] is None:
-        data = b"".join(os.read(r, n) for r, w, n in slot[0])
-        for r, w, n in slot[0]:
-            os.close(r)
-            os.close(w)
-        slot[1] = data
-    return torch.load(io.BytesIO(slot[1]))
-
-
-def train(model, loader, loss_fn, optimizer, accum_steps):
-    optimizer.zero_grad()
-    total = 0
-    with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
-        for step, (x, y) in enumerate(loader):
-            total = total + loss_fn(model(x), y) / accum_steps
-            if (step + 1) % accum_steps == 0:
-                total.backward()
-                optimizer.step()
-                optimizer.zero_grad()
-                total = 0
-                _kept.clear()
-"""
-
-
 @pytest.fixture
 def cgroups(has_cgroups):
     if not has_cgroups:
@@ -124,11 +72,6 @@ def test_activations_kept_in_shared_memory_files_do_not_pass(run, mode, start, c
 @pytest.mark.parametrize("folder", ["/tmp", "."])
 def test_activations_kept_in_temporary_or_job_files_do_not_pass(run, mode, start, cgroups, folder):
     _memory_failed(run(OFFLOADED.format(folder=folder)))
-
-
-@ANY_START
-def test_activations_kept_in_pipe_buffers_do_not_pass(run, mode, start, cgroups):
-    _memory_failed(run(IN_PIPES))
 
 
 @ANY_START
