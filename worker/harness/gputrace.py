@@ -35,7 +35,12 @@ import math
 import random
 import socket
 import struct
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 LOOPS = ("compute", "input", "launch")  # sorted: the order of the bases everywhere
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -56,28 +61,56 @@ MODEL_SEED = 0
 class Queue:
     """The host's clock, the streams' clocks and the events they leave (µs)."""
 
-    def __init__(self, seed):
+    def __init__(self, seed: str) -> None:
         self.rng = random.Random(seed)
         self.host = 1_000.0
         self.streams = {MAIN: 0.0, SIDE: 0.0}
-        self.events = []
+        self.events: list[dict[str, Any]] = []
         self.correlation = 0
-        self.open = []  # the record_function ranges open now: [first device start, last end]
+        self.open: list[
+            list[float]
+        ] = []  # the record_function ranges open now: [first device start, last end]
 
-    def _jitter(self, us):
+    def _jitter(self, us: float) -> float:
         return us * self.rng.uniform(0.92, 1.08)
 
-    def _event(self, cat, name, ts, dur, pid=HOST_PID, tid=HOST_TID, args=None):
-        event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+    def _event(
+        self,
+        cat: str,
+        name: str,
+        ts: float,
+        dur: float,
+        pid: int = HOST_PID,
+        tid: int = HOST_TID,
+        args: dict[str, Any] | None = None,
+    ) -> None:
+        event: dict[str, Any] = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+        }
         if args:
             event["args"] = args
         self.events.append(event)
 
-    def cpu(self, us):
+    def cpu(self, us: float) -> None:
         """Python's own time: the op's dispatch, the loader's work, the optimizer's loop."""
         self.host += self._jitter(us)
 
-    def launch(self, name, us, stream=MAIN, cat="kernel", call="cudaLaunchKernel", cost=5.0, wait=False):
+    def launch(
+        self,
+        name: str,
+        us: float,
+        stream: int = MAIN,
+        cat: str = "kernel",
+        call: str = "cudaLaunchKernel",
+        cost: float = 5.0,
+        wait: bool = False,
+    ) -> None:
         """Launch ``name`` (``us`` on the device) on ``stream``; ``wait``: the call returns only
         when it is done (a blocking copy)."""
         self.correlation += 1
@@ -96,16 +129,18 @@ class Queue:
             span[1] = max(span[1], begin + dur)
         self.host = start + call_dur
 
-    def op(self, name, us, python=12.0, stream=MAIN):
+    def op(self, name: str, us: float, python: float = 12.0, stream: int = MAIN) -> None:
         self.cpu(python)
         self.launch(name, us, stream)
 
-    def copy(self, name, nbytes, gb_per_s, blocking=True, stream=MAIN):
+    def copy(
+        self, name: str, nbytes: int, gb_per_s: float, blocking: bool = True, stream: int = MAIN
+    ) -> None:
         self.cpu(8.0)
         us = 1.5 + nbytes / (gb_per_s * 1e3)
         self.launch(name, us, stream, cat="gpu_memcpy", call="cudaMemcpyAsync", cost=6.0, wait=blocking)
 
-    def sync(self, stream=MAIN):
+    def sync(self, stream: int = MAIN) -> None:
         """``.item()``: the copy of one number back, and the host waits for ``stream``."""
         self.copy("Memcpy DtoH (Device -> Pageable)", 4, 1.0, blocking=True, stream=stream)
         start = self.host
@@ -113,14 +148,14 @@ class Queue:
         self._event("cuda_runtime", "cudaStreamSynchronize", start, end - start)
         self.host = end
 
-    def wait_event(self, stream, at):
+    def wait_event(self, stream: int, at: float) -> None:
         """``stream.wait_event(event)`` for an event recorded when another stream's clock read
         ``at``: what ``stream`` runs next starts after that."""
         self.cpu(3.0)
         self.streams[stream] = max(self.streams[stream], at)
 
     @contextlib.contextmanager
-    def range(self, name):
+    def range(self, name: str) -> Iterator[None]:
         """A ``record_function`` range, and its GPU twin where it launched device work."""
         start = self.host
         span = [math.inf, -math.inf]
@@ -136,7 +171,7 @@ class Queue:
                 self._event("gpu_user_annotation", name, span[0], span[1] - span[0], GPU_PID, MAIN)
 
 
-def _input_step(q):
+def _input_step(q: Queue) -> None:
     """A small MLP on 224×224 images that a DataLoader with num_workers=0 loads in the main
     process (2 ms a sample, 32 a batch), copied from pageable memory."""
     with q.range("data"):
@@ -166,7 +201,7 @@ def _input_step(q):
         q.sync()  # losses.append(loss.item())
 
 
-def _compute_step(q):
+def _compute_step(q: Queue) -> None:
     """Six 4096-wide layers at batch 512, the batch already on the GPU; a deeper frozen teacher
     runs its forward for the next batch on a side stream (distillation): the loss waits only for
     the teacher's forward of the step before."""
@@ -203,7 +238,7 @@ def _compute_step(q):
         q.sync()  # losses.append(loss.item()): the host waits for the queue here
 
 
-def _launch_step(q):
+def _launch_step(q: Queue) -> None:
     """Sixty Linear(32, 32)+Tanh layers at batch 1: each kernel takes a few µs, each launch more."""
     with q.range("data"):
         q.cpu(15.0)
@@ -235,7 +270,7 @@ def _launch_step(q):
 STEP = {"input": _input_step, "compute": _compute_step, "launch": _launch_step}
 
 
-def model_trace(loop, seed=MODEL_SEED, steps=STEPS):
+def model_trace(loop: str, seed: int = MODEL_SEED, steps: int = STEPS) -> dict[str, Any]:
     """The modelled Chrome trace of ``loop`` ("input", "compute" or "launch"): ``steps``
     profiled steps (``ProfilerStep#1``…), compacted as ``bench/traces.py`` keeps a recorded one."""
     q = Queue(f"{loop}-{seed}")
@@ -263,13 +298,13 @@ def model_trace(loop, seed=MODEL_SEED, steps=STEPS):
 # ---------------------------------------------------------------- what each run gets
 
 
-def digest(trace):
+def digest(trace: Any) -> str:
     """The identity of a base trace, the same wherever it was made or read."""
     text = json.dumps(trace, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def order(first_seed, loops, rounds):
+def order(first_seed: int, loops: int, rounds: int) -> list[int]:
     """Which base (an index into the sorted loops) each run gets: every loop ``rounds`` times,
     in an order drawn from the first run's seed."""
     runs = [i for _ in range(rounds) for i in range(loops)]
@@ -277,7 +312,7 @@ def order(first_seed, loops, rounds):
     return runs
 
 
-def perturb(trace, seed):
+def perturb(trace: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """``trace`` as another run of the same loop could have recorded it: another clock origin,
     every time scaled alike (a machine 15 % faster or slower), the first profiled step left out
     or not (the window starts mid-queue), the events listed in another order."""
@@ -299,25 +334,25 @@ def perturb(trace, seed):
     return {**{k: v for k, v in trace.items() if k != "traceEvents"}, "traceEvents": meta + kept}
 
 
-def payload(trace):
+def payload(trace: Any) -> bytes:
     """A run's trace as the supervisor serves it: its length, then its JSON."""
     text = json.dumps(trace, separators=(",", ":"), allow_nan=False).encode()
     return LENGTH.pack(len(text)) + text
 
 
-def chunks(data):
+def chunks(data: bytes) -> int:
     return max(1, -(-len(data) // CHUNK))
 
 
 class Served:
     """The supervisor's side: each run's trace, made from the seeds its ``Items`` draws."""
 
-    def __init__(self, bases, rounds):
+    def __init__(self, bases: Sequence[Mapping[str, Any]], rounds: int) -> None:
         self.bases, self.rounds = bases, rounds
         self.items: Any = None  # the ``Items`` server, set once it exists
-        self._made = {}
+        self._made: dict[int, bytes] = {}
 
-    def make(self, seed, index):
+    def make(self, seed: int, index: int) -> bytes:
         seeds = self.items.seeds
         if seed not in self._made:
             run = len(seeds) - 1
@@ -329,7 +364,7 @@ class Served:
         return data[index * CHUNK : (index + 1) * CHUNK].ljust(CHUNK, b"\0")
 
 
-def fetch(address):
+def fetch(address: bytes) -> Any:
     """The child's side: this run's trace, asked for slice by slice."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -359,7 +394,7 @@ def fetch(address):
 MAX_TEXT = 40
 
 
-def _number(value):
+def _number(value: Any) -> float | None:
     try:
         number = float(value)
     except BaseException:  # noqa: BLE001 (the learner's object: anything may raise)
@@ -367,7 +402,7 @@ def _number(value):
     return number if math.isfinite(number) else None
 
 
-def read_answer(value):
+def read_answer(value: object) -> dict[str, Any]:
     """What the learner returned, as data: numbers (None where not a finite number), text cut."""
     if not isinstance(value, dict):
         return {"type": type(value).__name__[:MAX_TEXT]}
@@ -380,18 +415,18 @@ def read_answer(value):
     return answer
 
 
-def run(job, api):
-    params = job["params"]
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    params = spec["params"]
     bases = params["bases"]  # sent by the grader (checks/gputrace.py job_inputs); none is ours to fix
     rounds = int(params.get("rounds", 1))
     runs_count = min(len(bases) * rounds, MAX_RUNS)
     served = Served(bases, rounds)
     items = served.items = api.serve_items(MAX_CHUNKS, 0.0, served.make, CHUNK)
 
-    def learner():
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         fn = api.load_entry()
         api.check_signature(fn, ["trace"])
-        runs = []
+        runs: list[dict[str, Any]] = []
         for number in range(runs_count):
             api.sync("run", number)
             trace = fetch(items.address)

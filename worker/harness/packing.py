@@ -10,13 +10,20 @@ of rows it was given (``forward``): the supervisor counts the calls; the rows ar
 harness's hook in the child.
 """
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from . import sequences
 from .instrument import flat, name_limits
 
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
-def run(spec, api):
+
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     device = spec.get("device", "cpu")
     model, batches = sequences.packing(params)
@@ -25,20 +32,20 @@ def run(spec, api):
     weights = list(model.parameters())
     api.share(weights)
 
-    def learner():
-        def loader():
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        def loader() -> Iterator[list[torch.Tensor]]:
             for i, batch in enumerate(batches):
                 api.sync("batch", i, snapshot=True)
                 yield list(batch)
 
         class Loader:
-            def __len__(self):
+            def __len__(self) -> int:
                 return len(batches)
 
-            def __iter__(self):
+            def __iter__(self) -> Iterator[list[torch.Tensor]]:
                 return loader()
 
-        def counted(module, args):
+        def counted(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
             tokens = args[0] if args else None
             rows = int(tokens.shape[0]) if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else -1
             api.sync("forward", rows)

@@ -16,11 +16,17 @@ happened, and the answer.
 """
 
 import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from .instrument import name_limits, wrap_step
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 PHASES = ("data", "forward", "backward", "optimizer")
 MAX_RANGES = 400
@@ -30,16 +36,18 @@ TORCH_LABELS = ("#", "::", "Optimizer.", "enumerate(DataLoader)")
 
 
 LABELS = {"data": "fetch", "forward": "forward", "backward": "backward", "optimizer": "step"}
+Batch = tuple[torch.Tensor, torch.Tensor]  # (inputs, targets)
+Sync = Callable[..., object]  # sync(label[, number, snapshot]): a phase's event, told the supervisor
 
 
 class _SyncBackward(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, sync):
+    def forward(ctx: Any, x: torch.Tensor, sync: Sync) -> torch.Tensor:
         ctx.sync = sync
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         ctx.sync("backward")
         return grad, None
 
@@ -48,11 +56,11 @@ class Phase(nn.Module):
     """Identity whose forward and backward each wait on the supervisor (which is slow to
     answer in the run where that phase is the slow one)."""
 
-    def __init__(self, sync):
+    def __init__(self, sync: Sync | None) -> None:
         super().__init__()
-        self._sync = sync
+        self._sync: Any = sync  # set by ``_build`` (the checks set a no-op)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._sync("forward")
         return _SyncBackward.apply(x, self._sync)
 
@@ -60,24 +68,26 @@ class Phase(nn.Module):
 class Run:
     """The timeline of one call of the learner's function."""
 
-    def __init__(self):
-        self.ranges = []
-        self.points: dict[str, list] = {phase: [] for phase in PHASES}  # phase → [(start, end)]
+    def __init__(self) -> None:
+        self.ranges: list[list[Any]] = []  # [name, start, end]
+        self.points: dict[str, list[tuple[float, float]]] = {
+            phase: [] for phase in PHASES
+        }  # phase → [(start, end)]
 
-    def point(self, phase, start, end=None):
+    def point(self, phase: str, start: float, end: float | None = None) -> None:
         self.points[phase].append((start, time.perf_counter() if end is None else end))
 
 
 class ServedLoader:
     """The batches, each fetched from the supervisor (which takes its time on the data run)."""
 
-    def __init__(self, batches, run, fetch):
+    def __init__(self, batches: list[Batch], run: Run, fetch: Callable[[], object]) -> None:
         self._batches, self._run, self._fetch = batches, run, fetch
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._batches)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         for batch in self._batches:
             start = time.perf_counter()
             self._fetch()
@@ -85,17 +95,17 @@ class ServedLoader:
             yield batch
 
 
-def _patch_record_function(state):
+def _patch_record_function(state: dict[str, Any]) -> None:
     real = torch.autograd.profiler.record_function
 
     class record_function(real):  # type: ignore[valid-type,misc]  # noqa: N801  (the name the learner imports)
-        def __enter__(self):
+        def __enter__(self) -> Any:
             self._started = time.perf_counter()
             entered = super().__enter__()
             self._tell("open")
             return entered
 
-        def __exit__(self, *exc):
+        def __exit__(self, *exc: Any) -> Any:
             self._tell("close")
             result = super().__exit__(*exc)
             run = state["run"]
@@ -108,7 +118,7 @@ def _patch_record_function(state):
                 run.ranges.append([name[:40], self._started, time.perf_counter()])
             return result
 
-        def _tell(self, edge):
+        def _tell(self, edge: str) -> None:
             """A phase's range opening or closing, told to the supervisor in its order."""
             if state["run"] is not None and self.name in PHASES:
                 state["sync"](f"{edge}:{self.name}")
@@ -121,9 +131,11 @@ def _patch_record_function(state):
 LR = 0.1  # the loop's SGD
 
 
-def scenario(params):
+def scenario(params: Mapping[str, Any]) -> tuple[Any, list[Batch]]:
     """One loop's seeded model and batches, as the supervisor builds them and the checks again
-    (``worker/checks/phases.py``: each step's update is judged against them)."""
+    (``worker/checks/phases.py``: each step's update is judged against them). The model is an
+    ``nn.Sequential`` whose third layer is the ``Phase``, its sync set by whoever runs it (``Any``:
+    torch's ``Module`` typing refuses a function as an attribute)."""
     torch.manual_seed(int(params.get("seed", 0)))
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), Phase(None), nn.Linear(16, 3))
     size = int(params["batch_size"])
@@ -131,10 +143,12 @@ def scenario(params):
     return model, batches
 
 
-def _build(model, batches, run, sync):
+def _build(
+    model: nn.Sequential, batches: list[Batch], run: Run, sync: Sync
+) -> tuple[nn.Sequential, ServedLoader, nn.CrossEntropyLoss, torch.optim.SGD]:
     """A loop around the supervisor's ``model`` (its parameters shared, read at every step):
     the Phase layer's syncs, the timeline's hooks, the served loader."""
-    model[2]._sync = sync
+    cast(Phase, model[2])._sync = sync
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
 
     started: dict[str, float] = {}
@@ -142,10 +156,10 @@ def _build(model, batches, run, sync):
     model.register_forward_hook(lambda m, a, o: run.point("forward", started.pop("f")))
     first = next(model.parameters())  # its gradient is written last: the end of backward
 
-    def on_backward_start(grad):
+    def on_backward_start(grad: torch.Tensor) -> None:
         started["b"] = time.perf_counter()
 
-    def on_output(module, args, output):
+    def on_output(module: nn.Module, args: Any, output: torch.Tensor) -> None:
         if output.requires_grad:
             output.register_hook(on_backward_start)
 
@@ -154,10 +168,10 @@ def _build(model, batches, run, sync):
         lambda p: run.point("backward", started.pop("b", time.perf_counter()))
     )
 
-    def step_started():
+    def step_started() -> None:
         started["s"] = time.perf_counter()
 
-    def step_done(result):
+    def step_done(result: object) -> None:
         sync("step", snapshot=True)  # the parameters after this step, read by the supervisor
         run.point("optimizer", started.pop("s"))
 
@@ -166,24 +180,24 @@ def _build(model, batches, run, sync):
     return model, loader, nn.CrossEntropyLoss(), optimizer
 
 
-def run(spec, api):
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     runs_count = len(params["slow"])
     api.slow_one([LABELS[phase] for phase in params["slow"]], float(params["slow_ms"]) / 1000)
     loops = [scenario(params) for _ in range(runs_count)]
     api.share([p for model, _ in loops for p in model.parameters()])
 
-    def learner():
-        state: dict = {"run": None, "sync": None}
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        state: dict[str, Any] = {"run": None, "sync": None}
         _patch_record_function(state)
         name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "optimizer"])
-        runs = []
+        runs: list[dict[str, Any]] = []
         for number in range(runs_count):
             state["run"] = current = Run()
 
-            def sync(label, number=number, snapshot=False):
+            def sync(label: str, number: int = number, snapshot: bool = False) -> None:
                 api.sync(label, number, snapshot)
 
             state["sync"] = sync
@@ -193,7 +207,7 @@ def run(spec, api):
             answer, error = api.call_for_value(fn, [model, loader, loss_fn, optimizer])
             state["run"] = None
 
-            def ms(t, origin=origin):
+            def ms(t: float, origin: float = origin) -> float:
                 return round((t - origin) * 1000, 3)
 
             runs.append(

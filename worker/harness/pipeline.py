@@ -21,12 +21,18 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from . import scenarios
 from .instrument import name_limits
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 MAX_BATCHES = 200
 ASK = struct.Struct("!I")
@@ -37,20 +43,20 @@ class ServedDataset(Dataset):
     (a slow decode: the CPU is free meanwhile). Each process and thread asks on its own
     connection, made on first use."""
 
-    def __init__(self, size, address):
+    def __init__(self, size: int, address: bytes) -> None:
         self.size, self.address = size, address
         self._local = threading.local()
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.size
 
-    def __getstate__(self):  # a loader worker started by spawn makes its own connection
+    def __getstate__(self) -> dict[str, Any]:  # a loader worker started by spawn makes its own connection
         return {"size": self.size, "address": self.address}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         type(self).__init__(self, state["size"], state["address"])
 
-    def _connection(self):
+    def _connection(self) -> socket.socket:
         local = self._local
         if getattr(local, "pid", None) != os.getpid():
             local.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -58,7 +64,7 @@ class ServedDataset(Dataset):
             local.pid = os.getpid()
         return local.sock
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if not 0 <= int(index) < self.size:
             raise IndexError(index)
         sock = self._connection()
@@ -74,9 +80,11 @@ class ServedDataset(Dataset):
         return torch.tensor(scenarios.ITEM.unpack(answer[1:])), index
 
 
-def _consume(loader, model, optimizer, device):
+def _consume(
+    loader: Iterable[Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: str
+) -> list[list[int]]:
     """The training loop the timing is about; returns the batches' indices."""
-    seen: list = []
+    seen: list[list[int]] = []
     for batch in loader:
         x, index = batch[0], torch.as_tensor(batch[1])
         if len(seen) < MAX_BATCHES:
@@ -85,7 +93,7 @@ def _consume(loader, model, optimizer, device):
     return seen
 
 
-def _describe(loader):
+def _describe(loader: object) -> dict[str, Any]:
     if not isinstance(loader, DataLoader):
         return {"type": type(loader).__name__[:60]}
     return {
@@ -97,11 +105,11 @@ def _describe(loader):
     }
 
 
-def run(job, api):
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     """The loops run in the child (``api.supervise``); what the checks time and verify is the
     supervisor's: the items it served and the parameters it read at each run's end."""
-    params = job["params"]
-    device = job.get("device", "cpu")
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     samples, batch_size = int(params["samples"]), int(params["batch_size"])
     items = api.serve_items(
         samples, float(params["item_ms"]) / 1000, scenarios.pipeline_item, scenarios.ITEM.size
@@ -110,7 +118,7 @@ def run(job, api):
     trained = scenarios.pipeline_model().to(device)
     api.share(trained.parameters())
 
-    def learner():
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         optimizer = torch.optim.SGD(trained.parameters(), lr=scenarios.PIPELINE_LR)
         dataset = ServedDataset(samples, items.address)
 
@@ -121,9 +129,9 @@ def run(job, api):
         name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["dataset", "batch_size"])
-        state = {"attempts": 0}
+        state: dict[str, Any] = {"attempts": 0}
 
-        def learners():
+        def learners() -> None:
             loader = fn(dataset, batch_size)
             state["loader"] = _describe(loader)
             state["seen"] = _consume(loader, trained, optimizer, device)

@@ -23,12 +23,18 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import scenarios
 from .instrument import name_limits
 from .pipeline import ServedDataset
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 MAX_BATCHES = 400
 KEYS = ("step_ms", "spread_ms", "same_batch_ms", "bound")
@@ -38,19 +44,19 @@ MAX_TEXT = 40
 class Device:
     """The kernels' queue and the thread that runs them (the learner's process)."""
 
-    def __init__(self, sync, run, params):
+    def __init__(self, sync: Callable[[str, int], object], run: int, params: Mapping[str, Any]) -> None:
         self._sync, self._run = sync, run
         self._kernel_s = float(params["kernel_ms"]) / 1000
         self._warmup_s = float(params["warmup_ms"]) / 1000
         self._warmup = int(params["warmup_kernels"])
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._pending = 0
         self._done = threading.Condition()
         self._launched = 0
         self._thread = threading.Thread(target=self._work, name="treino-device", daemon=True)
         self._thread.start()
 
-    def launch(self, x):
+    def launch(self, x: object) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError("train_step takes a batch the loader gave")
         with self._done:
@@ -58,7 +64,7 @@ class Device:
         self._queue.put(self._launched)
         self._launched += 1
 
-    def _work(self):
+    def _work(self) -> None:
         while True:
             number = self._queue.get()
             if number is None:
@@ -70,12 +76,12 @@ class Device:
                 self._pending -= 1
                 self._done.notify_all()
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         with self._done:
             self._done.wait_for(lambda: self._pending == 0)
         self._sync("synchronize", self._run)
 
-    def close(self):
+    def close(self) -> None:
         """Wait for the queue to drain (not a sync the learner made), then end the thread."""
         with self._done:
             self._done.wait_for(lambda: self._pending == 0)
@@ -86,24 +92,24 @@ class Device:
 class Loader:
     """The batches, one item each, fetched from the supervisor's server as the loop asks."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset: ServedDataset) -> None:
         self._dataset = dataset
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._dataset)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[torch.Tensor]:
         for index in range(len(self._dataset)):
             yield self._dataset[index][0].unsqueeze(0)
 
 
-def _number(value):
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def _answer(value):
+def _answer(value: object) -> dict[str, Any]:
     """What the learner's function returned, as data: the four keys, numbers and a word."""
     if not isinstance(value, dict):
         return {"type": type(value).__name__[:MAX_TEXT]}
@@ -122,8 +128,8 @@ def _answer(value):
     }
 
 
-def run(job, api):
-    params = job["params"]
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    params = spec["params"]
     runs = int(params["runs"])
     items = api.serve_items(
         MAX_BATCHES, float(params["item_ms"]) / 1000, scenarios.pipeline_item, scenarios.ITEM.size
@@ -131,17 +137,17 @@ def run(job, api):
     # "kernel" slow in one run (the device is the bottleneck there), "idle" (never synced) in the other
     api.slow_one(["kernel", "idle"][:runs], float(params["slow_ms"]) / 1000)
 
-    def learner():
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         lock = threading.Lock()
 
-        def sync(label, index):
+        def sync(label: str, index: int) -> None:
             with lock:
                 api.sync(label, index)
 
         name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["train_step", "loader", "synchronize"])
-        answers = []
+        answers: list[dict[str, Any]] = []
         for number in range(runs):
             sync("run", number)  # a new seed for the items, and the run's start
             device = Device(sync, number, params)
