@@ -57,6 +57,31 @@ class Record(TypedDict):
     mode: NotRequired[Literal["run"]]
 
 
+BarKind = Literal["yours", "reference", "naive"]
+Unit = Literal["bytes", "times", "count"]
+
+
+class BarRecord(TypedDict):
+    label: str  # catalogue key figure.<chart>.<label>: the bar's name
+    kind: BarKind  # how it is drawn: the learner's, what it is measured against, the naive way
+    value: float
+
+
+class ChartRecord(TypedDict):
+    """A bar chart a check kind declares in its metrics (``metrics["charts"]``), drawn by the
+    page for any kind: its texts are the kind's own (figure.<id>.title, .note, and .summary,
+    which quotes each bar's value by its label), its numbers written in ``unit``."""
+
+    id: str
+    unit: Unit
+    bars: list[BarRecord]
+
+
+def chart(id: str, unit: Unit, bars: Iterable[tuple[str, BarKind, float]]) -> ChartRecord:
+    """A declared bar chart (``ChartRecord``) for a kind's metrics, under ``"charts"``."""
+    return {"id": id, "unit": unit, "bars": [{"label": b[0], "kind": b[1], "value": b[2]} for b in bars]}
+
+
 def check_record(name: str, passed: bool, message: str, values: dict[str, Any]) -> CheckRecord:
     out: CheckRecord = {"name": name, "passed": passed, "message": message, "values": encode(values)}
     line = values.get("line")
@@ -164,6 +189,10 @@ class Metrics(BaseModel):
     )
     peak_activation_bytes: int | None = None
     reference_peak_activation_bytes: int | None = None
+    charts: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Bar charts the kind declares: `{id, unit, bars: [{label, kind, value}]}`",
+    )
 
 
 class Verdict(BaseModel):

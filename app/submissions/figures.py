@@ -196,7 +196,7 @@ def figures(verdict: dict[str, Any]) -> Figures:
     elif peak is not None:
         facts.append((_("Peak activation memory"), size(peak)))
     lesson5, counted = _gradients(metrics)
-    charts += lesson5 + _configurations(metrics) + _timing(metrics) + _logits(metrics)
+    charts += lesson5 + _configurations(metrics) + _timing(metrics) + _declared(metrics)
     facts += counted
     if (ms := _num(metrics, "sandbox_ms")) is not None:
         facts.append((_("Running your code"), seconds(ms)))
@@ -207,24 +207,37 @@ def figures(verdict: dict[str, Any]) -> Figures:
     return Figures(charts, facts)
 
 
-def _logits(metrics: dict) -> list[Figure]:
-    """Lesson 6's chunked loss: how far the memory run's memory rose, as the kernel counted it,
-    against the budget and the whole logits' bytes."""
-    rise, limit = _num(metrics, "logits_rise_bytes"), _num(metrics, "logits_limit_bytes")
-    whole = _num(metrics, "whole_logits_bytes")
-    if rise is None or limit is None or whole is None:
-        return []
-    rows = [
-        (_("Yours"), rise, size(rise), "yours"),
-        (_("Budget"), limit, size(limit), "reference"),
-        (_("Whole logits"), whole, size(whole), "naive"),
-    ]
-    summary = _(
-        "Your loop's memory rose by %(rise)s at its peak; the budget is %(limit)s and the whole "
-        "logits alone take %(whole)s."
-    ) % {"rise": size(rise), "limit": size(limit), "whole": size(whole)}
-    note = _("The rise of the process's memory in the run on the large vocabulary, as the system counted it.")
-    return [Figure("logits", _("The logits' peak"), _from_zero(rows), note, summary)]
+def _declared(metrics: dict) -> list[Figure]:
+    """The bar charts a check kind declares (``contracts.verdict.chart``): drawn from zero, with
+    the kind's own texts (figure.<id>.*), so that a new kind's chart needs nothing here. A chart
+    that is not well formed, or whose texts are gone, is left out: an old row never breaks a page."""
+    lang = current_lang()
+    drawn = []
+    for spec in metrics.get("charts") or []:
+        try:
+            chart_id, unit = str(spec["id"]), spec["unit"]
+            bars = [(str(b["label"]), float(b["value"]), str(b["kind"])) for b in spec["bars"]]
+            say = _UNITS[unit]
+            rows = [
+                (messages.text(f"figure.{chart_id}.{label}", lang), v, say(v), kind)
+                for label, v, kind in bars
+            ]
+            values = {label: value for label, value, _kind in bars}
+            title, note, summary = (
+                messages.render(f"figure.{chart_id}.{part}", lang, values)
+                for part in ("title", "note", "summary")
+            )
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue
+        drawn.append(Figure(chart_id, title, _from_zero(rows), note, summary))
+    return drawn
+
+
+_UNITS: dict[str, Callable[[float], str]] = {
+    "bytes": size,
+    "times": lambda v: f"{number(v)}×",
+    "count": lambda v: number(v, 0),
+}
 
 
 def _configurations(metrics: dict) -> list[Figure]:
