@@ -8,10 +8,17 @@ the parameters after it; the gradient every clip saw; per-loss-call unit gradien
 graph) for the checks' decomposition; and peak bytes saved for backward.
 """
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from . import childfilter, memory, scenarios, supervise
 from .instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 MAX_EVENTS = 4000
 MAX_STEPS = 64
@@ -22,42 +29,43 @@ DEFAULT_SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "accum_steps"]
 
 
 class Recorder:
-    def __init__(self, model, scaler):
+    def __init__(self, model: torch.nn.Module, scaler: torch.amp.GradScaler | None) -> None:
         self.params = [p for p in model.parameters()]
         self.scaler = scaler
-        self.events = []
+        self.events: list[list[Any]] = []
         self.events_dropped = 0
-        self.steps = []
+        self.steps: list[dict[str, Any]] = []
         self.steps_total = 0
-        self.clips = []
+        self.clips: list[dict[str, Any]] = []
         self.clips_total = 0
-        self.calls = []
-        self.seen = set()
+        self.calls: list[dict[str, Any]] = []
+        self.seen: set[tuple[tuple[int, ...], int]] = set()
         self.forwards = 0
         self.backwards = 0
-        self.meter = None  # the saved-tensor meter, once the learner's call begins
+        # the saved-tensor meter, once the learner's call begins
+        self.meter: memory.SavedTensorMeter | None = None
         self.unscaled = False  # GradScaler: unscale_ ran since the last update
-        self.pending_grad = None  # the gradient the step about to run sees
+        self.pending_grad: list[float | None] | None = None  # what the step about to run sees
 
-    def event(self, *item):
+    def event(self, *item: Any) -> None:
         if len(self.events) < MAX_EVENTS:
             self.events.append(list(item))
         else:
             self.events_dropped += 1
 
-    def grads(self):
+    def grads(self) -> list[float | None]:
         return flat([p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params])
 
-    def scale(self):
+    def scale(self) -> float | None:
         return float(self.scaler.get_scale()) if self.scaler is not None else None
 
-    def check_meter(self):
+    def check_meter(self) -> None:
         """A forward or a loss with gradients on: the meter must be the one saving."""
         if self.meter is not None and torch.is_grad_enabled():
             self.meter.check_on()
 
 
-def _plain(tensor):
+def _plain(tensor: Any) -> Any:
     """``tensor`` itself, or under a torch.func transform the tensor its wrappers hold (a
     wrapped tensor has no storage of its own to compare)."""
     functorch = torch._C._functorch
@@ -66,11 +74,11 @@ def _plain(tensor):
     return tensor
 
 
-def _transformed(tensor):
+def _transformed(tensor: Any) -> bool:
     return isinstance(tensor, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(tensor)
 
 
-def _identify(batches, y):
+def _identify(batches: Sequence[scenarios.Batch], y: Any) -> list[int]:
     """Indices of the micro-batches whose targets make up ``y`` (consecutive), or []."""
     y = _plain(y)
     if not isinstance(y, torch.Tensor) or y.dim() == 0:
@@ -92,31 +100,31 @@ def _identify(batches, y):
     return []
 
 
-def _own_gradients(objective, params):
+def _own_gradients(objective: torch.Tensor, params: Sequence[torch.Tensor]) -> Sequence[torch.Tensor | None]:
     """The gradient of ``objective`` on the learner's graph, without the hooks the learner put
     on the parameters (``p.register_hook``: a gradient divided there is still the micro-batch's
     own gradient here, which the checks' decomposition needs unchanged)."""
-    hooked = [(p, dict(p._backward_hooks)) for p in params if p._backward_hooks]
-    for p, _ in hooked:
-        p._backward_hooks.clear()
+    hooked = [(p._backward_hooks, dict(p._backward_hooks)) for p in params if p._backward_hooks]
+    for table, _ in hooked:
+        table.clear()
     try:
         return torch.autograd.grad(objective, params, retain_graph=True, allow_unused=True)
     finally:
-        for p, hooks in hooked:
-            p._backward_hooks.update(hooks)
+        for table, hooks in hooked:
+            table.update(hooks)
 
 
 class RecordingLoss:
     """Wraps the scenario's loss: computes each call's unit gradient on the learner's graph."""
 
-    def __init__(self, scenario, recorder):
+    def __init__(self, scenario: scenarios.Scenario, recorder: Recorder) -> None:
         self._scenario = scenario
         self._rec = recorder
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._scenario.loss_fn, name)
 
-    def __call__(self, output, target, *args, **kwargs):
+    def __call__(self, output: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
         loss = self._scenario.loss_fn(output, target, *args, **kwargs)
         rec = self._rec
         mbs = _identify(self._scenario.micro_batches, target)
@@ -125,6 +133,7 @@ class RecordingLoss:
             key = (tuple(mbs), rec.steps_total)
             if (not mbs or key not in rec.seen) and len(rec.calls) < MAX_CALLS:
                 rec.seen.add(key)
+                grads: Sequence[torch.Tensor | None]
                 if _transformed(loss):  # inside torch.func: the graph is the transform's, not
                     grads = [None] * len(rec.params)  # the parameters' (no unit: no diagnosis)
                 else:
@@ -149,10 +158,17 @@ class RecordingLoss:
         return loss
 
 
-def _instrument(model, optimizer, scaler, batches, rec, api):
+def _instrument(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    batches: list[scenarios.Batch],
+    rec: Recorder,
+    api: "Api",
+) -> None:
     ptrs = {b[0].data_ptr(): i for i, b in enumerate(batches)}
 
-    def on_forward(module, args):
+    def on_forward(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         rec.check_meter()
         recompute = torch._C._current_autograd_node() is not None  # checkpoint, in backward
         rec.forwards += not recompute
@@ -161,18 +177,18 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
         rec.event("F", size, index, torch.is_grad_enabled(), recompute)
 
-    def on_backward(param):
+    def on_backward(param: torch.Tensor) -> None:
         rec.backwards += 1
         rec.event("B")
 
     model.register_forward_pre_hook(on_forward)
     rec.params[0].register_post_accumulate_grad_hook(on_backward)
 
-    def before_step():
+    def before_step() -> None:
         rec.event("S", rec.steps_total)
         rec.pending_grad = rec.grads()
 
-    def after_step(result):
+    def after_step(result: object) -> None:
         if rec.steps_total < MAX_STEPS:
             rec.steps.append({"grad": rec.pending_grad, "params": flat(rec.params), "scale": rec.scale()})
         api.sync("step", rec.steps_total, snapshot=True)  # the supervisor reads the parameters
@@ -180,8 +196,8 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
 
     wrap_step(optimizer, before_step, after_step)
 
-    def zero(who):
-        def before(*args, **kwargs):
+    def zero(who: str) -> Callable[..., None]:
+        def before(*args: Any, **kwargs: Any) -> None:
             rec.event("Z", who)
 
         return before
@@ -191,7 +207,8 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
     if scaler is not None:
         watch_scaler(scaler, rec)
 
-    def on_clip(parameters, max_norm, clip):  # the gradient before it is clipped
+    def on_clip(parameters: Any, max_norm: Any, clip: Callable[[], Any]) -> Any:
+        # the gradient before it is clipped
         rec.event("C", rec.clips_total)
         if rec.clips_total < MAX_CLIPS:
             rec.clips.append(
@@ -208,38 +225,59 @@ def _instrument(model, optimizer, scaler, batches, rec, api):
     patch_clip(on_clip)
 
 
-def _memory_run(api, fn, names, model, available, batches, params):
+def _memory_run(
+    api: "Api",
+    fn: Callable[..., Any],
+    names: Sequence[str],
+    model: torch.nn.Module,
+    available: dict[str, Any],
+    batches: list[scenarios.Batch],
+    params: dict[str, Any],
+) -> dict[str, Any] | None:
     """The learner's loop once more, on ``batches`` (one cycle of large micro-batches) with
     the memory scenario's own model (a fresh one: what the loop did to the first, its hooks
-    for one, stays there) and a plain SGD: the supervisor reads the parameters at its start and end
-    and the kernel's figures of the process's memory at both (``Observer.watch``): what a pass
-    on memory rests on. No meter, no recording."""
+    for one, stays there), a plain SGD and, where the exercise scales, a fresh GradScaler (the
+    maths run's has grown its scale and carries its record): the supervisor reads the
+    parameters at its start and end and the kernel's figures of the process's memory at both
+    (``Observer.watch``): what a pass on memory rests on. No meter, no recording."""
     optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
 
-    def synced(result):
+    def synced(result: object) -> None:
         api.sync("memory-step", snapshot=False)
 
     wrap_step(optimizer, after=synced)
     given = {**available, "loader": scenarios.Loader(batches), "optimizer": optimizer}
+    if params.get("scaler"):
+        given["scaler"] = _scaler(params, str(batches[0][0].device))
     api.sync("memory-start", snapshot=True)
     error = api.call(fn, [given[name] for name in names])
     api.sync("memory-end", snapshot=True)
     return error
 
 
-def _ignore(*item):
+def _scaler(params: dict[str, Any], device: str) -> torch.amp.GradScaler:
+    """The exercise's GradScaler (``params["scaler"]``), as it starts."""
+    return torch.amp.GradScaler(
+        torch.device(device).type,
+        init_scale=float(params["scaler"]["init_scale"]),
+        growth_interval=int(params["scaler"]["growth_interval"]),
+    )
+
+
+def _ignore(*item: Any) -> None:
     pass
 
 
-def run(job, api):
+def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     """The scenario is built here, in the supervisor, and its parameters shared; the rest runs
     in the child (``learner``)."""
     params = job["params"]
     dtype = getattr(torch, params.get("dtype", "float64"))
     device = job.get("device", "cpu")
-    sized = memory.run_params(params)
+    sizes = memory.run_params(params)
+    sized = scenarios.build(sizes, dtype) if sizes is not None else None
+    big: list[scenarios.Batch] = []
     if sized is not None:
-        sized = scenarios.build(sized, dtype)
         supervise.exact_malloc()
         big = [(x.to(device), y.to(device)) for x, y in sized.micro_batches]
     scenario = scenarios.build(params, dtype)
@@ -247,13 +285,7 @@ def run(job, api):
     batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
     scenario.micro_batches = batches
     optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
-    scaler = None
-    if params.get("scaler"):
-        scaler = torch.amp.GradScaler(
-            device,
-            init_scale=float(params["scaler"]["init_scale"]),
-            growth_interval=int(params["scaler"]["growth_interval"]),
-        )
+    scaler = _scaler(params, device) if params.get("scaler") else None
     rec = Recorder(model, scaler)
     initial = flat(rec.params)
     # with a memory run, the kernel's count of the child grades its memory: the meter only names
@@ -263,9 +295,9 @@ def run(job, api):
     # the memory run's parameters after the maths run's (``observations`` parts them)
     api.share(rec.params + (list(sized.model.parameters()) if sized is not None else []))
 
-    def learner():
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
-        if forked:
+        if processes is not None and forked:
             childfilter.stack(processes)
         _instrument(model, optimizer, scaler, batches, rec, api)
         available = {
