@@ -30,6 +30,14 @@ def test_the_right_answer_s_place_varies_across_the_course():
     assert len(places) >= 3  # always picking one place fails most questions
 
 
+@pytest.mark.parametrize("path", sorted(LESSONS.glob("*/quiz.yaml")), ids=lambda p: p.parent.name)
+def test_no_lesson_puts_its_right_answers_first_by_habit(path):
+    # issue 44: in lessons 1 and 3 every right answer was the first option; then lesson 3 still had 3 of 4
+    questions = yaml.safe_load(path.read_text())["questions"]
+    first = sum(q["options"][0]["correct"] for q in questions)
+    assert first <= len(questions) // 2, f"{first} of {len(questions)} right answers are the first option"
+
+
 # what each exercise needs and the words that teach it, in a core card it names (issue 44)
 NEEDED = {
     "gpu-memory/fit-the-budget": {
