@@ -145,4 +145,4 @@ i18n: install
 	$(VENV)/bin/pybabel extract -F babel.cfg -k _ -k gettext -k ngettext:1,2 --no-location \
 		--omit-header -o app/locales/messages.pot .
 	$(VENV)/bin/pybabel update -i app/locales/messages.pot -d app/locales -D messages \
-		--no-fuzzy-matching --ignore-obsolete
+		--no-fuzzy-matching --ignore-obsolete --ignore-pot-creation-date
