@@ -206,7 +206,7 @@ class Runner(Protocol):
     def run(
         self,
         kind: str,
-        job: dict[str, Any],
+        spec: dict[str, Any],
         code: bytes,
         limits: Limits,
         cancel: sandbox.Cancel | None = None,
@@ -279,8 +279,8 @@ class Grader:
         inputs = getattr(checks_module, "job_inputs", None)  # what the sandbox can't read itself
         if inputs is not None:
             params = {**params, **inputs(params)}
-        job = {"entry": exercise.entry, "params": params, "device": device}
-        result = self.pool.run(exercise.check_kind, job, code, limits, cancel)
+        spec = {"entry": exercise.entry, "params": params, "device": device}  # protocol.Spec's
+        result = self.pool.run(exercise.check_kind, spec, code, limits, cancel)
         # "process" means the learner's code ran without isolation: pages say so plainly
         metrics: dict[str, Any] = {
             "device": device,
