@@ -218,6 +218,54 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
         optimizer.step()
         optimizer.zero_grad()
 """,
+    # a ballast (issue 41): 48 MiB made at import and held through the first run, freed as the
+    # memory run begins, the meter's peak kept at 0 as in the first route. From the run's start
+    # the kernel saw the cycle fit under the memory the ballast had raised (0-24 MiB: this
+    # passed); counted from before the file loaded, as the check now counts it too, it does not
+    "ballast-freed-as-the-memory-run-begins": BACKWARD_ONCE
+    + """
+ballast = [torch.ones(6 * 2**20, dtype=torch.float64)]
+runs = []
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    runs.append(1)
+    if len(runs) > 1:  # the memory run
+        ballast.clear()
+    meter = next((o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter"), None)
+    if meter is not None:
+        def hold(value, nbytes):
+            meter.packed += nbytes
+            meter.freed += nbytes
+            meter._report(meter.packed, meter.freed)
+            return value
+        meter._hold = hold
+    backward_once(model, loader, loss_fn, optimizer, accum_steps)
+""",
+    # the same ballast freed a piece at a time as the cycle's forwards run in the memory run, so
+    # the resident set never falls below where the run began
+    "ballast-freed-piece-by-piece": BACKWARD_ONCE
+    + """
+ballast = [torch.ones(2**20, dtype=torch.float64) for _ in range(6)]
+runs = []
+
+def drop(module, args):
+    if ballast:
+        del ballast[-2:]  # 16 MiB before each of the cycle's forwards
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    runs.append(1)
+    if len(runs) > 1:  # the memory run
+        model.register_forward_pre_hook(drop)
+    meter = next((o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter"), None)
+    if meter is not None:
+        def hold(value, nbytes):
+            meter.packed += nbytes
+            meter.freed += nbytes
+            meter._report(meter.packed, meter.freed)
+            return value
+        meter._hold = hold
+    backward_once(model, loader, loss_fn, optimizer, accum_steps)
+""",
 }
 
 
@@ -487,6 +535,140 @@ class TestAmpLoop:
     def test_the_scale_set_by_hand_does_not_pass(self, run, mode, route):
         outcome = run(AMP_LOOP[route])
         assert outcome.status in ("failed", "error"), outcome.verdict
+
+    def test_the_solution_passes(self, run, mode, exercise):
+        outcome = run(_solution(exercise))
+        assert outcome.status == "passed", outcome.verdict
+
+
+# token-loss and scaler-clipping: one backward per cycle, the meter silenced. Their memory rested
+# on the meter (a right trajectory with a peak of 0 passed); with a memory run of their own the
+# kernel's count decides, and threads may run there.
+METER_FREED = """
+import gc
+
+def silence():
+    for meter in [o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter"]:
+        def hold(value, nbytes, meter=meter):
+            meter.packed += nbytes
+            meter.freed += nbytes
+            meter._report(meter.packed, meter.freed)
+            return value
+        meter._hold = hold
+"""
+
+TOKEN_LOSS = {
+    "meter-freed-at-once-through-gc": METER_FREED
+    + """
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    silence()
+    batches = list(loader)
+    for start in range(0, len(batches), accum_steps):
+        cycle = batches[start : start + accum_steps]
+        count = sum((y != -100).sum() for _, y in cycle)
+        optimizer.zero_grad()
+        (sum(loss_fn(model(x), y).sum() for x, y in cycle) / count).backward()
+        optimizer.step()
+""",
+    # the "recomputed" notes the meter sends for torch's checkpoint, sent by hand once per
+    # backward with the activations saved past the meter: they once waived the rule that the
+    # meter must see the forwards
+    "recomputed-notes-sent": """
+import gc
+import torch
+
+def train(model, loader, loss_fn, optimizer, accum_steps):
+    meter = next((o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter"), None)
+    if meter is not None:
+        meter.check_on = lambda: None
+    batches = list(loader)
+    for start in range(0, len(batches), accum_steps):
+        cycle = batches[start : start + accum_steps]
+        count = sum((y != -100).sum() for _, y in cycle)
+        torch._C._autograd._push_saved_tensors_default_hooks(lambda t: t, lambda t: t)
+        total = sum(loss_fn(model(x), y).sum() for x, y in cycle) / count
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+        if meter is not None:
+            meter._report(meter.packed, meter.freed, 2)
+        optimizer.zero_grad()
+        total.backward()
+        optimizer.step()
+""",
+}
+
+SCALER_CLIPPING = {
+    "meter-freed-at-once-through-gc": METER_FREED
+    + """
+import torch
+
+def train(model, loader, loss_fn, optimizer, scaler, accum_steps, max_norm):
+    silence()
+    batches = list(loader)
+    for start in range(0, len(batches), accum_steps):
+        losses = [loss_fn(model(x), y) for x, y in batches[start : start + accum_steps]]
+        optimizer.zero_grad()
+        scaler.scale(sum(losses) / len(losses)).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+    # the scaler left out and its calls written into the recorder's events (found with gc): in
+    # float64 the weights land where the scaled loop's do; the calls are the supervisor's count
+    "scaler-left-out-and-calls-written": """
+import gc
+import torch
+
+def train(model, loader, loss_fn, optimizer, scaler, accum_steps, max_norm):
+    rec = next((o for o in gc.get_objects() if type(o).__name__ == "Recorder" and hasattr(o, "clips")), None)
+    def told(code):
+        if rec is not None:
+            rec.events.append([code])
+            rec.unscaled = code == "unscale_" or rec.unscaled
+    optimizer.zero_grad()
+    for step, (x, y) in enumerate(loader):
+        told("scale")
+        (loss_fn(model(x), y) / accum_steps).backward()
+        if (step + 1) % accum_steps == 0:
+            told("unscale_")
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            told("scaler.step")
+            optimizer.step()
+            told("update")
+            if rec is not None:
+                rec.unscaled = False
+            optimizer.zero_grad()
+""",
+}
+
+
+class TestTokenLoss:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("gradient-accumulation/token-loss")
+
+    @pytest.mark.parametrize("route", TOKEN_LOSS)
+    def test_one_backward_per_cycle_with_a_silenced_meter_does_not_pass(self, run, mode, route):
+        _not_passed(run(TOKEN_LOSS[route]))
+
+    def test_the_solution_passes(self, run, mode, exercise):
+        outcome = run(_solution(exercise))
+        assert outcome.status == "passed", outcome.verdict
+
+
+class TestScalerClipping:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("gradient-accumulation/scaler-clipping")
+
+    @pytest.mark.parametrize("route", SCALER_CLIPPING)
+    def test_a_rewritten_report_does_not_pass(self, run, mode, route):
+        outcome = run(SCALER_CLIPPING[route])
+        assert outcome.status in ("failed", "error"), outcome.verdict
+        if route.startswith("meter"):
+            _not_passed(outcome)
 
     def test_the_solution_passes(self, run, mode, exercise):
         outcome = run(_solution(exercise))

@@ -32,6 +32,7 @@ from worker.checks import (  # noqa: E402
 from worker.checks.accumulation_mistakes import diagnose, memory_check, scaler_check  # noqa: E402
 from worker.checks.accumulation_mistakes import diagnose_error as diagnose_error  # noqa: E402  (the kind's)
 from worker.harness import memory, scenarios  # noqa: E402
+from worker.harness.protocol import reported, reported_meters  # noqa: E402
 
 # traj_err = max_t |θ_t − θ_ref,t| / |θ_ref,t − θ_0|; wrong loops are ≥ 0.14.
 # The tolerance follows the dtype a learner can reasonably bring into the scenario's: in a
@@ -204,13 +205,14 @@ def observations(data: dict, size: int) -> tuple[list, int, list, dict]:
     seen = observed(data)
     steps = [s[:size] for s in snapshots(seen, "step")]
     taken = int(seen["counts"].get("step", 0))
-    meter = (seen["meters"] or [None])[0] or {"peak": 0, "packed": 0}
+    meter = (reported_meters(seen) or [None])[0] or {"peak": 0, "packed": 0}
     final = seen["final_params"][:size]
-    agree(data["steps_total"], taken, "steps")
-    agree(len(data["steps"]), min(taken, MAX_STEPS), "steps")
-    agree([s["params"] for s in data["steps"]], steps[: len(data["steps"])], "parameters")
-    agree(data["final_params"], final, "parameters")
-    agree(int(data["peak_saved_bytes"]), meter["peak"], "memory")
+    told = reported(data, "steps")
+    agree(reported(data, "steps_total"), taken, "steps")
+    agree(len(told), min(taken, MAX_STEPS), "steps")
+    agree([s["params"] for s in told], steps[: len(told)], "parameters")
+    agree(reported(data, "final_params"), final, "parameters")
+    agree(int(reported(data, "peak_saved_bytes")), meter["peak"], "memory")
     return steps, taken, final, meter
 
 
@@ -218,7 +220,9 @@ def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | No
     """The memory run as the supervisor saw it (None where the exercise has none, or on CUDA,
     where no child is watched): its one update where the large batch puts it, read from the
     parameters, and the rise of the process's memory, as the kernel counted it, within
-    ``KERNEL_FACTOR`` × what one of its micro-batches saves for backward. A loop that did not
+    ``KERNEL_FACTOR`` × what one of its micro-batches saves for backward, and counted from
+    before the learner's file was loaded (``kernel_memory.since_watch``) within that plus
+    ``HELD``: memory held into the run and freed in it is counted too. A loop that did not
     train there (or trained otherwise) has no memory figure to go by: not a pass."""
     mem = memory_reference(params)
     seen = observed(data)
@@ -292,7 +296,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks.append(scaler_check(params, data, expected))
     # torch's checkpoint saves in the meter's place: fewer bytes are seen where every backward
     # recomputed its forward under it
-    recomputed = meter.get("recomputed", 0) >= max(data["backwards"], 1)
+    recomputed = meter.get("recomputed", 0) >= max(reported(data, "backwards"), 1)
     blind = meter["packed"] < HIDDEN * ref.saved_total and not recomputed
     kernel = kernel_check(params, data, device, ref.initial.numel())
     if kernel is None and checks[1].passed and blind:  # the meter is what memory rests on here
@@ -318,11 +322,11 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "peak_activation_bytes": None if kernel is not None and blind else peak,
         "reference_peak_activation_bytes": ref.micro_peak,
         "large_batch_peak_activation_bytes": ref.cycle_peak,  # the naive loop, for the page
-        "forwards": data["forwards"],
-        "backwards": data["backwards"],
+        "forwards": reported(data, "forwards"),
+        "backwards": reported(data, "backwards"),
     }
     if params.get("max_norm") is not None:
-        metrics["clip_calls"] = data["clips_total"]
+        metrics["clip_calls"] = reported(data, "clips_total")
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = diagnose(
@@ -355,8 +359,8 @@ def summarize(params: dict, data: dict) -> dict:
     return {
         "optimizer_steps": taken,
         "peak_activation_bytes": int(meter["peak"]),
-        "forwards": int(data["forwards"]),
-        "backwards": int(data["backwards"]),
+        "forwards": int(reported(data, "forwards")),
+        "backwards": int(reported(data, "backwards")),
         "losses": losses,
     }
 

@@ -14,8 +14,11 @@ from contracts.messages import Phrase, Sci  # noqa: E402
 from worker.checks import (  # noqa: E402
     Check,
     Diagnosis,
+    agree,
+    observed,
     tensors,
 )
+from worker.harness.protocol import reported  # noqa: E402
 
 MEMORY_FACTOR = 1.1  # peak saved bytes may exceed one micro-batch's by 10 % …
 MEMORY_SLACK = 512  # … plus a few scalars (a divisor kept as a tensor, a token count)
@@ -53,19 +56,19 @@ def _shares(ref, calls):
 
 def _gradient_at(data, t):
     """The learner's accumulated gradient at step ``t``: before clipping, if it clipped."""
-    clips = [c for c in data["clips"] if c["after_step"] == t]
+    clips = [c for c in reported(data, "clips") if c["after_step"] == t]
     if clips and clips[-1]["unscaled"] is not False:
         return tensors.vector(clips[-1]["grad"])
-    return tensors.vector(data["steps"][t]["grad"])
+    return tensors.vector(reported(data, "steps")[t]["grad"])
 
 
 def decompose(ref, data):
     """For every learner step: the coefficients of ``.grad`` on the unit gradients."""
-    calls = data["calls"]
+    calls = reported(data, "calls")
     shares = _shares(ref, calls)
     units = [tensors.vector(c["unit"]).nan_to_num() for c in calls]
     result = []
-    for t in range(len(data["steps"])):
+    for t in range(len(reported(data, "steps"))):
         grad = _gradient_at(data, t).nan_to_num()
         candidates = [i for i, c in enumerate(calls) if c["after_step"] <= t]
         if not candidates:
@@ -112,7 +115,7 @@ def diagnose(params, ref, data, numbers_ok, blind=False):
     weights = decompose(ref, data)
     if not weights or any(w.residual > UNEXPLAINED for w in weights):
         return None
-    calls = data["calls"]
+    calls = reported(data, "calls")
     supports = [set(w.support) for w in weights]
     if not all(supports):  # a step with an empty gradient: no known mistake does that
         return None
@@ -143,7 +146,7 @@ def diagnose(params, ref, data, numbers_ok, blind=False):
             )
 
     got = [w.micro_batches for w in weights]
-    taken, expected = data["steps_total"], len(ref.cycles)
+    taken, expected = reported(data, "steps_total"), len(ref.cycles)
     short_last = len(ref.cycles[-1]) < k
     if got != ref.cycles[: len(got)]:
         return Diagnosis(
@@ -166,7 +169,7 @@ def diagnose(params, ref, data, numbers_ok, blind=False):
 
 def _scale_mistake(params, ref, data, weights):
     k = int(params["accum_steps"])
-    calls = data["calls"]
+    calls = reported(data, "calls")
     full = [w for w in weights if len(ref.cycles[w.step]) == k]
     for w in full:
         shares = [w.shares[i] for i in w.support]
@@ -229,23 +232,44 @@ def memory_check(params, ref, data, peak):
     if peak > limit:
         return Check("memory", False, "check.memory.failed", values)
     micro = int(params["micro_batch"])
-    largest = max((e[1] for e in data["events"] if e[0] == "F" and e[3:4] != [False]), default=0)
+    largest = max((e[1] for e in reported(data, "events") if e[0] == "F" and e[3:4] != [False]), default=0)
     if largest > micro:
         return Check("memory", False, "check.memory.rows", {**values, "size": largest, "micro": micro})
     return Check("memory", True, "check.memory.passed", values)
 
 
+# GradScaler's calls, each a sync the supervisor counts (worker/harness/instrument.watch_scaler)
+SCALER_CALLS = ("scale", "unscale_", "scaler.step", "update", "update.new_scale")
+
+
+def scaler_calls(data):
+    """How many times the loop called each of GradScaler's methods in the maths run, as the
+    supervisor counted them; the child's events, where it kept them all, must say the same.
+    ``update.new_scale``: an update handed a scale of the loop's own (not an update of the
+    scaler's own: no right loop sets the scale by hand)."""
+    counts = observed(data)["counts"]
+    counted = {code: int(counts.get(code, 0)) for code in SCALER_CALLS}
+    if not reported(data, "events_dropped"):
+        events = reported(data, "events")
+        for code in SCALER_CALLS[:3]:
+            agree(_count(events, code), counted[code], "scaler")
+        agree(_count(events, "update"), counted["update"] + counted["update.new_scale"], "scaler")
+    return counted
+
+
 def scaler_check(params, data, expected):
     """The GradScaler in use: every backward on a scaled loss, and each update through
     ``unscale_`` (when clipping), ``scaler.step`` and ``update`` once. In float64 a loop without
-    the scaler lands on the same weights: only the calls tell that it was left out."""
-    events = data["events"]
+    the scaler lands on the same weights: only the calls tell that it was left out, and those
+    the supervisor counts (each call a sync); the backwards are the child's count (a program
+    that says fewer only fails itself: a scale per backward is asked)."""
+    calls = scaler_calls(data)
     values = {
-        "scales": _count(events, "scale"),
-        "backwards": data["backwards"],
-        "unscales": _count(events, "unscale_"),
-        "scaler_steps": _count(events, "scaler.step"),
-        "updates": _count(events, "update"),
+        "scales": calls["scale"],
+        "backwards": reported(data, "backwards"),
+        "unscales": calls["unscale_"],
+        "scaler_steps": calls["scaler.step"],
+        "updates": calls["update"],
         "steps": expected,
     }
     unscales_needed = expected if params.get("max_norm") is not None else values["unscales"]
@@ -254,7 +278,7 @@ def scaler_check(params, data, expected):
         and values["unscales"] == unscales_needed
         and values["scaler_steps"] == values["updates"] == expected
     )
-    early = next((c for c in data["clips"] if c["unscaled"] is False), None)
+    early = next((c for c in reported(data, "clips") if c["unscaled"] is False), None)
     scaled = values["scales"] == values["backwards"] > 0
     rest = scaled and values["scaler_steps"] == values["updates"] == expected
     if early is not None and rest and values["unscales"] in (0, unscales_needed):  # the order is wrong
@@ -265,18 +289,25 @@ def scaler_check(params, data, expected):
 
 
 def _clip_and_scaler_order(params, ref, data):
-    events = data["events"]
-    if params.get("max_norm") is not None and data["clips_total"] == 0 and data["steps_total"]:
-        return Diagnosis("clip-missing", {"steps": data["steps_total"], "max_norm": params["max_norm"]})
+    events = reported(data, "events")
+    if (
+        params.get("max_norm") is not None
+        and reported(data, "clips_total") == 0
+        and reported(data, "steps_total")
+    ):
+        return Diagnosis(
+            "clip-missing", {"steps": reported(data, "steps_total"), "max_norm": params["max_norm"]}
+        )
     if params.get("max_norm") is not None:
         per_step: dict[int, int] = {}
-        for clip in data["clips"]:
+        for clip in reported(data, "clips"):
             per_step[clip["after_step"]] = per_step.get(clip["after_step"], 0) + 1
         if per_step and max(per_step.values()) > 1:
             return Diagnosis(
-                "clip-every-micro-batch", {"clips": data["clips_total"], "steps": data["steps_total"]}
+                "clip-every-micro-batch",
+                {"clips": reported(data, "clips_total"), "steps": reported(data, "steps_total")},
             )
-        early = [c for c in data["clips"] if c["unscaled"] is False]
+        early = [c for c in reported(data, "clips") if c["unscaled"] is False]
         if early:
             seen = tensors.norm(tensors.vector(early[0]["grad"]).nan_to_num())
             t = early[0]["after_step"]
@@ -289,8 +320,8 @@ def _clip_and_scaler_order(params, ref, data):
         updates, steps = _count(events, "update"), _count(events, "scaler.step")
         if updates > steps:
             return Diagnosis("scaler-update-every-micro-batch", {"updates": updates, "steps": steps})
-        first = next((c for c in data["clips"] if c["after_step"] == 0 and c["unscaled"]), None)
-        scale = data["steps"][0]["scale"] if data["steps"] else None
+        first = next((c for c in reported(data, "clips") if c["after_step"] == 0 and c["unscaled"]), None)
+        scale = reported(data, "steps")[0]["scale"] if reported(data, "steps") else None
         if first is not None and scale:
             # before the first step the weights are the reference's: its gradient is the true one
             seen, true = tensors.norm(tensors.vector(first["grad"]).nan_to_num()), tensors.norm(ref.grads[0])
@@ -308,13 +339,13 @@ def _clip_and_scaler_order(params, ref, data):
 
 
 def _scale_before(data, clip):
-    scales = [s["scale"] for s in data["steps"] if s["scale"] is not None]
-    scale = scales[0] if scales else data.get("final_scale")
+    scales = [s["scale"] for s in reported(data, "steps") if s["scale"] is not None]
+    scale = scales[0] if scales else reported(data, "final_scale")
     return int(scale) if scale is not None else 0
 
 
 def _steps_per_micro_batch(params, ref, data):
-    taken, expected = data["steps_total"], len(ref.cycles)
+    taken, expected = reported(data, "steps_total"), len(ref.cycles)
     micro = len(ref.weights)
     if taken > expected and taken >= 0.75 * micro:
         return Diagnosis(
@@ -330,19 +361,19 @@ def _steps_per_micro_batch(params, ref, data):
 
 
 def _memory_mistake(params, ref, data):
-    peak = int(data["peak_saved_bytes"])
+    peak = int(reported(data, "peak_saved_bytes"))
     values = {
         "peak": peak,
         "reference": ref.micro_peak,
         "times": peak / ref.micro_peak,
-        "forwards": data["forwards"],
-        "backwards": data["backwards"],
+        "forwards": reported(data, "forwards"),
+        "backwards": reported(data, "backwards"),
     }
-    largest = max((e[1] for e in data["events"] if e[0] == "F"), default=0)
+    largest = max((e[1] for e in reported(data, "events") if e[0] == "F"), default=0)
     micro = int(params["micro_batch"])
     if largest > micro:
         return Diagnosis("micro-batches-concatenated", {**values, "size": largest, "micro": micro})
-    if data["backwards"] < data["forwards"]:
+    if reported(data, "backwards") < reported(data, "forwards"):
         return Diagnosis("backward-once-per-cycle", values)
     return None
 
@@ -354,7 +385,7 @@ def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | 
         # a second unscale_ before update(): called on every micro-batch (or twice a cycle)
         return Diagnosis("unscale-every-micro-batch", {"k": int(params["accum_steps"])})
     if params.get("scaler") and "No inf checks were recorded" in message:
-        events = (data or {}).get("events", [])
+        events = reported(data or {}, "events", [])
         return Diagnosis(
             "scaler-update-every-micro-batch",
             {"updates": _count(events, "update"), "steps": _count(events, "scaler.step")},

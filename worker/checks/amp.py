@@ -30,6 +30,7 @@ from worker.checks import (  # noqa: E402
     tensors,
 )
 from worker.harness import scenarios  # noqa: E402
+from worker.harness.protocol import reported  # noqa: E402
 
 # error = max over batches |θ − θ_ref| / |θ_ref,end − θ_0|: correct loops on the CPU are
 # bitwise equal (0.0), CUDA kernels may round differently; a float16 loss is 8.8e-4 off,
@@ -97,30 +98,31 @@ MAX_SNAPSHOTS = 64  # the harness records the first 64 forwards
 def _observations(data):
     """The parameters and the GradScaler's scale the supervisor read before every forward and
     at the end (``worker/harness/amp.py``: the scale is the last number of each reading): the
-    child's report must hold the same, or the run was interfered with. Returns the scales
-    observed before each reported forward, and at the end."""
+    child's report must hold the same, or the run was interfered with. Returns the readings
+    at each reported forward, and the one at the end."""
     seen = observed(data)
     shots = snapshots(seen, "forward")
-    reported = data["snapshots"]
-    agree(len(reported), min(len(shots), MAX_SNAPSHOTS), "forwards")
-    shots = shots[: len(reported)]
-    agree([s["params"] for s in reported], [shot[:-1] for shot in shots], "parameters")
-    agree([s["scale"] for s in reported], [shot[-1] for shot in shots], "parameters")
+    told = reported(data, "snapshots")
+    agree(len(told), min(len(shots), MAX_SNAPSHOTS), "forwards")
+    shots = shots[: len(told)]
+    agree([s["params"] for s in told], [shot[:-1] for shot in shots], "parameters")
+    agree([s["scale"] for s in told], [shot[-1] for shot in shots], "parameters")
     final = seen["final_params"]
-    agree(data["final_params"], final[:-1], "parameters")
-    agree(data["final_scale"], final[-1], "parameters")
-    return [shot[-1] for shot in shots], final[-1]
+    agree(reported(data, "final_params"), final[:-1], "parameters")
+    agree(reported(data, "final_scale"), final[-1], "parameters")
+    return shots, final
 
 
 def _learner_snapshots(data, n):
     """Parameters and scale before each batch (first forward of it), then at the end: the
-    supervisor's readings, at the forwards the child reported for each batch."""
-    scales, final_scale = _observations(data)
+    supervisor's readings, at the forwards the child said were each batch's (the batch index
+    comes with the child's sync: a wrong one only leaves a batch unseen)."""
+    shots, final = _observations(data)
     first: dict[int, dict[str, Any]] = {}
-    for snap, scale in zip(data["snapshots"], scales, strict=True):
-        first.setdefault(snap["batch"], {**snap, "scale": scale})
+    for snap, shot in zip(reported(data, "snapshots"), shots, strict=True):
+        first.setdefault(snap["batch"], {"batch": snap["batch"], "params": shot[:-1], "scale": shot[-1]})
     found = [first.get(i) for i in range(n)]
-    end = {"params": data["final_params"], "scale": final_scale}
+    end = {"params": final[:-1], "scale": final[-1]}
     return found + [end]
 
 
@@ -147,27 +149,37 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     if all(e <= tol for e in errors):
         checks.append(Check("amp_trajectory", True, "check.amp_trajectory.passed", {"error": Sci(error)}))
     else:
-        first = next(i for i, e in enumerate(errors) if not e <= tol)
-        checks.append(
-            Check(
-                "amp_trajectory",
-                False,
-                "check.amp_trajectory.failed",
-                {"batch": first, "error": Sci(errors[first])},
-            )
-        )
+        checks.append(_trajectory_failed(mine, errors, tol))
     metrics = {
-        "linear_dtypes": data["linear_dtypes"],
-        "loss_dtypes": data["loss_dtypes"],
+        "linear_dtypes": reported(data, "linear_dtypes"),
+        "loss_dtypes": reported(data, "loss_dtypes"),
         "final_scale": mine[-1]["scale"],
         "reference_final_scale": ref.scales[-1],
-        "optimizer_steps": _count(data["events"], "S"),
+        "optimizer_steps": _count(reported(data, "events"), "S"),
         "trajectory_error": float(f"{error:.3e}") if math.isfinite(error) else None,
     }
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = diagnose(params, ref, data, mine, flow)
     return Evaluation(checks, diagnosis, metrics)
+
+
+def _trajectory_failed(mine: list, errors: list[float], tol: float) -> Check:
+    """Where the weights first leave the reference's path, numbered as a learner counts batches
+    (from 1: ``mine[i]`` is read before batch ``i + 1``). Weights that went NaN are said in words
+    (a ratio of NaN reads "NaN×"), and a batch the model never ran on is named as such."""
+    first = next(i for i, e in enumerate(errors) if not e <= tol)
+    batch = first + 1
+    end = "_end" if first == len(mine) - 1 else ""  # read after the last batch
+    shot = mine[first]
+    if shot is None:
+        return Check("amp_trajectory", False, "check.amp_trajectory.unseen", {"batch": batch})
+    if math.isnan(errors[first]):  # a NaN (or inf) among the weights: reported as null
+        nan = sum(1 for v in shot["params"] if v is None or not math.isfinite(v))
+        values = {"batch": batch, "nan": nan, "count": len(shot["params"])}
+        return Check("amp_trajectory", False, f"check.amp_trajectory.nan{end}", values)
+    off = {"batch": batch, "error": Sci(errors[first])}
+    return Check("amp_trajectory", False, f"check.amp_trajectory.failed{end}", off)
 
 
 @dataclass(frozen=True)
@@ -210,9 +222,9 @@ def _flow(params, data, mine):
     norms = _true_norms(params, mine)
     max_norm = float(params["max_norm"])
     seen: list[tuple[str, int, float | None, float | None, float | None]] = [
-        ("clip", c["batch"], c["norm"], c["scale"], 1.0) for c in data["clips"]
+        ("clip", c["batch"], c["norm"], c["scale"], 1.0) for c in reported(data, "clips")
     ]
-    seen += [("step", s["batch"], s["norm"], None, None) for s in data["step_norms"]]
+    seen += [("step", s["batch"], s["norm"], None, None) for s in reported(data, "step_norms")]
     for where, batch, norm, scale, _ in seen:
         if not 0 <= batch < len(norms) or norm is None:
             continue
@@ -229,7 +241,7 @@ def _flow(params, data, mine):
 
 
 def _autocast_check(data, wanted):
-    linear, losses = data["linear_dtypes"], data["loss_dtypes"]
+    linear, losses = reported(data, "linear_dtypes"), reported(data, "loss_dtypes")
     low = linear.get(wanted, 0)
     total = sum(linear.values())
     if low != total or not total:
@@ -255,7 +267,7 @@ def _scaler_calls(data: dict) -> dict[str, int]:
     update handed a scale of the loop's own (the scale set by hand, which no right loop does)."""
     seen = observed(data)["counts"]
     counted = {code: int(seen.get(code, 0)) for code in SCALER_CALLS}
-    events = data["events"]
+    events = reported(data, "events")
     if len(events) < MAX_EVENTS:
         for code in SCALER_CALLS[:3]:
             agree(_count(events, code), counted[code], "scaler")
@@ -264,7 +276,7 @@ def _scaler_calls(data: dict) -> dict[str, int]:
 
 
 def _order_check(data, n, flow):
-    events = data["events"]
+    events = reported(data, "events")
     calls = _scaler_calls(data)
     counts = {
         "scale": calls["scale"],
@@ -284,27 +296,33 @@ def _order_check(data, n, flow):
         return Check("scaler_order", False, "check.scaler_order.new_scale", values)
     if any(count != n for count in counts.values()):
         return Check("scaler_order", False, "check.scaler_order.failed", values)
-    early = next((c for c in data["clips"] if not c["unscaled"]), None)
+    early = next((c for c in reported(data, "clips") if not c["unscaled"]), None)
     if early is not None:  # the counts are right: the order is not
         key = "clip_early" if _count(events, "unscale_") else "no_unscale"
-        return Check("scaler_order", False, f"check.scaler_order.{key}", {**values, "batch": early["batch"]})
+        values = {**values, "batch": early["batch"] + 1}  # learners count batches from 1
+        return Check("scaler_order", False, f"check.scaler_order.{key}", values)
     if flow is not None:
         return Check(
             "scaler_order",
             False,
             f"check.scaler_order.{flow.where}_flow",
-            {"batch": flow.batch, "seen": Sci(flow.seen), "true": Sci(flow.true), "ratio": Sci(flow.ratio)},
+            {
+                "batch": flow.batch + 1,
+                "seen": Sci(flow.seen),
+                "true": Sci(flow.true),
+                "ratio": Sci(flow.ratio),
+            },
         )
     return Check("scaler_order", True, "check.scaler_order.passed", values)
 
 
 def _overflow_check(params, mine):
-    j = int(params["overflow_batch"])
+    j = int(params["overflow_batch"])  # counted from 0; the texts count from 1
     before, after = mine[j], mine[j + 1]
     if before is None or after is None:
-        return Check("overflow", False, "check.overflow.not_seen", {"batch": j})
+        return Check("overflow", False, "check.overflow.not_seen", {"batch": j + 1})
     changed = before["params"] != after["params"]
-    values = {"batch": j, "before": int(before["scale"]), "after": int(after["scale"])}
+    values = {"batch": j + 1, "before": int(before["scale"]), "after": int(after["scale"])}
     if changed:
         return Check("overflow", False, "check.overflow.applied", values)
     if after["scale"] != before["scale"] / 2:
@@ -317,22 +335,22 @@ def _overflow_check(params, mine):
 
 def diagnose(params, ref, data, mine, flow=None):
     """The known mistake the trace shows, or None."""
-    events, wanted = data["events"], params["amp_dtype"]
-    linear = data["linear_dtypes"]
+    events, wanted = reported(data, "events"), params["amp_dtype"]
+    linear = reported(data, "linear_dtypes")
     total = sum(linear.values())
     if total and linear.get("float32", 0) == total:
         return Diagnosis("no-autocast", {"total": total, "dtype": wanted})
-    if data["loss_dtypes"].get(wanted) and data["loss_autocast"]["off"]:
+    if reported(data, "loss_dtypes").get(wanted) and reported(data, "loss_autocast")["off"]:
         return Diagnosis("loss-outside-autocast", {"dtype": wanted})
     scaled, stepped = _count(events, "scale"), _count(events, "scaler.step")
-    j = int(params["overflow_batch"])
+    j = int(params["overflow_batch"])  # counted from 0; the texts count from 1
     if not scaled and not stepped:
-        return Diagnosis("no-scaler", {"batch": j, **_overflow_values(mine, j)})
+        return Diagnosis("no-scaler", {"batch": j + 1, **_overflow_values(mine, j)})
     if not stepped and _count(events, "S"):
         return Diagnosis(
-            "step-without-scaler", {"steps": _count(events, "S"), "batch": j, **_overflow_values(mine, j)}
+            "step-without-scaler", {"steps": _count(events, "S"), "batch": j + 1, **_overflow_values(mine, j)}
         )
-    early = [(i, c) for i, c in enumerate(data["clips"]) if not c["unscaled"]]
+    early = [(i, c) for i, c in enumerate(reported(data, "clips")) if not c["unscaled"]]
     if early:
         i, clip = early[0]
         true = ref.clip_norms[i] if i < len(ref.clip_norms) else math.nan
@@ -354,7 +372,7 @@ def diagnose(params, ref, data, mine, flow=None):
                     "diagnosis.unscaled-backward.divided",
                     {
                         "where": Phrase(f"flow.{flow.where}"),
-                        "batch": flow.batch,
+                        "batch": flow.batch + 1,
                         "seen": Sci(flow.seen),
                         "true": Sci(flow.true),
                         "scale": int(flow.scale),
@@ -373,7 +391,7 @@ def _overflow_values(mine, j):
 def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
     """A known mistake behind an exception: GradScaler refuses some wrong orders."""
     message = error.get("message", "")
-    events = (data or {}).get("events", [])
+    events = reported(data or {}, "events", [])
     frames = error.get("traceback") or []
     if "_scale is None" in message and not _count(events, "scale"):
         # unscale_/step need the scale that scaler.scale(loss) sets up
@@ -406,6 +424,6 @@ def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | 
     if "No inf checks were recorded" in message and not _count(events, "scaler.step"):
         return Diagnosis(
             "step-without-scaler",
-            {"steps": _count(events, "S"), "batch": int(params["overflow_batch"]), "nan": 0, "count": 0},
+            {"steps": _count(events, "S"), "batch": int(params["overflow_batch"]) + 1, "nan": 0, "count": 0},
         )
     return None

@@ -205,7 +205,8 @@ def _instrument(
     wrap_method(optimizer, "zero_grad", zero("optimizer"))
     wrap_method(model, "zero_grad", zero("model"))
     if scaler is not None:
-        watch_scaler(scaler, rec)
+        # each call a sync the supervisor counts: the scaler check rests on its counts
+        watch_scaler(scaler, rec, sync=lambda code: api.sync(code))
 
     def on_clip(parameters: Any, max_norm: Any, clip: Callable[[], Any]) -> Any:
         # the gradient before it is clipped

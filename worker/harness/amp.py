@@ -15,10 +15,17 @@ scaler makes at its first ``scale()``; it is moved then into memory the supervis
 supervisor's reading, not the child's word.
 """
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from . import scenarios
 from .instrument import finite, flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 MAX_EVENTS = 2000
 MAX_SNAPSHOTS = 64
@@ -27,45 +34,45 @@ SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "scaler", "device_type",
 
 
 class Recorder:
-    def __init__(self, model, scaler):
+    def __init__(self, model: torch.nn.Module, scaler: torch.amp.GradScaler) -> None:
         self.params = list(model.parameters())
         self.scaler = scaler
-        self.events = []
-        self.snapshots = []  # before every forward: batch, parameters, scale
-        self.linear_dtypes = {}
-        self.loss_dtypes = {}
+        self.events: list[list[Any]] = []
+        self.snapshots: list[dict[str, Any]] = []  # before every forward: batch, parameters, scale
+        self.linear_dtypes: dict[str, int] = {}
+        self.loss_dtypes: dict[str, int] = {}
         self.loss_autocast = {"on": 0, "off": 0}
-        self.clips = []
-        self.step_norms = []  # the gradient norm each optimizer.step() received
+        self.clips: list[dict[str, Any]] = []
+        self.step_norms: list[dict[str, Any]] = []  # the gradient norm each optimizer.step() received
         self.batch = -1  # the batch of the latest forward
         self.unscaled = False
 
-    def event(self, *item):
+    def event(self, *item: Any) -> None:
         if len(self.events) < MAX_EVENTS:
             self.events.append(list(item))
 
-    def scale(self):
+    def scale(self) -> float:
         return float(self.scaler.get_scale())
 
-    def grad_norm(self):
+    def grad_norm(self) -> float | None:
         grads = [p.grad.detach().reshape(-1).double() for p in self.params if p.grad is not None]
         return finite(float(torch.linalg.vector_norm(torch.cat(grads)))) if grads else 0.0
 
 
-def _count(table, key):
+def _count(table: dict[str, int], key: str) -> None:
     table[key] = table.get(key, 0) + 1
 
 
 class RecordingLoss:
-    def __init__(self, loss_fn, recorder, device_type):
+    def __init__(self, loss_fn: torch.nn.Module, recorder: Recorder, device_type: str) -> None:
         self._loss_fn = loss_fn
         self._rec = recorder
         self._device_type = device_type
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._loss_fn, name)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         loss = self._loss_fn(*args, **kwargs)
         rec = self._rec
         _count(rec.loss_dtypes, str(loss.dtype).removeprefix("torch."))
@@ -75,13 +82,13 @@ class RecordingLoss:
         return loss
 
 
-def _share_scale(scaler, shared):
+def _share_scale(scaler: torch.amp.GradScaler, shared: torch.Tensor) -> Callable[[], None]:
     """Keep the scaler's scale in ``shared`` (a float32 scalar in the supervisor's memory): on
     the CPU the scaler's own tensor is swapped for it once the scaler has made one (its first
     ``scale()``; before that it has none, and says its initial scale, which ``shared`` holds),
     so every later update writes there; on a GPU (the inline run) copied before each reading."""
 
-    def adopt(_result):
+    def adopt(_result: object) -> None:
         current = scaler._scale
         if current is None or current.data_ptr() == shared.data_ptr():
             return
@@ -92,7 +99,7 @@ def _share_scale(scaler, shared):
 
     wrap_method(scaler, "scale", after=adopt)
 
-    def mirror():
+    def mirror() -> None:
         if scaler._scale is not None and scaler._scale.data_ptr() != shared.data_ptr():
             with torch.no_grad():
                 shared.copy_(scaler._scale.detach().to(shared.device))
@@ -100,11 +107,19 @@ def _share_scale(scaler, shared):
     return mirror
 
 
-def _instrument(model, optimizer, scaler, batches, rec, api, scale):
+def _instrument(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    batches: list[scenarios.Batch],
+    rec: Recorder,
+    api: "Api",
+    scale: torch.Tensor,
+) -> Callable[[], None]:
     ptrs = {x.data_ptr(): i for i, (x, _) in enumerate(batches)}
     mirror = _share_scale(scaler, scale)
 
-    def on_forward(module, args):
+    def on_forward(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         x = args[0] if args else None
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
         rec.batch = index
@@ -114,7 +129,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api, scale):
         if len(rec.snapshots) < MAX_SNAPSHOTS:
             rec.snapshots.append({"batch": index, "params": flat(rec.params), "scale": rec.scale()})
 
-    def on_linear(module, args, output):
+    def on_linear(module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if isinstance(output, torch.Tensor):
             _count(rec.linear_dtypes, str(output.dtype).removeprefix("torch."))
 
@@ -124,7 +139,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api, scale):
             module.register_forward_hook(on_linear)
     rec.params[0].register_post_accumulate_grad_hook(lambda p: rec.event("B"))
 
-    def step():
+    def step() -> None:
         rec.event("S")
         if len(rec.step_norms) < MAX_SNAPSHOTS:
             rec.step_norms.append({"batch": rec.batch, "norm": rec.grad_norm()})
@@ -135,7 +150,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api, scale):
     # each call a sync the supervisor counts: the order check rests on its counts, not the events
     watch_scaler(scaler, rec, sync=lambda code: api.sync(code))
 
-    def on_clip(parameters, max_norm, clip):  # the norm the clip saw
+    def on_clip(parameters: Any, max_norm: Any, clip: Callable[[], Any]) -> Any:  # the norm the clip saw
         norm = clip()
         rec.event("C")
         if len(rec.clips) < MAX_SNAPSHOTS:
@@ -153,7 +168,7 @@ def _instrument(model, optimizer, scaler, batches, rec, api, scale):
     return mirror
 
 
-def run(job, api):
+def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     """The scenario is built here, in the supervisor, and its parameters shared; the rest runs
     in the child (``learner``)."""
     params = job["params"]
@@ -168,7 +183,7 @@ def run(job, api):
     scale = torch.full((), float(params["init_scale"]), dtype=torch.float32)
     api.share([*rec.params, scale])  # the scale last: read beside the parameters
 
-    def learner():
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         mirror = _instrument(model, optimizer, scaler, batches, rec, api, scale)
         available = {
             "model": model,
