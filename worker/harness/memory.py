@@ -96,9 +96,8 @@ class SavedTensorMeter:
         self.peak = 0
         self._report = report  # report(packed, freed[, note]), after every saved tensor
         self._hooks = _MeterHooks(self._pack, self._unpack)
-        self._composed: weakref.WeakSet = (
-            weakref.WeakSet()
-        )  # pack hooks of the program's own, counted through
+        # pack hooks of the program's own, counted through
+        self._composed: weakref.WeakSet[Callable[[torch.Tensor], Any]] = weakref.WeakSet()
 
     @property
     def live(self) -> int:
@@ -184,7 +183,7 @@ class _MeterHooks(torch.autograd.graph.saved_tensors_hooks):
 
 
 _THREAD = threading.local()
-_WATCHING: list = []  # [True] once saved_tensors_hooks composes
+_WATCHING: list[bool] = []  # [True] once saved_tensors_hooks composes
 
 
 def _on() -> list[SavedTensorMeter]:
@@ -219,7 +218,7 @@ def _watch_hooks() -> None:
     hooks.__enter__ = __enter__  # type: ignore[method-assign, unused-ignore]
 
 
-_TORCH_HOOKS: dict = {}  # code objects: checkpoint's pack hooks → which; "wrap" → dynamo's wrappers
+_TORCH_HOOKS: dict[Any, Any] = {}  # code objects: checkpoint's pack hooks → which; "wrap" → dynamo's wrappers
 
 
 def _codes(module: types.ModuleType) -> list[types.CodeType]:

@@ -38,7 +38,7 @@ MAX_BATCHES = 200
 ASK = struct.Struct("!I")
 
 
-class ServedDataset(Dataset):
+class ServedDataset(Dataset[tuple[torch.Tensor, int]]):
     """``(x, index)`` pairs; ``x`` comes from the supervisor, ``item_ms`` after it is asked for
     (a slow decode: the CPU is free meanwhile). Each process and thread asks on its own
     connection, made on first use."""
