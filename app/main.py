@@ -18,12 +18,13 @@ from app.accounts import routes as accounts
 from app.capacity import UNGATED, Gate, Sizes, use_threads
 from app.classes import routes as classes
 from app.config import ROOT, Settings, get_settings
+from app.context import RequestContext
 from app.db import make_engine
 from app.drafts import routes as drafts
 from app.http import is_api
 from app.lessons import routes as lessons
 from app.lessons.course import Course, load_course
-from app.middleware import Body, RequestContext, SecurityHeaders
+from app.middleware import Body, SecurityHeaders
 from app.offline import routes as offline
 from app.ops import routes as ops
 from app.progress import routes as progress

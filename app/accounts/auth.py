@@ -20,11 +20,11 @@ from app.accounts.ownership import Learner
 from app.accounts.service import Device, names
 from app.accounts.sessions import SESSION_LIFETIME, Auth, Via, authenticate
 from app.capacity import UNGATED
+from app.context import YEAR, visitor_cookie
 from app.db import utcnow
 from app.errors import Redirect, error_response
 from app.http import here, is_api, is_https, redirect
 from app.i18n import gettext as _
-from app.middleware import YEAR, visitor_cookie
 
 SESSION_COOKIE = "treino_session"
 DEVICE_COOKIE = "treino_device"

@@ -22,11 +22,11 @@ from app.accounts.schemas import AccountOut, Credentials, NewAccount, TokenOut
 from app.accounts.service import EmailTaken
 from app.accounts.sessions import SESSION_LIFETIME
 from app.accounts.throttling import Throttled
+from app.context import rotate_visitor
 from app.db import SessionDep, utcnow
 from app.errors import ApiError, documented, too_many
 from app.http import client_ip, is_https, redirect, safe_next
 from app.i18n import gettext as _
-from app.middleware import rotate_visitor
 from app.security import TEXT_PATTERN
 from app.web import LANG_WAS_COOKIE, render
 
