@@ -80,8 +80,8 @@ def _lesson_source(lang: str) -> str:
 def test_the_core_lesson_carries_the_pattern_and_its_parts(lang):
     source = _lesson_source(lang)
     for snippet in [
-        "for step, (x, y) in enumerate(loader):",
-        "loss = loss_fn(model(x), y) / accum_steps",
+        "for step, batch in enumerate(loader):",  # the zeroing card's loop; the exercise's is the learner's
+        "loss = loss_fn(model(x), y) / accum_steps",  # in the scale card's prose (test_transfer)
         "loss.backward()",
         "if (step + 1) % accum_steps == 0:",
         "optimizer.step()",
