@@ -121,3 +121,17 @@ def test_step_in_backward_passes_on_the_memory_the_system_counted(verdicts):
         line = _kernel_line(verdicts["step-in-backward", name])
         assert line["status"] == "failed", line
     assert "more than one gradient was alive at once" in line["message"]
+
+
+def test_the_adapters_no_gradient_line_rests_on_the_memory_the_system_counted(verdicts):
+    """Issue 41: "no gradient for the model" is no longer the program's word where a memory run
+    is watched: run once more on a model whose first layer is 262,144 wide, a frozen model's
+    memory rises by a fraction of that layer's 32 MiB gradient; one never frozen, by all of it
+    (golden/train-an-adapter/fail--never-frozen-*: a report with no gradient fails all the same)."""
+    line = verdicts["train-an-adapter", "solution"]["checks"][1]
+    assert line["status"] == "passed", line
+    assert "first layer takes 262,144 inputs" in line["message"], line
+    assert "that layer's gradient alone takes 32.0 MiB" in line["message"], line
+    assert "your program's word" not in line["message"]
+    honest = verdicts["train-an-adapter", "base-not-frozen"]["checks"][1]
+    assert honest["status"] == "failed", honest

@@ -30,6 +30,7 @@ from worker.checks import (
     Evaluation,
     Interfered,
     agree,
+    kernel_memory,
     observed,
     snapshots,
     tensors,
@@ -38,6 +39,15 @@ from worker.harness import scenarios
 
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}  # relative, on the adapter's values after each step
 D_IN, D_OUT = 16, 3
+# The memory run (``scenarios.wide_base``: a first layer 262,144 wide, whose weight's gradient
+# alone is 32 MiB), as the kernel counts the process: a frozen base rises by 0.1-0.2 MiB, one that
+# gets gradients by 32 MiB or more (measured); the line, a share of that gradient's bytes
+FROZEN_FACTOR = 0.25
+# What a right loop may hold from before its memory run, since the supervisor began to watch (as
+# the learner's file was loaded; the harness pages torch's code in before that): the maths run's
+# leftovers, the learner's module (measured: 1-2 MiB). A loop that holds memory into the run and
+# frees it there (a ballast) lowers the rise by as much, never this
+HELD = 4 << 20
 
 Delta = Callable[[list[torch.Tensor]], torch.Tensor]
 
@@ -134,15 +144,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     )
     steps = data["steps"]
     graded = max([len(s["base_grads"]) for s in steps] + list(data["base_grads"]) + [0])
-    # A gradient lives in the learner's process, out of the supervisor's sight: this check rests
-    # on the child's report, and its text says so. It can fail a loop (the mistake named), and
-    # its pass is no more than what the run said (docs/security.md, "What a pass rests on").
-    no_grad = Check(
-        "frozen-no-grad",
-        graded == 0,
-        "check.frozen-no-grad.reported" if graded == 0 else "check.frozen-no-grad.failed",
-        {"grads": graded},
-    )
+    no_grad = _no_grad_check(params, seen, graded)
     base_state = max([s["base_state"] for s in steps] + [0])
     in_optimizer = len({i for owned in data["optimizers"] for i in owned if i >= 0})
     state_ok = base_state == 0 and bool(steps)
@@ -196,6 +198,32 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         if diagnosis is None and rank is not None:
             diagnosis = _diagnose_adapter(rank, asked, moved_by, steps)
     return Evaluation(checks, diagnosis, metrics)
+
+
+def _no_grad_check(params: dict, seen: dict, graded: int) -> Check:
+    """No gradient for the model's own weights. The gradients the child reported (``graded``, the
+    most of the model's weights that had one at a step or a batch) name the mistake. A pass rests
+    on the memory run (``params["memory_width"]``): run on a base with a wide first layer, the
+    process's memory, as the kernel counted it, rose by less than ``FROZEN_FACTOR`` of that
+    layer's gradient from the run's start, and ``HELD`` more from the learner's file's load.
+    Without one (or on CUDA, where no child is watched) the line says it is the program's word
+    (docs/security.md, "What a pass rests on")."""
+    if graded:
+        return Check("frozen-no-grad", False, "check.frozen-no-grad.failed", {"grads": graded})
+    width = int(params.get("memory_width") or 0)
+    if not width or not kernel_memory.watched(seen):
+        return Check("frozen-no-grad", True, "check.frozen-no-grad.reported", {"grads": 0})
+    rise = kernel_memory.rise(seen, "memory-start", "memory-end")
+    since = kernel_memory.since_watch(seen, "memory-end")
+    gradient = width * D_IN * 8  # the wide layer's weight's gradient, float64
+    limit = int(FROZEN_FACTOR * gradient)
+    values = {"rise": rise, "since": since, "width": width, "gradient": gradient, "limit": limit}
+    values |= {"held": limit + HELD}
+    if rise > limit:
+        return Check("frozen-no-grad", False, "check.frozen-no-grad.kernel", values)
+    if since > limit + HELD:
+        return Check("frozen-no-grad", False, "check.frozen-no-grad.held", values)
+    return Check("frozen-no-grad", True, "check.frozen-no-grad.passed", values)
 
 
 def _rank_check(rank: int, asked: int) -> Check:

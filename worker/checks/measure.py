@@ -37,11 +37,21 @@ LOW = {"low", "all"}
 MAX_STEP_TIMES = 256  # the harness's cap, per configuration
 # The memory runs (the harness's ``MEMORY_RUNS``: low precision, then checkpointing, each once
 # more on one large batch), as the kernel counts the process, against the naive float32 step's
-# peak of live tensors on that batch: autocast to bfloat16 rises by 0.60× of it, checkpointing
-# each block by 0.57×, a run that kept float32 or every activation by 1.0× (measured, a batch
-# of 60,000; of 40,000: 0.65×, 0.58×, 1.0× of 34.2 MiB). Low precision must stay within
-# LOW_FACTOR; checkpointing within ``peak_drop``.
+# peak of live tensors on that batch (68 MiB at 80,000): autocast to bfloat16 rises by 0.58-0.62×
+# of it, checkpointing each block by 0.57-0.65× (the high-water mark only rises: read after the
+# low-precision run, its figure is the larger of the two), a run that kept float32 or every
+# activation by 1.0× (measured on the golden bank). Low precision must stay within LOW_FACTOR;
+# checkpointing within ``peak_drop`` (0.8).
 LOW_FACTOR = 0.8
+# What a right loop may hold from before its memory runs, since the supervisor began to watch (as
+# the learner's file was loaded; the harness pages torch's code in before that, at the
+# configurations' sizes): the configurations' leftovers, the learner's module (measured: 5-9 MiB;
+# from there the right loops' runs read 46-55 MiB, the limit 54.6 + 10). A loop that holds memory
+# into a memory run and frees it there (a ballast) lowers that run's rise by as much, never this:
+# a run in float32 reads 74-80 MiB from there whatever it held. Each run is bounded so, the
+# checkpointed one too, whose figure from there holds the low-precision run's peak: a right loop's
+# is under both limits anyway.
+HELD = 10 << 20
 # how far the memory run's one step may land from the float32 step: bfloat16 rounding (~1e-2),
 # float32 recomputation (~1e-6); further, the run did not train there
 MEMORY_TRAINED = {"low": 0.1, "checkpoint": 1e-3}
@@ -112,6 +122,7 @@ def _kernel(params, data, device):
     checks = []
     for number, name in enumerate(("low", "checkpoint")):
         rise = kernel_memory.rise(seen, f"memory-{name}-start", f"memory-{name}-end")
+        since = kernel_memory.since_watch(seen, f"memory-{name}-end")
         limit = LOW_FACTOR if name == "low" else float(params["peak_drop"])
         travelled = tensors.norm(mem.params - mem.initial)
         error = kernel_memory.trained(
@@ -124,13 +135,17 @@ def _kernel(params, data, device):
             "ratio": rise / mem.peak,
             "limit": limit,
             "batch": int(params["memory_batch"]),
+            "since": since,
+            "held": int(limit * mem.peak) + HELD,
         }
         if not error <= MEMORY_TRAINED[name]:
             checks.append(Check(f"measure_{name}_kernel", False, "check.measure_kernel.untrained", values))
-            continue
-        fits = rise <= limit * mem.peak
-        message = f"check.measure_kernel.{'passed' if fits else 'failed'}"
-        checks.append(Check(f"measure_{name}_kernel", fits, message, values))
+        elif rise > limit * mem.peak:
+            checks.append(Check(f"measure_{name}_kernel", False, "check.measure_kernel.failed", values))
+        elif since > values["held"]:
+            checks.append(Check(f"measure_{name}_kernel", False, "check.measure_kernel.held", values))
+        else:
+            checks.append(Check(f"measure_{name}_kernel", True, "check.measure_kernel.passed", values))
     return checks
 
 

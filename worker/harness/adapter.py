@@ -8,44 +8,65 @@ learner's code, inside the child: what its optimizer holds is reported by the ch
 (the values before and after the update, which parameters are the model's, which had a gradient,
 the state it keeps), with the model's gradients alive at each batch. The checks replay the
 adapter's training from the values it started with.
+
+Then, where the exercise has one (``params["memory_width"]``), the memory run: ``train`` once more
+on a base whose first layer is that wide (``scenarios.wide_base``), between two syncs where the
+supervisor reads the kernel's figures of the process's memory: a base left trainable gets a
+gradient of tens of MiB there, whatever the child reports.
 """
 
-import torch
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from . import scenarios
+import torch
+from torch import nn
+
+from . import childfilter, scenarios, supervise
 from .instrument import flat, name_limits, wrap_step
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 MAX_STEPS = 200
 MAX_ADAPTER = 4096  # numbers of adapter parameters reported per step
 
 
-def _bytes(tensors):
+def _bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def run(job, api):
-    params = job["params"]
-    device = job.get("device", "cpu")
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     scenario, weights, index = scenarios.placed(params, device)
     model, batches = scenario.model, scenario.micro_batches
     lr = float(params["lr"])
+    wide = scenarios.wide_base(params)
+    if wide is not None:  # the memory run's base: the kernel's figures go by it
+        supervise.exact_malloc()
+        wide = (wide[0].to(device), [(x.to(device), y.to(device)) for x, y in wide[1]], wide[2])
+    # with a memory run, the kernel's count of the child grades the base's gradients: the child
+    # may start threads, never a process, which the process's figures would count apart
+    processes = childfilter.prepare_processes() if wide is not None else None
     api.share(weights)
 
-    def learner():
-        steps: list[dict] = []
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        steps: list[dict[str, Any]] = []
         base_grads: list[int] = []
         optimizers: list[list[int]] = []
         state = {"batch": -1}
 
-        def make_optimizer(group):
+        def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
             group = list(group)
             optimizer = torch.optim.Adam(group, lr=lr)
             owned = [index.get(id(p), -1) for p in group]
             optimizers.append(owned)
             extra = [p for p, i in zip(group, owned, strict=True) if i < 0]
-            record: dict = {}
+            record: dict[str, Any] = {}
 
-            def before():
+            def before() -> None:
                 record.clear()
                 if len(steps) >= MAX_STEPS or sum(p.numel() for p in extra) > MAX_ADAPTER:
                     return
@@ -58,7 +79,7 @@ def run(job, api):
                     grad_bytes=_bytes([p.grad for p in [*weights, *extra] if p.grad is not None]),
                 )
 
-            def after(_result):
+            def after(_result: object) -> None:
                 if not record:
                     return
                 with torch.no_grad():
@@ -73,24 +94,24 @@ def run(job, api):
             wrap_step(optimizer, before, after)
             return optimizer
 
-        def loader():
+        def served() -> Iterator[Any]:
             for i, batch in enumerate(batches):
                 base_grads.append(sum(p.grad is not None for p in weights))
                 api.sync("batch", i, snapshot=True)
                 state["batch"] = i
                 yield batch
 
-        class Loader:
-            def __len__(self):
-                return len(batches)
-
-            def __iter__(self):
-                return loader()
-
-        name_limits()
+        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
+        if processes is not None and forked:
+            childfilter.stack(processes)
+        if wide is not None:
+            _warm_up(model, batches[0], scenario.loss_fn, lr, int(params["rank"]))
+            api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
+        name_limits(alone=api.alone or forked, kernel=processes is not None)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer", "rank"])
-        error = api.call(fn, [model, Loader(), scenario.loss_fn, make_optimizer, int(params["rank"])])
+        loader = scenarios.ServedLoader(len(batches), served)
+        error = api.call(fn, [model, loader, scenario.loss_fn, make_optimizer, int(params["rank"])])
         base_grads.append(sum(p.grad is not None for p in weights))
         data = {
             "steps": steps,
@@ -98,6 +119,44 @@ def run(job, api):
             "optimizers": optimizers[:16],
             "final_params": flat(weights),
         }
+        if wide is not None and error is None:
+            error = _memory_run(api, fn, wide, lr, int(params["rank"]))
         return data, error
 
-    return api.supervise(learner)
+    return api.supervise(learner, alone=processes is None)
+
+
+def _warm_up(model: Any, batch: scenarios.Batch, loss_fn: nn.Module, lr: float, rank: int) -> None:
+    """An adapter's Adam step beside a frozen copy of the model, in the child before the
+    supervisor watches its memory: torch's code that such a loop runs is paged in and its lazy
+    state made here, not counted as the learner's."""
+    base = copy.deepcopy(model).requires_grad_(False)
+    like = {"dtype": base[2].weight.dtype, "device": base[2].weight.device}
+    a = torch.zeros(base[2].in_features, rank, **like).requires_grad_(True)
+    b = torch.zeros(rank, base[2].out_features, **like).requires_grad_(True)
+    optimizer = torch.optim.Adam([a, b], lr=lr)
+    h = base[1](base[0](batch[0]))
+    loss_fn(base[2](h) + h @ a @ b, batch[1]).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _memory_run(
+    api: "Api",
+    fn: Callable[..., Any],
+    wide: tuple[nn.Sequential, list[scenarios.Batch], nn.Module],
+    lr: float,
+    rank: int,
+) -> dict[str, Any] | None:
+    """``train`` once more, on the wide base and its batches, each ``make_optimizer`` a plain
+    Adam, between two syncs where the supervisor reads the kernel's figures of the process's
+    memory (``Observer.watch``): what a pass on "no gradient for the base" rests on."""
+    model, batches, loss_fn = wide
+
+    def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+        return torch.optim.Adam(list(group), lr=lr)
+
+    api.sync("memory-start")
+    error = api.call(fn, [model, scenarios.Loader(batches), loss_fn, make_optimizer, rank])
+    api.sync("memory-end")
+    return error

@@ -7,48 +7,71 @@ op creates, recomputation included; parameters left out), the gradient at every 
 step, whether gradients were still held after each call, and the order of block forwards
 (F, with whether backward was running: a recomputation) and of gradients reaching each
 block (G).
+
+Then, where the exercise has them, two memory runs, each between two syncs where the supervisor
+reads parameters and the kernel's figures of the process's memory: the budget's (one large batch
+on a fresh model: its peak) and the release's (a model of wide layers and a small batch: what the
+process still holds once the step returned, its gradients tens of MiB).
 """
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils import _python_dispatch
+from torch.utils.checkpoint import checkpoint
 
 from . import memory, scenarios, supervise
 from .instrument import flat, name_limits, wrap_step
 
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
+
 MAX_EVENTS = 2000
 
+# a memory run's model and its one batch: (model, x, y)
+Big = tuple[scenarios.BlockNet, torch.Tensor, torch.Tensor]
 
-def _backward_running():
+
+def _backward_running() -> bool:
     return torch._C._current_autograd_node() is not None
 
 
-def run(job, api):
+def _big(params: dict[str, Any] | None, device: str) -> Big | None:
+    if params is None:
+        return None
+    model, [(x, y)], _ = scenarios.block_net(params)
+    return model.to(device), x.to(device), y.to(device)
+
+
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     """The model is built here, in the supervisor, and its parameters shared; the rest runs in
     the child (``learner``). The supervisor reads the parameters before every call and at the
     end (plain SGD: the step it saw is the gradient times the learning rate) and keeps each
     call's meter peak as the counts come."""
-    params = job["params"]
-    device = job.get("device", "cpu")
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     model, batches, loss_fn = scenarios.block_net(params)
     model = model.to(device)
     batches = [(x.to(device), y.to(device)) for x, y in batches]
     weights = list(model.parameters())
     optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
-    sized = scenarios.memory_params(params)
-    big = None
-    if sized is not None:  # the memory run's model and batch: the kernel's figures go by it
+    watched = scenarios.memory_params(params) is not None
+    if watched:  # the memory runs' models and batches: the kernel's figures go by them
         supervise.exact_malloc()
-        big_model, [big], _ = scenarios.block_net(sized)
-        big_model = big_model.to(device)
-        big = (big_model, big[0].to(device), big[1].to(device))
-    # the memory run's parameters after the calls' (the checks part them)
-    api.share(weights + (list(big[0].parameters()) if big is not None else []))
+    big = _big(scenarios.memory_params(params), device)
+    release = _big(scenarios.release_params(params), device)
+    # after the calls' parameters, the budget run's, then the release run's biases (its weights,
+    # 8 MiB each, would not fit in a trace): the checks part them
+    shared = weights + (list(big[0].parameters()) if big is not None else [])
+    api.share(shared + (_linears(release[0], "bias") if release is not None else []))
 
-    def learner():
-        events: list = []
-        steps: list = []
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        events: list[list[Any]] = []
+        steps: list[dict[str, Any]] = []
 
-        def event(*item):
+        def event(*item: Any) -> None:
             if len(events) < MAX_EVENTS:
                 events.append(list(item))
 
@@ -58,7 +81,7 @@ def run(job, api):
                 lambda p, index=index: event("G", index)
             )
 
-        def recorded_step():
+        def recorded_step() -> None:
             event("S")
             with _python_dispatch._disable_current_modes():  # the copy is ours: not metered
                 steps.append(
@@ -71,13 +94,16 @@ def run(job, api):
                 )
 
         wrap_step(optimizer, recorded_step)
-        if big is not None:
+        if watched:
+            if release is not None:  # its weights written by SGD in the child's own pages
+                scenarios.own_pages(_linears(release[0], "weight"))
+            _warm_up(params, loss_fn)
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "x", "y", "loss_fn", "optimizer"])
-        peaks: list = []
-        kept: list = []
+        peaks: list[int] = []
+        kept: list[int] = []
         error = None
         for x, y in batches:
             event("call")
@@ -89,8 +115,11 @@ def run(job, api):
             kept.append(sum(p.grad is not None for p in weights))
             if error is not None:
                 break
+        lr = float(params["lr"])
         if big is not None and error is None:
-            error = _memory_run(api, fn, big, loss_fn, float(params["lr"]))
+            error = _memory_run(api, fn, big, loss_fn, lr, "memory")
+        if release is not None and error is None:
+            error = _memory_run(api, fn, release, loss_fn, lr, "memory-release")
         data = {
             "peaks": peaks,
             "grads_kept": kept,
@@ -105,13 +134,39 @@ def run(job, api):
     return api.supervise(learner, alone=True)
 
 
-def _memory_run(api, fn, big, loss_fn, lr):
-    """``train_step`` once more, on one large batch and a fresh model with a plain SGD, between
-    two syncs where the supervisor reads the parameters and the kernel's figures of the
-    process's memory (``Observer.watch``): what a pass on the budget rests on. No meter."""
+def _linears(model: scenarios.BlockNet, name: str) -> list[torch.Tensor]:
+    """The ``weight`` or ``bias`` of each of ``model``'s layers, in order (the release run's
+    biases are what the supervisor reads of it)."""
+    return [getattr(m, name) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def _warm_up(params: dict[str, Any], loss_fn: Callable[..., torch.Tensor]) -> None:
+    """A naive and a checkpointed step on a small copy of the scenario, in the child before the
+    supervisor watches its memory: torch's code that any step runs is paged in and its lazy
+    state made here (measured: 27 MiB of the process's pages at the first call), so that what
+    the learner's loop holds from before its memory run is its own (5 MiB in right loops)."""
+    model, [(x, y)], _ = scenarios.block_net({**params, "batch_size": 8, "n_batches": 1})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    for recompute in (False, True):
+        h = x
+        for block in model.blocks:
+            h = checkpoint(block, h, use_reentrant=False) if recompute else block(h)
+        loss_fn(model.head(h), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def _memory_run(
+    api: "Api", fn: Callable[..., Any], big: Big, loss_fn: Callable[..., torch.Tensor], lr: float, name: str
+) -> dict[str, Any] | None:
+    """``train_step`` once more, on one batch and a fresh model with a plain SGD, between two
+    syncs (``<name>-start``, ``<name>-end``) where the supervisor reads the parameters and the
+    kernel's figures of the process's memory (``Observer.watch``): what a pass on the budget
+    (its peak) and on released gradients (what stays once the step returned) rests on. No
+    meter."""
     model, x, y = big
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    api.sync("memory-start", snapshot=True)
+    api.sync(f"{name}-start", snapshot=True)
     error = api.call(fn, [model, x, y, loss_fn, optimizer])
-    api.sync("memory-end", snapshot=True)
+    api.sync(f"{name}-end", snapshot=True)
     return error  # its meters see this thread of this process only

@@ -11,15 +11,24 @@ reports only the calls of ``lm_head`` (rows, and whether backward was running): 
 mistake, never what makes a pass.
 """
 
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from . import scenarios, sequences, supervise
 from .instrument import flat, name_limits
 
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
+
 MAX_CALLS = 2000
 
+Wide = tuple[sequences.TinyLM, list[tuple[torch.Tensor, torch.Tensor]]]  # the memory run's model, batch
 
-def run(spec, api):
+
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     device = spec.get("device", "cpu")
     model, batches = sequences.chunked(params)
@@ -27,17 +36,18 @@ def run(spec, api):
     batches = [(x.to(device), y.to(device)) for x, y in batches]
     weights = list(model.parameters())
     lr = float(params["lr"])
-    wide = sequences.chunked_memory(params)
-    if wide is not None:  # the memory run's model: the kernel's figures go by it
+    wide: Wide | None = None
+    built = sequences.chunked_memory(params)
+    if built is not None:  # the memory run's model: the kernel's figures go by it
         supervise.exact_malloc()
-        wide = (wide[0].to(device), [(x.to(device), y.to(device)) for x, y in wide[1]])
+        wide = (built[0].to(device), [(x.to(device), y.to(device)) for x, y in built[1]])
     api.share(weights + (sequences.watched(wide[0]) if wide is not None else []))
 
-    def learner():
-        calls: list[list] = []  # [run, rows, during backward]
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        calls: list[list[Any]] = []  # [run, rows, during backward]
         state = {"run": 0}
 
-        def noted(module, args, output):
+        def noted(module: torch.nn.Module, args: Any, output: Any) -> None:
             if len(calls) < MAX_CALLS and isinstance(output, torch.Tensor) and output.dim() >= 1:
                 rows = output.numel() // max(output.shape[-1], 1)
                 backward = torch._C._current_autograd_node() is not None
@@ -47,17 +57,10 @@ def run(spec, api):
         if wide is not None:
             wide[0].lm_head.register_forward_hook(noted)
 
-        def loader():
+        def served() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             for i, batch in enumerate(batches):
                 api.sync("batch", i, snapshot=True)
                 yield batch
-
-        class Loader:
-            def __len__(self):
-                return len(batches)
-
-            def __iter__(self):
-                return loader()
 
         if wide is not None:
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
@@ -65,7 +68,8 @@ def run(spec, api):
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "optimizer", "chunk_size"])
         optimizer = torch.optim.SGD(weights, lr=lr)
-        error = api.call(fn, [model, Loader(), optimizer, int(params["chunk_size"])])
+        loader = scenarios.ServedLoader(len(batches), served)
+        error = api.call(fn, [model, loader, optimizer, int(params["chunk_size"])])
         final = flat(weights)
         if wide is not None and error is None:
             state["run"] = 1
@@ -77,7 +81,9 @@ def run(spec, api):
     return api.supervise(learner, alone=True)
 
 
-def _memory_run(api, fn, wide, lr, chunk_size):
+def _memory_run(
+    api: "Api", fn: Callable[..., Any], wide: Wide, lr: float, chunk_size: int
+) -> dict[str, Any] | None:
     """``train`` once more, on the large vocabulary's model and its one batch, with a plain SGD,
     between two syncs where the supervisor reads the mixing layer and the kernel's figures of
     the process's memory: what a pass on the logits' peak rests on."""

@@ -9,45 +9,57 @@ optimizer's parameters had a gradient, and how many gradients (and bytes) were a
 how many were alive as each batch was fetched (after the previous backward).
 """
 
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
 import torch
+from torch import nn
 
 from . import memory, scenarios, supervise
 from .instrument import flat, name_limits, wrap_step
 
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
+
 MAX_STEPS = 2000
 
+Wide = tuple[nn.Sequential, list[scenarios.Batch], nn.Module]  # the memory run's model, batches, loss
 
-def _alive(weights):
+
+def _alive(weights: list[torch.Tensor]) -> tuple[int, int]:
     grads = [p.grad for p in weights if p.grad is not None]
     return len(grads), sum(g.numel() * g.element_size() for g in grads)
 
 
-def run(job, api):
-    params = job["params"]
-    device = job.get("device", "cpu")
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     scenario, weights, index = scenarios.placed(params, device)
     model, batches = scenario.model, scenario.micro_batches
     lr = float(params["lr"])
-    wide = memory.wide_scenario(params)
-    if wide is not None:  # the memory run's model: the kernel's figures go by it
+    wide: Wide | None = None
+    built = memory.wide_scenario(params)
+    if built is not None:  # the memory run's model: the kernel's figures go by it
         supervise.exact_malloc()
-        wide = (wide[0].to(device), [(x.to(device), y.to(device)) for x, y in wide[1]], wide[2])
-    # after the scenario's parameters, the memory run's biases (its weights, 16 MiB each, would
+        wide = (built[0].to(device), [(x.to(device), y.to(device)) for x, y in built[1]], built[2])
+    # after the scenario's parameters, the memory run's biases (its weights, 8 MiB each, would
     # not fit in a trace): each moves only where its layer's gradient reached it (the checks
     # part them)
     api.share(weights + (memory.biases(wide[0]) if wide is not None else []))
 
-    def learner():
-        steps: list[list] = []
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        steps: list[list[Any]] = []
         between: list[int] = []
         state = {"batch": -1}
 
-        def make_optimizer(group):
+        def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
             group = list(group)
             optimizer = torch.optim.Adam(group, lr=lr)
             owned = [index.get(id(p), -1) for p in group]
 
-            def recorded():
+            def recorded() -> None:
                 if len(steps) < MAX_STEPS:
                     alive, nbytes = _alive(weights)
                     stepped = [i for i, p in zip(owned, group, strict=True) if p.grad is not None]
@@ -57,26 +69,24 @@ def run(job, api):
             wrap_step(optimizer, recorded)
             return optimizer
 
-        def loader():
+        def served() -> Iterator[scenarios.Batch]:
             for i, batch in enumerate(batches):
                 between.append(_alive(weights)[0])
                 api.sync("batch", i, snapshot=True)
                 state["batch"] = i
                 yield batch
 
-        class Loader:
-            def __len__(self):
-                return len(batches)
-
-            def __iter__(self):
-                return loader()
-
         if wide is not None:
+            # the wide weights in pages of the child's own: Adam's first write to pages shared
+            # with the supervisor would copy them inside the run, where the job's cgroup counts them
+            scenarios.own_pages(p for p in wide[0].parameters() if p.dim() > 1)
+            _warm_up(model, batches[0], scenario.loss_fn, lr)
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer"])
-        error = api.call(fn, [model, Loader(), scenario.loss_fn, make_optimizer])
+        loader = scenarios.ServedLoader(len(batches), served)
+        error = api.call(fn, [model, loader, scenario.loss_fn, make_optimizer])
         between.append(_alive(weights)[0])
         final = flat(weights)
         if wide is not None and error is None:
@@ -95,13 +105,36 @@ def run(job, api):
     return api.supervise(learner, alone=True)
 
 
-def _memory_run(api, fn, wide, lr):
-    """``train`` once more, on the wide model and its one batch, each ``make_optimizer`` a plain
+def _warm_up(model: nn.Module, batch: scenarios.Batch, loss_fn: nn.Module, lr: float) -> None:
+    """A plain Adam step and one stepped in each parameter's hook, on a copy of the scenario's
+    model, in the child before the supervisor watches its memory: torch's code that such loops
+    run is paged in and its lazy state made here (22 MiB of the process's pages at the first
+    backward), not counted as the learner's."""
+    model = copy.deepcopy(model)
+    weights = list(model.parameters())
+    plain = torch.optim.Adam(weights, lr=lr)
+    loss_fn(model(batch[0]), batch[1]).backward()
+    plain.step()
+    plain.zero_grad(set_to_none=True)
+    optimizers: dict[torch.Tensor, torch.optim.Optimizer] = {p: torch.optim.Adam([p], lr=lr) for p in weights}
+
+    def step(p: torch.Tensor) -> None:
+        optimizers[p].step()
+        p.grad = None
+
+    handles = [p.register_post_accumulate_grad_hook(step) for p in weights]
+    loss_fn(model(batch[0]), batch[1]).backward()
+    for handle in handles:
+        handle.remove()
+
+
+def _memory_run(api: "Api", fn: Callable[..., Any], wide: Wide, lr: float) -> dict[str, Any] | None:
+    """``train`` once more, on the wide model and its batches, each ``make_optimizer`` a plain
     Adam, between two syncs where the supervisor reads the parameters and the kernel's figures
     of the process's memory (``Observer.watch``): what a pass on live gradients rests on."""
     model, batches, loss_fn = wide
 
-    def make_optimizer(group):
+    def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
         return torch.optim.Adam(list(group), lr=lr)
 
     api.sync("memory-start", snapshot=True)

@@ -26,6 +26,7 @@ import time
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from . import memory, scenarios, supervise
 from .instrument import flat, name_limits, wrap_step
@@ -201,6 +202,8 @@ def run(job, api):
 
     def learner():
         if big:
+            rows = len(batches[0][1])
+            _warm_up(base, batches[0], loss_fn, low_precision(device), (rows, rows // int(params["accum_steps"])))
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
@@ -234,6 +237,26 @@ def run(job, api):
         return data, error
 
     return api.supervise(learner, alone=True)  # its meters see this thread of this process only
+
+
+def _warm_up(base, batch, loss_fn, low, sizes):
+    """A step in float32, one under autocast to ``low`` and one checkpointed, on a copy of the
+    model and a few rows, in the child before the supervisor watches its memory: torch's code
+    that the configurations run is paged in and its lazy state made here, so that what the
+    learner's loop holds from before its memory runs is its own."""
+    model = copy.deepcopy(base)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    for rows in sizes:
+        x, y = batch[0][:rows], batch[1][:rows]
+        for low_on, recompute in ((False, False), (True, False), (False, True), (True, True)):
+            with torch.autocast(x.device.type, dtype=low, enabled=low_on):
+                h = x
+                for block in model.blocks:
+                    h = checkpoint(block, h, use_reentrant=False) if recompute else block(h)
+                loss = loss_fn(model.head(h), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
 
 
 def _configurations(job, api, fn, base, batches, loss_fn):

@@ -7,7 +7,7 @@ start from the same parameters and see the same micro-batches.
 
 import random
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,6 +192,32 @@ def block_net(params: Params, dtype: torch.dtype = torch.float64) -> tuple[Any, 
     return model, batches, nn.CrossEntropyLoss()
 
 
+class ServedLoader:
+    """A loader the harness serves: ``len()`` batches, and at each ``iter()`` a new pass of
+    ``serve()``, a generator of the harness's that tells the supervisor (a sync) as each batch
+    is fetched. One class for every kind that serves its batches so (chunked, hookstep,
+    adapter)."""
+
+    def __init__(self, count: int, serve: Callable[[], Iterator[Any]]) -> None:
+        self._count, self._serve = count, serve
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._serve()
+
+
+def own_pages(tensors: Iterable[torch.Tensor]) -> None:
+    """In the learner's process, before the supervisor watches its memory: each tensor given
+    storage of this process's own (a copy). A tensor the supervisor built before the fork shares
+    its pages with it until written; an optimizer's first write would then copy them inside a
+    memory run, pages the job's cgroup counts as that run's (hookstep's wide weights: 24 MiB)."""
+    with torch.no_grad():
+        for tensor in tensors:
+            tensor.data = tensor.data.clone()
+
+
 class Loader:
     """The micro-batches: iterable, with ``len()`` and indexing."""
 
@@ -220,3 +246,33 @@ def memory_params(params: Params) -> dict[str, Any] | None:
         "n_batches": 1,
         "seed": int(params.get("seed", 0)) + 1,
     }
+
+
+def release_params(params: Params) -> dict[str, Any] | None:
+    """fit-the-budget's second memory run (``params["memory_release_width"]``), or None: the
+    scenario's ``BlockNet`` (its blocks and depth: a loop may count on them) with layers that
+    wide (float64: 36 MiB of weights at 512), one batch of 16 rows, seeded apart. Its
+    activations are small, its gradients tens of MiB: what the process still holds once the step
+    returned tells released gradients from kept ones (the budget's run has a few KiB of them,
+    below what the kernel can tell)."""
+    width = int(params.get("memory_release_width") or 0)
+    if not width:
+        return None
+    rest = {k: v for k, v in params.items() if k not in ("memory_batch", "memory_release_width", "reference")}
+    return {**rest, "width": width, "batch_size": 16, "n_batches": 1, "seed": int(params.get("seed", 0)) + 2}
+
+
+def wide_base(params: Params) -> tuple[nn.Sequential, list[Batch], nn.Module] | None:
+    """train-an-adapter's memory run (``params["memory_width"]``), or None: the scenario's MLP
+    with a first layer that wide (``Linear(width, 16)``, ``Tanh``, ``Linear(16, 3)``, float64,
+    seeded apart) and two batches of 8 rows. Where the base is frozen, backward makes no gradient
+    for that layer; where it is not, its weight's gradient alone takes ``16 × width × 8`` bytes
+    (32 MiB at 262,144), what the kernel's count of the process tells from a frozen base (the
+    maths run's base holds 163 numbers, below what it can tell)."""
+    width = int(params.get("memory_width") or 0)
+    if not width:
+        return None
+    torch.manual_seed(int(params.get("seed", 0)) + 1)
+    model = nn.Sequential(nn.Linear(width, 16), nn.Tanh(), nn.Linear(16, 3)).to(torch.float64)
+    batches = [(torch.randn(8, width, dtype=torch.float64), torch.randint(0, 3, (8,))) for _ in range(2)]
+    return model, batches, nn.CrossEntropyLoss()
