@@ -36,6 +36,7 @@ from worker.checks import (
     tensors,
 )
 from worker.harness import scenarios
+from worker.harness.protocol import reported
 
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}  # relative, on the adapter's values after each step
 D_IN, D_OUT = 16, 3
@@ -114,8 +115,8 @@ STEP_KEYS = {"batch", "shapes", "before", "after", "adapter_grads", "base_grads"
 
 def _well_formed(data: dict) -> None:
     """What the child reported has the harness's shape, or the run was tampered with."""
-    steps, optimizers = data.get("steps"), data.get("optimizers")
-    ok = isinstance(steps, list) and _ints(data.get("base_grads"))
+    steps, optimizers = reported(data, "steps"), reported(data, "optimizers")
+    ok = isinstance(steps, list) and _ints(reported(data, "base_grads"))
     ok = ok and isinstance(optimizers, list) and all(_ints(o) for o in optimizers)
     for step in steps if ok and isinstance(steps, list) else []:
         ok = ok and isinstance(step, dict) and STEP_KEYS | {"base_state", "state_bytes"} <= set(step)
@@ -131,7 +132,7 @@ def _well_formed(data: dict) -> None:
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
     _well_formed(data)
-    agree(data["final_params"], seen["final_params"], "parameters")
+    agree(reported(data, "final_params"), seen["final_params"], "parameters")
     n_batches = int(params["n_micro"])
     initial, sizes = _initial(params)
     read = [*snapshots(seen, "batch"), seen["final_params"]]
@@ -142,11 +143,11 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "check.frozen-unchanged.passed" if moved == 0 else "check.frozen-unchanged.failed",
         {"moved": Sci(moved)},
     )
-    steps = data["steps"]
-    graded = max([len(s["base_grads"]) for s in steps] + list(data["base_grads"]) + [0])
+    steps = reported(data, "steps")
+    graded = max([len(s["base_grads"]) for s in steps] + list(reported(data, "base_grads")) + [0])
     no_grad = _no_grad_check(params, seen, graded)
     base_state = max([s["base_state"] for s in steps] + [0])
-    in_optimizer = len({i for owned in data["optimizers"] for i in owned if i >= 0})
+    in_optimizer = len({i for owned in reported(data, "optimizers") for i in owned if i >= 0})
     state_ok = base_state == 0 and bool(steps)
     state = Check(
         "adapter-state",
@@ -181,7 +182,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks.append(_moved_check(moved_by, len(steps)))
     adapter_numbers = sum(s[0] * s[1] for s in shapes) if found else 0
     model_numbers = int(initial.numel())
-    handed = {i for owned in data["optimizers"] for i in owned if 0 <= i < len(sizes)}
+    handed = {i for owned in reported(data, "optimizers") for i in owned if 0 <= i < len(sizes)}
     metrics = {
         "adapter_parameters": adapter_numbers,
         "model_parameters": model_numbers,

@@ -29,6 +29,7 @@ from worker.checks import (  # noqa: E402
 )
 from worker.harness import memory, scenarios  # noqa: E402
 from worker.harness.observer import WATCH  # noqa: E402
+from worker.harness.protocol import reported, reported_meters
 
 # relative gradient error: checkpointing is bitwise equal on the CPU (0.0); a CUDA float64
 # step may differ in the last bits; a detached or unrecorded block is off by ≥ 0.1
@@ -158,18 +159,18 @@ def _observations(params, data, size):
     the parameters hold (the memory run's model, shared too, comes after them)."""
     seen = observed(data)
     before = [b[:size] for b in snapshots(seen, "call")]
-    agree(len(data["peaks"]), len(before), "calls")
-    peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
-    agree(list(data["peaks"]), peaks + [0] * (len(data["peaks"]) - len(peaks)), "memory")
+    agree(len(reported(data, "peaks")), len(before), "calls")
+    peaks = [(m or {}).get("peak", 0) for m in reported_meters(seen)]
+    agree(list(reported(data, "peaks")), peaks + [0] * (len(reported(data, "peaks")) - len(peaks)), "memory")
     final = seen["final_params"][:size]
     if seen["counts"].get("memory-start"):  # the calls' last step, before the memory run
         final = snapshots(seen, "memory-start")[0][:size]
-    agree(data["final_params"], final, "parameters")
-    if len(data["steps"]) != len(before):
+    agree(reported(data, "final_params"), final, "parameters")
+    if len(reported(data, "steps")) != len(before):
         return  # not one step per call: the gradient check fails on the count
     after = [*before[1:], final]
     lr = float(params["lr"])
-    for step, a, b in zip(data["steps"], before, after, strict=True):
+    for step, a, b in zip(reported(data, "steps"), before, after, strict=True):
         grad = tensors.vector(step["grad"]).nan_to_num()
         taken = (tensors.vector(a) - tensors.vector(b)).nan_to_num() / lr
         if tensors.norm(taken - grad) > STEP_AGREES * max(tensors.norm(grad), 1e-12):
@@ -182,16 +183,19 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     errors = [
         tensors.norm(tensors.vector(s["grad"]) - g) / tensors.norm(g)
-        for s, g in zip(data["steps"], ref.grads, strict=False)
+        for s, g in zip(reported(data, "steps"), ref.grads, strict=False)
     ]
     expected = len(ref.grads)
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
-    if len(data["steps"]) != expected:
+    if len(reported(data, "steps")) != expected:
         grads = Check(
-            "gradients", False, "check.gradients.steps", {"steps": len(data["steps"]), "expected": expected}
+            "gradients",
+            False,
+            "check.gradients.steps",
+            {"steps": len(reported(data, "steps")), "expected": expected},
         )
     elif bad is not None:
-        mine = tensors.vector(data["steps"][bad]["grad"]).nan_to_num()
+        mine = tensors.vector(reported(data, "steps")[bad]["grad"]).nan_to_num()
         norm = tensors.norm(mine) / tensors.norm(ref.grads[bad])
         grads = Check(
             "gradients",
@@ -201,12 +205,12 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         )
     else:
         grads = Check("gradients", True, "check.gradients.passed", {"error": Sci(max(errors))})
-    peak = max(data["peaks"])
+    peak = max(reported(data, "peaks"))
     budget = float(params["budget"])
     values = {"peak": peak, "naive": ref.peak, "ratio": peak / ref.peak, "budget": budget}
     fits = peak <= budget * ref.peak
     mem = Check("peak", fits, "check.peak.passed" if fits else "check.peak.failed", values)
-    kept = max(data["grads_kept"])
+    kept = max(reported(data, "grads_kept"))
     released = Check(
         "released", not kept, "check.released.passed" if not kept else "check.released.failed", {"kept": kept}
     )
@@ -328,13 +332,13 @@ def release_check(params: dict, data: dict, device: str, size: int) -> Check | N
 
 
 def _recomputed(data):
-    return len({e[1] for e in data["events"] if e[0] == "F" and e[2]})
+    return len({e[1] for e in reported(data, "events") if e[0] == "F" and e[2]})
 
 
 def _longest_recompute(data):
     """The most block forwards that ran back to back during a backward: one recomputation."""
     longest = run = 0
-    for e in data["events"]:
+    for e in reported(data, "events"):
         run = run + 1 if e[0] == "F" and e[2] else 0
         longest = max(longest, run)
     return longest
@@ -343,28 +347,32 @@ def _longest_recompute(data):
 def diagnose(params, ref, data, errors, values):
     """The known mistake the trace shows, or None."""
     tol = 1e-6
-    if len(data["steps"]) != len(ref.grads):
+    if len(reported(data, "steps")) != len(ref.grads):
         return None
     if any(not e <= tol for e in errors):
         # named only when the graph was cut: some blocks got no gradient at all
         t = next(t for t, e in enumerate(errors) if not e <= tol)
-        mine = tensors.vector(data["steps"][t]["grad"]).nan_to_num()
+        mine = tensors.vector(reported(data, "steps")[t]["grad"]).nan_to_num()
         summed = sum(ref.grads[: t + 1][1:], ref.grads[0])
         if t and tensors.norm(mine - summed) <= tol * tensors.norm(summed):
             # every step before it was right: the earlier gradients were still there, added to
             return Diagnosis(
                 "grads-accumulated",
-                {"step": t + 1, "kept": max(data["grads_kept"]), "bytes": data["grad_bytes"]},
+                {
+                    "step": t + 1,
+                    "kept": max(reported(data, "grads_kept")),
+                    "bytes": reported(data, "grad_bytes"),
+                },
             )
-        without = data["blocks"] - len({e[1] for e in data["events"] if e[0] == "G"})
+        without = reported(data, "blocks") - len({e[1] for e in reported(data, "events") if e[0] == "G"})
         if not without:
             return None
         return Diagnosis(
             "gradients-changed",
-            {"step": t + 1, "error": Sci(errors[t]), "without": without, "blocks": data["blocks"]},
+            {"step": t + 1, "error": Sci(errors[t]), "without": without, "blocks": reported(data, "blocks")},
         )
-    blocks, kept = data["blocks"], max(data["grads_kept"])
-    kept_values = {**values, "kept": kept, "bytes": data["grad_bytes"]}
+    blocks, kept = reported(data, "blocks"), max(reported(data, "grads_kept"))
+    kept_values = {**values, "kept": kept, "bytes": reported(data, "grad_bytes")}
     if values["ratio"] > values["budget"]:
         if _longest_recompute(data) == blocks:
             return Diagnosis("checkpoint-everything-at-once", {**values, "blocks": blocks})

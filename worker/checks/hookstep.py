@@ -27,6 +27,7 @@ from worker.checks import (
     tensors,
 )
 from worker.harness import memory, scenarios
+from worker.harness.protocol import reported
 
 # relative parameter error: the hook step is the same Adam arithmetic (0.0 on the CPU); a CUDA
 # float64 run may differ in the last bits; a second step or a stale gradient is off by ≥ 1e-3
@@ -143,7 +144,7 @@ def _per_batch(data, ref):
     n = len(ref.params)
     stepped = [[0] * ref.n_params for _ in range(n)]
     calls, outside = [0] * n, [0] * n
-    for batch, backward, owned, _alive, _bytes in data["steps"]:
+    for batch, backward, owned, _alive, _bytes in reported(data, "steps"):
         if not 0 <= batch < n:
             continue
         calls[batch] += 1
@@ -160,7 +161,7 @@ def _ints(values: object) -> bool:
 
 def _well_formed(data: dict) -> None:
     """What the child reported has the harness's shape, or the run was tampered with."""
-    steps, between = data.get("steps"), data.get("between")
+    steps, between = reported(data, "steps"), reported(data, "between")
     ok = isinstance(steps, list) and _ints(between)
     for step in steps if ok and isinstance(steps, list) else []:
         ok = ok and isinstance(step, list) and len(step) == 5 and type(step[1]) is bool
@@ -174,7 +175,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
     _well_formed(data)
     size = len(ref.params[0])
-    agree(data["final_params"], _final(seen, size), "parameters")
+    agree(reported(data, "final_params"), _final(seen, size), "parameters")
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     trajectory = _trajectory(ref, seen, tol, size)
     stepped, calls, outside = _per_batch(data, ref)
@@ -187,8 +188,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "check.hook-steps.passed" if steps_ok else "check.hook-steps.failed",
         {"calls": max(calls, default=0), "params": ref.n_params, "outside": sum(outside)},
     )
-    alive = max([s[3] for s in data["steps"]] + list(data["between"]) + [0])
-    alive_bytes = max([s[4] for s in data["steps"]] + [0])
+    alive = max([s[3] for s in reported(data, "steps")] + list(reported(data, "between")) + [0])
+    alive_bytes = max([s[4] for s in reported(data, "steps")] + [0])
     one = alive <= 1
     grads = Check(
         "one-gradient",

@@ -31,6 +31,7 @@ from worker.checks import (
     tensors,
 )
 from worker.harness import memory, scenarios
+from worker.harness.protocol import reported, reported_meters
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
 LOW = {"low", "all"}
@@ -128,6 +129,7 @@ def _kernel(params, data, device):
         error = kernel_memory.trained(
             seen, f"memory-{name}-end", size + 2 * n, size + number * n, mem.params, travelled
         )
+        held = int(limit * mem.peak) + HELD
         values = {
             "config": Phrase(f"check.measure_{name}.name"),
             "rise": rise,
@@ -136,13 +138,13 @@ def _kernel(params, data, device):
             "limit": limit,
             "batch": int(params["memory_batch"]),
             "since": since,
-            "held": int(limit * mem.peak) + HELD,
+            "held": held,
         }
         if not error <= MEMORY_TRAINED[name]:
             checks.append(Check(f"measure_{name}_kernel", False, "check.measure_kernel.untrained", values))
         elif rise > limit * mem.peak:
             checks.append(Check(f"measure_{name}_kernel", False, "check.measure_kernel.failed", values))
-        elif since > values["held"]:
+        elif since > held:
             checks.append(Check(f"measure_{name}_kernel", False, "check.measure_kernel.held", values))
         else:
             checks.append(Check(f"measure_{name}_kernel", True, "check.measure_kernel.passed", values))
@@ -152,18 +154,18 @@ def _kernel(params, data, device):
 def _row(name, config, data):
     """One configuration as a check line: what it ran, its time, speed and peak."""
     values = {
-        "precision": data["low_precision"] if name in LOW else "float32",
-        "accum": data["accum_steps"] if name in ("accum", "all") else 1,
+        "precision": reported(data, "low_precision") if name in LOW else "float32",
+        "accum": reported(data, "accum_steps") if name in ("accum", "all") else 1,
         "checkpoint": Phrase("measure.yes" if name in ("checkpoint", "all") else "measure.no"),
     }
     if config is None:
         return Check(f"measure_{name}", False, "check.measure_run.missing", values)
-    if config["steps"] != data["expected_steps"]:
+    if config["steps"] != reported(data, "expected_steps"):
         return Check(
             f"measure_{name}",
             False,
             "check.measure_run.steps",
-            {**values, "steps": config["steps"], "expected": data["expected_steps"]},
+            {**values, "steps": config["steps"], "expected": reported(data, "expected_steps")},
         )
     ms, low, high, timed = step_times(config)
     per_step = config["samples"] / config["steps"]
@@ -179,7 +181,7 @@ def _row(name, config, data):
 
 
 def _precision(data):
-    configs, low = data["configs"], data["low_precision"]
+    configs, low = reported(data, "configs"), reported(data, "low_precision")
 
     def failed(message, name, field):
         seen = ", ".join(configs[name][field]) or "—"
@@ -200,7 +202,7 @@ def _precision(data):
 def _accumulation(params, data, device):
     ref_params = params["reference"]
     ref = accumulation.reference(ref_params)
-    run = data.get("reference_run")
+    run = reported(data, "reference_run")
     if run is None:
         return Check("measure_accumulation", False, "check.measure_accumulation.missing", {})
     steps = [tensors.vector(s) for s in run["steps"]]
@@ -233,7 +235,7 @@ def _accumulation(params, data, device):
 
 
 def _checkpoint(params, data):
-    configs = data["configs"]
+    configs = reported(data, "configs")
     base, ckpt = configs["fp32"]["peak"] or 0, configs["checkpoint"]["peak"] or 0
     drop = float(params["peak_drop"])
     values = {"peak": ckpt, "base": base, "ratio": ckpt / base if base else 0.0, "limit": drop}
@@ -259,8 +261,8 @@ def _observations(params, data):
     run's peak as it kept it (CPU), the correctness run's parameters as it read them: the
     child's report must say the same, or the run was interfered with."""
     seen = observed(data)
-    configs = data["configs"]
-    rounds = data.get("rounds", 1)
+    configs = reported(data, "configs")
+    rounds = reported(data, "rounds", 1)
     if not (type(rounds) is int and 1 <= rounds <= 16):
         raise Interfered("shape", detail="the number of timed runs is not a small count")
     for number, name in enumerate(CONFIGS):
@@ -277,11 +279,11 @@ def _observations(params, data):
                 and all(isinstance(t, int | float) and math.isfinite(t) and t >= 0 for t in times)
             ):
                 raise Interfered("shape", detail=f"the step times of {name} are not a list of times")
-    if data["meter"] == "live":
-        peaks = [(m or {}).get("peak", 0) for m in seen["meters"]]
-        reported = [configs[n]["peak"] for n in CONFIGS if n in configs and configs[n]["peak"] is not None]
-        agree(reported, (peaks + [0] * len(reported))[: len(reported)], "memory")
-    run = data.get("reference_run")
+    if reported(data, "meter") == "live":
+        peaks = [(m or {}).get("peak", 0) for m in reported_meters(seen)]
+        said = [configs[n]["peak"] for n in CONFIGS if n in configs and configs[n]["peak"] is not None]
+        agree(said, (peaks + [0] * len(said))[: len(said)], "memory")
+    run = reported(data, "reference_run")
     if run is not None:
         size = _size(params)
         agree(run["steps"], [s[:size] for s in snapshots(seen, "reference-step")], "parameters")
@@ -290,14 +292,18 @@ def _observations(params, data):
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     _observations(params, data)
-    configs = data["configs"]
-    cuda = data["meter"] == "cuda"
+    configs = reported(data, "configs")
+    cuda = reported(data, "meter") == "cuda"
     repeated = any(config.get("step_ms") for config in configs.values())
     where = Check(
         "measure_device",
         True,
         f"check.measure_device.{'cuda' if cuda else 'cpu'}{'_rounds' if repeated else ''}",
-        {"name": data["device_name"], "low": data["low_precision"], "rounds": data.get("rounds", 1)},
+        {
+            "name": reported(data, "device_name"),
+            "low": reported(data, "low_precision"),
+            "rounds": reported(data, "rounds", 1),
+        },
     )
     rows = [_row(name, configs.get(name), data) for name in CONFIGS]
     checks = [where, *rows]
@@ -305,8 +311,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks += [_precision(data), _accumulation(params, data, device), _checkpoint(params, data)]
         checks += _kernel(params, data, device)
     metrics = {
-        "measured_on": data["device_name"],
-        "low_precision": data["low_precision"],
+        "measured_on": reported(data, "device_name"),
+        "low_precision": reported(data, "low_precision"),
         "peak_measure": "max_memory_allocated" if cuda else "live_tensor_bytes",
     }
     for name, config in configs.items():
@@ -328,14 +334,14 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
 def diagnose(checks, data):
     """The known mistake the numbers show, or None."""
     by_name = {c.name: c for c in checks}
-    configs = data["configs"]
+    configs = reported(data, "configs")
     precision = by_name.get("measure_precision")
     if precision is not None and not precision.passed:
         if precision.message == "check.measure_precision.weights":  # the model itself was cast
             return Diagnosis("cast-instead-of-autocast", precision.values)
         lows = [configs[n]["dtypes"] for n in LOW]
         if all(d == ["float32"] for d in lows):
-            return Diagnosis("precision-ignored", {"low": data["low_precision"]})
+            return Diagnosis("precision-ignored", {"low": reported(data, "low_precision")})
         return None
     ckpt = by_name.get("measure_checkpoint_peak")
     if (
