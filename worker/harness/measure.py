@@ -23,13 +23,19 @@ import copy
 import functools
 import gc
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint as recompute_block
 
 from . import memory, scenarios, supervise
 from .instrument import flat, name_limits, wrap_step
+
+if TYPE_CHECKING:
+    from .protocol import Spec
+    from .runtime import Api
 
 # timed runs of each configuration: the first is the one the supervisor counts, the others only
 # add step times (ROUNDS × 4 steps each: a median and a spread the noise of a shared CPU does not
@@ -55,26 +61,28 @@ class Blocks(nn.Module):
     """A model as ``blocks`` then ``head`` (what the learner's loop walks through), made of an
     existing ``Linear - Tanh - Linear`` model's own modules: same parameters, same order."""
 
-    def __init__(self, mlp):
+    def __init__(self, mlp: nn.Sequential) -> None:
         super().__init__()
         self.blocks = nn.ModuleList([nn.Sequential(mlp[0], mlp[1])])
         self.head = mlp[2]
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             x = block(x)
         return self.head(x)
 
 
-def keep_dtype(model):
+def keep_dtype(model: nn.Module) -> None:
     """The correctness run's model stays in float64, in the memory the supervisor reads, whatever
     dtype the loop casts it to (``model.float()``, ``.to(precision)``: float32 master weights
     are a habit worth keeping): a cast of its floating tensors moves them across devices only,
     and floating inputs of every module are taken to float64. Its reference is float64."""
     dtype = next(model.parameters()).dtype
 
-    def apply(module, fn, recurse=True):
-        def moved_only(t):
+    def apply(
+        module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> nn.Module:
+        def moved_only(t: torch.Tensor) -> torch.Tensor:
             out = fn(t)
             if t.is_floating_point() and out.dtype != t.dtype:
                 return t if out.device == t.device else out.to(t.dtype)
@@ -82,16 +90,16 @@ def keep_dtype(model):
 
         return type(module)._apply(module, moved_only, recurse)
 
-    def inputs(module, args):
+    def inputs(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
         floating = [isinstance(a, torch.Tensor) and a.is_floating_point() for a in args]
         return tuple(a.to(dtype) if f else a for a, f in zip(args, floating, strict=True))
 
     for module in model.modules():
-        module._apply = functools.partial(apply, module)
+        module._apply = functools.partial(apply, module)  # type: ignore[method-assign]
         module.register_forward_pre_hook(inputs)
 
 
-def low_precision(device):
+def low_precision(device: str) -> torch.dtype:
     """The low precision the loop autocasts to: bfloat16 on every device. float16 would need a
     GradScaler the loop is not handed (a passing loop reused on such a GPU would train float16
     unscaled); on a GPU without native bfloat16 (compute capability below 8.0) its rows measure
@@ -99,7 +107,7 @@ def low_precision(device):
     return torch.bfloat16
 
 
-def _sync(device):
+def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
@@ -108,8 +116,10 @@ class Probe:
     """Hooks on a model copy: the dtypes its Linear layers computed in and their weights held,
     recomputed blocks, and whether a gradient reached the blocks."""
 
-    def __init__(self, model):
-        self.dtypes, self.weights, self.recomputed, self.trained = set(), set(), False, False
+    def __init__(self, model: Any) -> None:
+        self.dtypes: set[str] = set()
+        self.weights: set[str] = set()
+        self.recomputed, self.trained = False, False
         for block in model.blocks:
             block.register_forward_pre_hook(self._block)
             next(block.parameters()).register_post_accumulate_grad_hook(self._trained)
@@ -117,19 +127,19 @@ class Probe:
                 if isinstance(layer, nn.Linear):
                     layer.register_forward_hook(self._linear)
 
-    def _block(self, module, args):
+    def _block(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         if torch._C._current_autograd_node() is not None:
             self.recomputed = True
 
-    def _trained(self, param):
+    def _trained(self, param: torch.Tensor) -> None:
         self.trained = True
 
-    def _linear(self, module, args, out):
+    def _linear(self, module: nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> None:
         self.dtypes.add(str(out.dtype).replace("torch.", ""))
         self.weights.add(str(module.weight.dtype).replace("torch.", ""))
 
 
-def _micro_batches(batches, accum):
+def _micro_batches(batches: list[scenarios.Batch], accum: int) -> list[scenarios.Batch]:
     return [
         (x[i : i + len(x) // accum], y[i : i + len(x) // accum])
         for x, y in batches
@@ -142,13 +152,14 @@ class Clock:
     end of the previous step's bookkeeping to the end of this step's update (CUDA synchronised
     there), so the grader's own work at a step (counting it, telling the supervisor) is left out."""
 
-    def __init__(self, device):
-        self.device, self.times, self.mark = device, [], time.perf_counter()
+    def __init__(self, device: str) -> None:
+        self.device, self.mark = device, time.perf_counter()
+        self.times: list[float] = []
 
-    def resume(self):
+    def resume(self) -> None:
         self.mark = time.perf_counter()
 
-    def lap(self):
+    def lap(self) -> None:
         _sync(self.device)
         if len(self.times) < MAX_STEP_TIMES:
             self.times.append(round((time.perf_counter() - self.mark) * 1000, 4))
@@ -158,12 +169,19 @@ class Counted:
     """An SGD optimizer whose steps are counted (and, if asked, the parameters recorded), each
     step told to the supervisor through ``sync`` when given, and timed by ``clock`` if given."""
 
-    def __init__(self, model, lr, record=False, sync=None, clock=None):
+    def __init__(
+        self,
+        model: nn.Module,
+        lr: float,
+        record: bool = False,
+        sync: Callable[[], object] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         self.steps = 0
-        self.trajectory: list = []
+        self.trajectory: list[list[float | None]] = []
 
-        def counted(result):
+        def counted(result: object) -> None:
             if clock is not None:
                 clock.lap()
             self.steps += 1
@@ -177,13 +195,13 @@ class Counted:
         wrap_step(self.optimizer, after=counted)
 
 
-def run(job, api):
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     """The models are built here, in the supervisor, and the correctness run's parameters
     shared; the rest runs in the child (``learner``). The supervisor counts each timed
     configuration's steps, reads the correctness run's parameters after every step and keeps
     each metered run's peak (CPU) as the counts come."""
-    params = job["params"]
-    device = job.get("device", "cpu")
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     base, batches, loss_fn = scenarios.block_net(params, torch.float32)
     base = base.to(device)
     batches = [(x.to(device), y.to(device)) for x, y in batches]
@@ -191,7 +209,7 @@ def run(job, api):
     scenario = scenarios.build(ref, torch.float64)
     checked = Blocks(scenario.model).to(device)
     sized = scenarios.memory_params(params)
-    big = []
+    big: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
     if sized is not None:  # the memory runs' models and batch: the kernel's figures go by them
         supervise.exact_malloc()
         model, [(x, y)], _ = scenarios.block_net(sized, torch.float32)
@@ -200,10 +218,12 @@ def run(job, api):
     api.share([*checked.parameters(), *(p for m, _, _ in big for p in m.parameters())])
     keep_dtype(checked)
 
-    def learner():
+    def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         if big:
             rows = len(batches[0][1])
-            _warm_up(base, batches[0], loss_fn, low_precision(device), (rows, rows // int(params["accum_steps"])))
+            _warm_up(
+                base, batches[0], loss_fn, low_precision(device), (rows, rows // int(params["accum_steps"]))
+            )
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
@@ -212,12 +232,12 @@ def run(job, api):
             functools.partial(fn, precision=torch.float32, accum_steps=1, checkpoint=False),
             ["model", "loader", "loss_fn", "optimizer"],
         )
-        data, error = _configurations(job, api, fn, base, batches, loss_fn)
+        data, error = _configurations(spec, api, fn, base, batches, loss_fn)
         if error is not None:
             return data, error
         for (name, low_on, checkpoint), (model, x, y) in zip(MEMORY_RUNS if big else [], big, strict=True):
             optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
-            kwargs = {"precision": low_precision(device) if low_on else torch.float32}
+            kwargs: dict[str, Any] = {"precision": low_precision(device) if low_on else torch.float32}
             kwargs |= {"accum_steps": 1, "checkpoint": checkpoint}
             api.sync(f"memory-{name}-start")
             error = api.call(functools.partial(fn, **kwargs), [model, [(x, y)], loss_fn, optimizer])
@@ -239,7 +259,9 @@ def run(job, api):
     return api.supervise(learner, alone=True)  # its meters see this thread of this process only
 
 
-def _warm_up(base, batch, loss_fn, low, sizes):
+def _warm_up(
+    base: Any, batch: scenarios.Batch, loss_fn: nn.Module, low: torch.dtype, sizes: tuple[int, ...]
+) -> None:
     """A step in float32, one under autocast to ``low`` and one checkpointed, on a copy of the
     model and a few rows, in the child before the supervisor watches its memory: torch's code
     that the configurations run is paged in and its lazy state made here, so that what the
@@ -252,21 +274,35 @@ def _warm_up(base, batch, loss_fn, low, sizes):
             with torch.autocast(x.device.type, dtype=low, enabled=low_on):
                 h = x
                 for block in model.blocks:
-                    h = checkpoint(block, h, use_reentrant=False) if recompute else block(h)
+                    h = recompute_block(block, h, use_reentrant=False) if recompute else block(h)
                 loss = loss_fn(model.head(h), y)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
 
-def _configurations(job, api, fn, base, batches, loss_fn):
+def _configurations(
+    spec: "Spec",
+    api: "Api",
+    fn: Callable[..., Any],
+    base: nn.Module,
+    batches: list[scenarios.Batch],
+    loss_fn: nn.Module,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Every configuration, warmed up, timed (and metered on the CPU): ``(data, error)``."""
-    params = job["params"]
-    device = job.get("device", "cpu")
+    params = spec["params"]
+    device = spec.get("device", "cpu")
     cuda = device.startswith("cuda")
     low, k, lr = low_precision(device), int(params["accum_steps"]), float(params["lr"])
 
-    def one(low_on, accum_on, checkpoint, metered, steps=None, sync=None):
+    def one(
+        low_on: bool,
+        accum_on: bool,
+        checkpoint: bool,
+        metered: bool,
+        steps: int | None = None,
+        sync: Callable[[], object] | None = None,
+    ) -> tuple[Any, dict[str, Any] | None]:
         model = copy.deepcopy(base)
         clock = Clock(device)
         probe, counted = Probe(model), Counted(model, lr, sync=sync, clock=clock)
@@ -322,7 +358,7 @@ def _configurations(job, api, fn, base, batches, loss_fn):
         if error is not None:
             break
         result, error = one(
-            low_on, accum_on, checkpoint, False, sync=lambda number=number: api.sync("step", number)
+            low_on, accum_on, checkpoint, False, sync=functools.partial(api.sync, "step", number)
         )
         if error is None and not cuda:
             result["peak"], error = one(low_on, accum_on, checkpoint, True)
