@@ -218,7 +218,8 @@ def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | No
     """The memory run as the supervisor saw it (None where the exercise has none, or on CUDA,
     where no child is watched): the wide model's biases where the plain loop's Adam step puts
     them, and the rise of the process's memory, as the kernel counted it, within
-    ``KERNEL_FACTOR`` × the parameters' bytes. The lists the loop's process reported (steps,
+    ``KERNEL_FACTOR`` × the parameters' bytes from the run's start and, ``HELD`` more, from the
+    learner's file's load. The lists the loop's process reported (steps,
     gradients alive) name the mistake; this is what a pass rests on."""
     wide = wide_reference(params)
     seen = observed(data)
