@@ -83,16 +83,37 @@ def test_unscale_every_micro_batch_is_named(exercise, grade):
 
 
 @pytest.mark.slow
-def test_the_adapters_no_gradient_line_says_it_is_the_programs_word(exercise, grade):
+def test_the_adapters_no_gradient_line_is_the_systems_count(exercise, grade):
     """issue 41: a weight's gradient lives in the learner's process, out of the supervisor's
-    sight; the line that says there was none says whose word it is, in both languages."""
+    sight; the line that says there was none rests on a memory run the kernel counted (a first
+    layer whose gradient alone is tens of MiB), and says so in both languages. (On CUDA, where
+    no child is watched, it is the program's word and says that: check.frozen-no-grad.reported.)"""
     adapter = exercise("train-an-adapter")
     code = (Path(adapter.path) / "solution.py").read_bytes()
     for lang, said in (
-        ("en", "your program's word, not a measurement"),
-        ("pt-BR", "palavra do seu programa"),
+        ("en", "as the operating system counted the process"),
+        ("pt-BR", "contada pelo sistema operacional"),
     ):
         verdict = grade(adapter, code, lang)
         assert verdict["status"] == "passed"
         no_grad = verdict["checks"][1]
         assert no_grad["status"] == "passed" and said in no_grad["message"], no_grad
+
+
+@pytest.mark.slow
+def test_a_ballast_freed_as_the_memory_run_begins_is_told_in_both_languages(exercise, grade):
+    """issue 41 (ballast): memory held from the file's load and freed as the memory run began
+    let a whole cycle's activations fit under it, with little rise from the run's start; the
+    check counts from the load too, and its text says so, with both figures."""
+    accumulate = exercise("accumulate")
+    golden = Path(__file__).parent / "golden" / "accumulate"
+    code = (golden / "backward-once-per-cycle--ballast-deleted-through-a-global-meter-freed.py").read_bytes()
+    for lang, since, counted in (
+        ("en", "since your file was loaded", "memory your program held before that run counts too"),
+        ("pt-BR", "desde que o seu arquivo foi carregado", "também conta"),
+    ):
+        verdict = grade(accumulate, code, lang)
+        assert verdict["status"] == "failed"
+        kernel = verdict["checks"][-1]
+        assert kernel["status"] == "failed" and since in kernel["message"] and counted in kernel["message"]
+        assert verdict["diagnosis"]["id"] == "backward-once-per-cycle"
