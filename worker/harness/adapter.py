@@ -106,6 +106,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             childfilter.stack(processes)
         if wide is not None:
             _warm_up(model, batches[0], scenario.loss_fn, lr, int(params["rank"]))
+            scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone or forked, kernel=processes is not None)
         fn = api.load_entry()

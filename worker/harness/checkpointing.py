@@ -98,6 +98,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             if release is not None:  # its weights written by SGD in the child's own pages
                 scenarios.own_pages(_linears(release[0], "weight"))
             _warm_up(params, loss_fn)
+            scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()

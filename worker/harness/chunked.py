@@ -63,6 +63,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
                 yield batch
 
         if wide is not None:
+            scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()

@@ -81,6 +81,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             # with the supervisor would copy them inside the run, where the job's cgroup counts them
             scenarios.own_pages(p for p in wide[0].parameters() if p.dim() > 1)
             _warm_up(model, batches[0], scenario.loss_fn, lr)
+            scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()

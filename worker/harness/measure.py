@@ -224,6 +224,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             _warm_up(
                 base, batches[0], loss_fn, low_precision(device), (rows, rows // int(params["accum_steps"]))
             )
+            scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone)
         fn = api.load_entry()
