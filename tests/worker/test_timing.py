@@ -103,3 +103,45 @@ def test_a_report_with_no_runs_or_a_spread_of_one_number_fails_without_the_check
     spread = next(c for c in result.checks if c.name == "timing_spread")
     assert not spread.passed and spread.values["low"] == "—"
     assert result.diagnosis is not None and result.diagnosis.id == "one-run-no-spread"
+
+
+def _repeats(number, kernel_ms, warm_up, steps=6, repeats=5, stall=0.0):
+    """A learner's events: `warm_up` untimed steps, then `repeats` timed repeats of `steps`, a sync at
+    each edge; the warm-up kernels 80 ms longer; `stall` ms more in the last repeat's last kernel."""
+    events, t, made = [], 0.0, 0
+
+    def kernel(extra=0.0):
+        nonlocal t, made
+        length = kernel_ms + (80 if made < 3 else 0) + extra
+        events.extend([["begin", number, t, -1], ["kernel", number, t + length, -1]])
+        t += length + 0.2
+        made += 1
+
+    for _ in range(warm_up):
+        kernel()
+    for r in range(repeats):
+        events.append(["synchronize", number, t, -1])
+        for s in range(steps):
+            kernel(stall if (r, s) == (repeats - 1, steps - 1) else 0.0)
+        events.append(["synchronize", number, t, -1])
+    return events
+
+
+def test_a_stalled_repeat_is_not_taken_for_the_warm_up_but_a_timed_warm_up_is():
+    seen = [e for n, label in enumerate(("kernel", "idle")) for e in _repeats(n, KERNEL[label], 3)]
+    data = {
+        "observed": {"events": seen, "events_dropped": 0, "slowed": ["kernel", "idle"], "interfered": None}
+    }
+    device, loading = _honest("kernel"), _honest("idle")
+    # a machine's stall of 130 ms in one 6-step repeat: 16 -> 37.7 ms a step in the loading run (2.4x)
+    stalled = loading | {"spread_ms": [16.0, 37.7]}
+    result = check.evaluate(PARAMS, data | {"runs": [device, stalled]}, "cpu")
+    assert result.passed, [c for c in result.checks if not c.passed]
+    # the warm-up timed: 240 ms over 6 steps, 16 -> 56 ms a step
+    timed = loading | {"spread_ms": [16.0, 56.0]}
+    assert _diagnosed([device, timed]) == "no-warm-up"
+    seen = [e for n, label in enumerate(("kernel", "idle")) for e in _repeats(n, KERNEL[label], 0)]
+    data = {
+        "observed": {"events": seen, "events_dropped": 0, "slowed": ["kernel", "idle"], "interfered": None}
+    }
+    assert not check.evaluate(PARAMS, data | {"runs": [device, timed]}, "cpu").passed
