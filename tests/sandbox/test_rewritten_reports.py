@@ -10,6 +10,8 @@ solution still passes through the same path. Every program runs under both start
 PAIRS): what the child can reach differs with neither, but its memory is counted by each.
 """
 
+from pathlib import Path
+
 import pytest
 
 from app.config import get_settings
@@ -470,6 +472,15 @@ class TestMeasureIt:
 def test_the_accumulate_solution_passes(run, mode, exercise):
     """The control: the reference loop passes through the same supervised path."""
     outcome = run(_solution(exercise))
+    assert outcome.status == "passed", outcome.verdict
+
+
+def test_a_right_loop_that_collects_garbage_passes(run, mode, exercise):
+    """Memory is counted from the file's load on: a collection of the loop's own must not copy
+    (and count) the pages of objects the child shares with its supervisor (exec start: 100 MiB
+    from the load, 'held', before the harness collected and froze them first)."""
+    golden = Path(__file__).parents[1] / "worker" / "golden" / "accumulate" / "pass--gc-collect-each-cycle.py"
+    outcome = run(golden.read_text(encoding="utf-8"))
     assert outcome.status == "passed", outcome.verdict
 
 

@@ -312,6 +312,10 @@ def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         }
         names = params.get("signature", DEFAULT_SIGNATURE)
         if sized is not None:
+            # the objects collected and frozen first: a collection of the learner's would copy
+            # their pages, shared with the supervisor, and count them (exec start: a right loop
+            # calling gc.collect() read 100 MiB from the load, 51 once settled)
+            scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone or forked, kernel=processes is not None)
         fn = api.load_entry()
