@@ -63,7 +63,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     big = _big(scenarios.memory_params(params), device)
     release = _big(scenarios.release_params(params), device)
     # after the calls' parameters, the budget run's, then the release run's biases (its weights,
-    # 8 MiB each, would not fit in a trace): the checks part them
+    # 2 MiB each, 36 MiB in all, would not fit in a trace): the checks part them
     shared = weights + (list(big[0].parameters()) if big is not None else [])
     api.share(shared + (_linears(release[0], "bias") if release is not None else []))
 
