@@ -113,13 +113,27 @@ def test_a_wrong_loss_in_the_learner_s_own_chunk_size_is_named_from_the_reported
 def test_the_memory_mistakes_train_right_and_fail_on_the_kernel_s_figure():
     whole = [[1, 16, False]]
     result = check.evaluate(PARAMS, _data(_reference(), rise=3 * LIMIT, memory_calls=whole), "cpu")
-    assert [c.passed for c in result.checks] == [True, False]
+    assert [c.passed for c in result.checks] == [True, False, False]
     assert result.checks[1].message == "check.logits_kernel.failed"
+    assert result.checks[2].message == "check.chunked-size.failed", "and by its own report, 16 rows at once"
     assert result.diagnosis.id == "whole-logits-built"
     kept = [[1, 4, False]] * 4
     result = check.evaluate(PARAMS, _data(_reference(), rise=2 * LIMIT, memory_calls=kept), "cpu")
     assert result.diagnosis.id == "graph-kept-across-chunks"
     assert result.diagnosis.values == {"chunks": 4, "rows": 4}
+
+
+def test_a_chunk_larger_than_asked_fails_on_the_program_s_own_report_where_memory_cannot_tell():
+    """The maths run's logits are a few hundred bytes, and a chunk half again as large as asked
+    stays under the memory run's line: the program's own report of lm_head's rows fails it."""
+    whole = [[0, 15, False], [0, 15, True]]  # the maths run's 15 positions at once
+    result = check.evaluate(PARAMS, _data(_reference(), calls=whole), "cpu")
+    assert not result.passed and result.checks[-1].message == "check.chunked-size.failed"
+    assert result.checks[-1].values == {"rows": 15, "chunk_size": 4, "tokens": 15}
+    assert result.diagnosis.id == "whole-logits-built"
+    larger = [[1, 6, False]] * 3 + [[1, 6, True]] * 3  # 1.5x the memory run's chunk, within its line
+    result = check.evaluate(PARAMS, _data(_reference(), memory_calls=larger), "cpu")
+    assert [c.passed for c in result.checks] == [True, True, False] and result.diagnosis is None
 
 
 def test_a_report_that_says_checkpoint_ran_does_not_make_a_high_peak_pass():

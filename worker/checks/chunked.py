@@ -310,6 +310,27 @@ def _named_by_memory(params: dict, calls: list) -> Diagnosis | None:
     return None
 
 
+def _oversized(params: dict, calls: list) -> Check | None:
+    """A failing line where the program's own report says it called ``lm_head`` on more rows at
+    once than the run's chunk size (the maths run's ``chunk_size``, the memory run's
+    ``memory_chunk``): on the maths run's tiny vocabulary no memory figure can tell whole logits
+    from chunks, and a chunk half again as large stays under the memory run's line. What the
+    child reports may fail a loop, never pass one: None where it reports nothing too large."""
+    runs = (
+        (int(params["chunk_size"]), int(params["batch_size"]) * int(params["seq_len"])),
+        (
+            int(params.get("memory_chunk") or 0),
+            int(params.get("memory_rows") or 0) * int(params.get("memory_seq_len") or 0),
+        ),
+    )
+    for run, (limit, tokens) in enumerate(runs):
+        rows = max((r for n, r, backward in calls if n == run and not backward), default=0)
+        if limit and rows > limit:
+            values = {"rows": rows, "chunk_size": limit, "tokens": tokens}
+            return Check("chunked-size", False, "check.chunked-size.failed", values)
+    return None
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
     _well_formed(data)
@@ -321,7 +342,10 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     kernel = kernel_check(params, data, size)
     if kernel is not None:
         checks.append(kernel)
-    calls = reported(data, "calls")  # lm_head's calls: they only name a mistake
+    calls = reported(data, "calls")  # lm_head's calls: they only name a mistake, or fail one
+    oversized = _oversized(params, calls)
+    if oversized is not None:
+        checks.append(oversized)
     metrics: dict = {"batches": len(after)}
     if kernel is not None:  # drawn by the page as chunked.yaml's figure.logits says
         v = kernel.values
@@ -343,6 +367,10 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         )
     elif kernel is not None and not kernel.passed and not kernel.message.endswith("untrained"):
         diagnosis = _named_by_memory(params, calls)
+    elif oversized is not None and oversized.values["rows"] >= oversized.values["tokens"]:
+        diagnosis = Diagnosis(
+            "whole-logits-built", {"rows": oversized.values["rows"], "tokens": oversized.values["tokens"]}
+        )
     return Evaluation(checks, diagnosis, metrics)
 
 
