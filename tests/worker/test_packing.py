@@ -63,8 +63,8 @@ def _data(after, rows=None, forwards=None):
     events = []
     for i in range(len(before)):
         events.append(["batch", i, float(i), i])
-        if i < len(rows):
-            events.append(["forward", rows[i], float(i) + 0.5, -1])
+        if i < len(rows):  # the hook sends the call's token positions: rows of row_len
+            events.append(["forward", rows[i] * PARAMS["row_len"], float(i) + 0.5, -1])
     final = after[-1].tolist()
     count = len(rows) if forwards is None else forwards
     observed = {
@@ -99,6 +99,21 @@ def test_one_document_per_row_trains_right_and_fails_on_its_rows():
     assert [c.passed for c in result.checks] == [True, False]
     assert result.diagnosis.id == "one-document-per-row"
     assert result.diagnosis.values["rows"] == PARAMS["docs_per_batch"]
+
+
+def test_documents_in_padded_slots_of_one_long_row_fail_on_their_positions():
+    """Not packed, though one row: each document in a slot of its own padded to row_len, the
+    slots end to end (red team, issue 41: it passed when only rows were counted)."""
+    slots = [PARAMS["docs_per_batch"] * PARAMS["row_len"]] * PARAMS["n_batches"]
+    data = _data(check.trajectory(PARAMS))
+    events = data["observed"]["events"]
+    forwards = [e for e in events if e[0] == "forward"]
+    for event, positions in zip(forwards, slots, strict=True):
+        event[1] = positions
+    result = check.evaluate(PARAMS, data, "cpu")
+    assert [c.passed for c in result.checks] == [True, False]
+    assert result.checks[1].values["positions"] == slots[0]
+    assert result.diagnosis.id == "one-document-per-row"
 
 
 def test_a_call_per_document_fails_on_the_supervisor_s_count_whatever_rows_it_said():

@@ -249,22 +249,34 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         diagnosis = Diagnosis("one-document-per-row", dict(rows.values))
     metrics: dict[str, Any] = {"batches": len(after), "documents_per_batch": int(params["docs_per_batch"])}
     metrics |= _layout(params)
-    metrics["model_rows"] = [r for label, r, _ms, _shot in seen["events"] if label == "forward"][:64]
+    length = int(params["row_len"])
+    metrics["model_rows"] = [-(-p // length) for p in _positions(seen)][:64]
     return Evaluation([check, rows], diagnosis, metrics)
 
 
+def _positions(seen: dict) -> list[int]:
+    """The token positions of each call of the model (the number the harness's hook sent)."""
+    return [p for label, p, _ms, _shot in seen["events"] if label == "forward"]
+
+
 def _rows_check(params: dict, seen: dict) -> Check:
-    """One call of the model per batch (the supervisor's count), on at most as many rows as the
-    batch fills packed (the number the harness's hook sent with each call)."""
+    """One call of the model per batch (the supervisor's count), on at most as many token
+    positions as the batch's packed rows hold (the number the harness's hook sent with each
+    call): documents each in a padded row, or in padded slots of one long row, need more."""
     expected = packed_rows(params)
-    calls = [r for label, r, _ms, _shot in seen["events"] if label == "forward"]
+    length = int(params["row_len"])
+    calls = _positions(seen)
     count = seen["counts"].get("forward", 0)
     values = {"calls": count, "batches": len(expected), "packed": max(expected)}
     if count != len(expected) or len(calls) != count:
         return Check("packed-rows", False, "check.packed-rows.calls", values)
-    over = next((i for i, (r, p) in enumerate(zip(calls, expected, strict=True)) if not 0 < r <= p), None)
+    over = next(
+        (i for i, (p, n) in enumerate(zip(calls, expected, strict=True)) if not 0 < p <= n * length), None
+    )
     if over is not None:
-        values |= {"batch": over + 1, "rows": calls[over], "packed": expected[over]}
+        positions = calls[over]
+        values |= {"batch": over + 1, "rows": -(-positions // length), "packed": expected[over]}
+        values |= {"positions": positions, "row_len": length}
         return Check("packed-rows", False, "check.packed-rows.failed", values)
     return Check("packed-rows", True, "check.packed-rows.passed", values)
 

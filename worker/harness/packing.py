@@ -6,7 +6,7 @@ inside each document.
 batches, each a list of documents (1-D token tensors), with the plain SGD it is given. The
 supervisor reads the parameters as each batch is fetched and at the end: the trajectory, which the
 checks compare with each document trained alone. Each call of the model syncs too, with the number
-of rows it was given (``forward``): the supervisor counts the calls; the rows are sent by this
+of token positions it was given (``forward``): the supervisor counts the calls; the rows are sent by this
 harness's hook in the child.
 """
 
@@ -47,8 +47,8 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
 
         def counted(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
             tokens = args[0] if args else None
-            rows = int(tokens.shape[0]) if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else -1
-            api.sync("forward", rows)
+            positions = int(tokens.numel()) if isinstance(tokens, torch.Tensor) and tokens.dim() == 2 else -1
+            api.sync("forward", positions)  # token positions: rows of any length are counted whole
 
         model.register_forward_pre_hook(counted)
         name_limits()
