@@ -4,7 +4,9 @@ The model is the seeded float64 MLP (``Linear(6, 16)``, ``Tanh``, ``Linear(16, 3
 learner trains two matrices beside its last layer, which then computes ``layer(h) + h @ (A @ B)``
 (A ``16 × rank``, B ``rank × 3``, or the transposed weights of two bias-free ``nn.Linear``).
 Passing means: the model's weights never move (read by the sandbox's supervisor) and never get a
-gradient; the optimizer keeps state for the adapter only; the adapter has the rank the exercise
+gradient (the kernel's count of the process on a memory run whose base has a first layer wide
+enough that its gradient is tens of MiB; the gradients the child reports only name the
+mistake); the optimizer keeps state for the adapter only; the adapter has the rank the exercise
 asks for (``params["rank"]``); it adds nothing at step 0; its values after every step equal a
 trusted float64 replay of Adam on the CPU, from the values the learner's adapter started with;
 and it moved. The last one is not implied by the replay: an adapter whose ``A`` and ``B`` both

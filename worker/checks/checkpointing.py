@@ -5,7 +5,11 @@ the same seeded float64 ``BlockNet``, here on the CPU. The learner passes when t
 at every step equals the reference's (checkpointing recomputes exactly the same numbers),
 the peak of live tensor bytes during each step stays within ``budget`` × the naive step's
 (measured the same way: what ``max_memory_allocated`` would see, on any device), and the
-gradients are released (``None``) when the step returns.
+gradients are released (``None``) when the step returns. What a pass on memory rests on is the
+kernel's count of the process on two memory runs (``kernel_check``: the budget's peak;
+``release_check``: what the process still holds once the step returned, on layers wide enough
+that their gradients are tens of MiB); the meter's peak and the ``.grad`` the child reported
+only name the mistake.
 """
 
 import json
