@@ -19,13 +19,19 @@ PARAMS = {
 KERNEL = {"kernel": 32.0, "idle": 5.0}  # the device's time per step in each run, as the supervisor answered
 
 
-def _events(number, kernel_ms, kernels=60, syncs=20):
+def _events(number, kernel_ms, kernels=60, syncs=20, idle=0):
+    """A run's events: ``kernels`` kernels (the first 3 the warm-up's, 80 ms longer), ``syncs``
+    calls of synchronize() spread evenly among them, each after some work, and ``idle`` more
+    that drain nothing."""
     events, t = [], 0.0
+    every = kernels // syncs if syncs else 0
     for i in range(kernels):
         length = kernel_ms + (80 if i < 3 else 0)
         events += [["begin", number, t, -1], ["kernel", number, t + length, -1]]
         t += length + 0.2
-    return events + [["synchronize", number, t, -1]] * syncs
+        if every and (i + 1) % every == 0 and (i + 1) // every <= syncs:
+            events.append(["synchronize", number, t, -1])
+    return events + [["synchronize", number, t, -1]] * idle
 
 
 def _data(answers, slowed=("kernel", "idle"), **events):
@@ -64,6 +70,18 @@ def _diagnosed(answers, **events):
     result = check.evaluate(PARAMS, _data(answers, **events), "cpu")
     assert not result.passed
     return result.diagnosis.id if result.diagnosis else None
+
+
+def test_synchronize_calls_that_drain_nothing_do_not_make_repeats():
+    """Eight calls, four of them with no work queued since the last: one timed measurement and a
+    made-up spread around it (red team, issue 41: it passed every check on the count alone)."""
+    device, loading = _honest("kernel"), _honest("idle")
+    result = check.evaluate(PARAMS, _data([device, loading], syncs=4, idle=4), "cpu")
+    assert not result.passed
+    syncs = result.checks[0]
+    assert syncs.message == "check.timing_syncs.idle" and syncs.values["repeats"] == 4
+    assert result.diagnosis is not None and result.diagnosis.id == "one-run-no-spread"
+    assert check.evaluate(PARAMS, _data([device, loading], syncs=6, idle=2), "cpu").passed
 
 
 def test_each_mistake_is_named_from_what_the_supervisor_counted_and_made():
@@ -137,11 +155,11 @@ def test_a_stalled_repeat_is_not_taken_for_the_warm_up_but_a_timed_warm_up_is():
     stalled = loading | {"spread_ms": [16.0, 37.7]}
     result = check.evaluate(PARAMS, data | {"runs": [device, stalled]}, "cpu")
     assert result.passed, [c for c in result.checks if not c.passed]
-    # the warm-up timed: 240 ms over 6 steps, 16 -> 56 ms a step
+    # the warm-up timed, in the first of the repeats: 240 ms over 6 steps, 16 -> 56 ms a step
     timed = loading | {"spread_ms": [16.0, 56.0]}
-    assert _diagnosed([device, timed]) == "no-warm-up"
-    seen = [e for n, label in enumerate(("kernel", "idle")) for e in _repeats(n, KERNEL[label], 0)]
+    seen = [e for n, label in enumerate(("kernel", "idle")) for e in _repeats(n, KERNEL[label], 0, repeats=6)]
     data = {
         "observed": {"events": seen, "events_dropped": 0, "slowed": ["kernel", "idle"], "interfered": None}
     }
-    assert not check.evaluate(PARAMS, data | {"runs": [device, timed]}, "cpu").passed
+    result = check.evaluate(PARAMS, data | {"runs": [device, timed]}, "cpu")
+    assert not result.passed and result.diagnosis is not None and result.diagnosis.id == "no-warm-up"

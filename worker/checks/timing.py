@@ -22,6 +22,9 @@ TOLERANCE = 0.35  # of the true figure; measured (2 cores, loaded): honest loops
 # synchronised-per-step loop 1.5× in the device-bound run, no synchronize 0.00–0.6×
 BACK_TO_BACK = 0.25  # a gap between kernels shorter than this share of one: the queue was not empty
 SPREAD_MAX = 1.35  # the slowest repeat against the true step, at least (see _highest)
+# synchronize() calls that came after work the device had been given (the others drain nothing):
+# two measurements of at least three repeats each; honest loops make 7-12, the solution 12
+REPEATS = 6
 HOST_ONLY = 0.5  # a same-batch figure below half the kernel: the clock stopped before the device
 
 
@@ -75,12 +78,25 @@ def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
                 "item_ms": item_ms,
                 "bound": "compute" if device_bound else "input",
                 "syncs": sum(1 for e in events if e[0] == "synchronize"),
+                "repeats": _drained(events),
                 "kernels": len(ends),
                 "warmup_ms": max(extra, 0.0),
                 "with_warmup": with_warmup,
             }
         )
     return out  # shorter than asked only in a report cut short: ``evaluate`` fails it
+
+
+def _drained(events: list[list[Any]]) -> int:
+    """How many ``synchronize()`` calls came after a kernel since the one before: each ends a
+    stretch in which the device had work, a repeat (or a warm-up) the learner could time."""
+    drained, kernels = 0, 0
+    for event in sorted(events, key=lambda e: e[2]):
+        if event[0] == "kernel":
+            kernels += 1
+        elif event[0] == "synchronize":
+            drained, kernels = drained + (kernels > 0), 0
+    return drained
 
 
 def _near(value: object, truth: float) -> bool:
@@ -134,16 +150,16 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         return {"scenario": _scenario(run), **more}
 
     missing = _first(runs, lambda r: r["syncs"] >= min_syncs)
-    checks.append(
-        Check("timing_syncs", True, "check.timing_syncs.passed", {"least": min(r["syncs"] for r in runs)})
-        if missing is None
-        else Check(
-            "timing_syncs",
-            False,
-            "check.timing_syncs.failed",
-            quote(missing, syncs=missing["syncs"], least=min_syncs),
-        )
-    )
+    idle = _first(runs, lambda r: r["repeats"] >= REPEATS)
+    if missing is not None:
+        values = quote(missing, syncs=missing["syncs"], least=min_syncs)
+        checks.append(Check("timing_syncs", False, "check.timing_syncs.failed", values))
+    elif idle is not None:  # calls that drain nothing, made to reach the count
+        values = quote(idle, syncs=idle["syncs"], repeats=idle["repeats"], least=REPEATS)
+        checks.append(Check("timing_syncs", False, "check.timing_syncs.idle", values))
+    else:
+        least = min(r["syncs"] for r in runs)
+        checks.append(Check("timing_syncs", True, "check.timing_syncs.passed", {"least": least}))
     for name, key, truth in (
         ("timing_step", "step_ms", "step_ms"),
         ("timing_same", "same_batch_ms", "kernel_ms"),
@@ -239,7 +255,7 @@ def diagnose(runs: list[dict], min_syncs: int) -> Diagnosis | None:
     for run in runs:
         spread = run["answer"].get("spread_ms")
         degenerate = not _pair(spread) or spread[1] <= spread[0]
-        if run["syncs"] < min_syncs or degenerate:
+        if run["syncs"] < min_syncs or run["repeats"] < REPEATS or degenerate:
             return Diagnosis("one-run-no-spread", {"syncs": run["syncs"], "least": min_syncs})
     for run in runs:
         if not _spread_ok(run):
