@@ -27,10 +27,12 @@ def _exercise(exercise_id):
 
 
 def _not_passed(outcome):
-    """Not a pass, and no memory line judged from the kernel's count says it fits."""
+    """Not a pass, and where the memory was judged from the kernel's count, a line of those
+    says it did not fit (another such line may pass: fit-the-budget's naive step does release
+    its gradients)."""
     assert outcome.status in ("failed", "error"), outcome.verdict
     kernel = [c for c in outcome.verdict["checks"] if "system" in c["name"]]
-    assert not [c for c in kernel if c["status"] == "passed"], outcome.verdict
+    assert not kernel or [c for c in kernel if c["status"] == "failed"], outcome.verdict
 
 
 def _solution(exercise):

@@ -98,6 +98,7 @@ def test_check_exercise_names_every_problem(exercise, monkeypatch):
         "token-mean-of-means": ("passed", None),
         "token-padding-counted": ("failed", "token-sum-not-normalised"),
         "token-sum-not-normalised": ("failed", "token-sum-not-normalised"),
+        "backward-once-per-cycle": ("failed", "backward-once-per-cycle"),
     }
 
     def fake_grade(ex, code):
@@ -164,7 +165,7 @@ def test_scaler_calls_in_order_with_the_wrong_gradient_fail(graded):
     verdict = graded["golden", "amp-loop", "unscaled-backward--scaled-unused"]
     order = verdict["checks"][1]
     assert order["status"] == "failed"
-    assert "batch 0" in order["message"] and "the true gradient's" in order["message"]
+    assert "batch 1" in order["message"] and "the true gradient's" in order["message"]
     assert "1,024" in verdict["diagnosis"]["explanation"]
 
 

@@ -360,9 +360,9 @@ def test_honest_loops_the_grader_cannot_run_hear_the_limit_not_an_exception(grad
     a one-thread kind get the limit named (not 'Your code raised RuntimeError: Operation not
     permitted' / "can't start new thread"); an optimizer of the loop's own is told that the
     parameters moved without the handed optimizer's step (not 'the parameters did not move')."""
-    profiler = graded["golden", "token-loss", "fail--profiler-around-loop"]
+    profiler = graded["golden", "fit-the-budget", "fail--profiler-around-loop"]
     assert "the profiler starts a thread" in only_message(profiler)
-    thread = graded["golden", "token-loss", "fail--thread-logger"]
+    thread = graded["golden", "fit-the-budget", "fail--thread-logger"]
     assert "on a single thread and in a single process" in only_message(thread)
     forked = graded["golden", "accumulate", "fail--backward-in-a-forked-process"]
     assert "starting a process is refused here (threads may run)" in only_message(forked)

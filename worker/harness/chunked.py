@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import scenarios, sequences, supervise
+from . import childfilter, scenarios, sequences, supervise
 from .instrument import flat, name_limits
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         supervise.exact_malloc()
         wide = (built[0].to(device), [(x.to(device), y.to(device)) for x, y in built[1]])
     api.share(weights + (sequences.watched(wide[0]) if wide is not None else []))
+    # with a memory run, the kernel's count of the child grades memory: the child may start
+    # threads (a logging thread, the profiler's), never a process, which the kernel counts apart
+    processes = childfilter.prepare_processes() if wide is not None else None
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         calls: list[list[Any]] = []  # [run, rows, during backward]
@@ -65,7 +68,10 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         if wide is not None:
             scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
-        name_limits(alone=api.alone)
+        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
+        if processes is not None and forked:
+            childfilter.stack(processes)
+        name_limits(alone=api.alone or forked, kernel=processes is not None)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "optimizer", "chunk_size"])
         optimizer = torch.optim.SGD(weights, lr=lr)
@@ -77,9 +83,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             error = _memory_run(api, fn, wide, lr, int(params["memory_chunk"]))
         return {"calls": calls, "final_params": final}, error
 
-    # alone: no thread or process of its own, whose memory the kernel would count apart from the
-    # child's (the logits built in a forked process would not show in the child's figures)
-    return api.supervise(learner, alone=True)
+    return api.supervise(learner, alone=processes is None)
 
 
 def _memory_run(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from . import memory, scenarios, supervise
+from . import childfilter, memory, scenarios, supervise
 from .instrument import flat, name_limits, wrap_step
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     # not fit in a trace): each moves only where its layer's gradient reached it (the checks
     # part them)
     api.share(weights + (memory.biases(wide[0]) if wide is not None else []))
+    # with a memory run, the kernel's count of the child grades memory: the child may start
+    # threads (a logging thread, the profiler's), never a process, which the kernel counts apart
+    processes = childfilter.prepare_processes() if wide is not None else None
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         steps: list[list[Any]] = []
@@ -83,7 +86,10 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             _warm_up(model, batches[0], scenario.loss_fn, lr)
             scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
-        name_limits(alone=api.alone)
+        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
+        if processes is not None and forked:
+            childfilter.stack(processes)
+        name_limits(alone=api.alone or forked, kernel=processes is not None)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer"])
         loader = scenarios.ServedLoader(len(batches), served)
@@ -101,9 +107,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         }
         return data, error
 
-    # alone: no thread or process of its own, whose memory the kernel would count apart from the
-    # child's (a loop run in a forked process could write the parameters back unseen)
-    return api.supervise(learner, alone=True)
+    return api.supervise(learner, alone=processes is None)
 
 
 def _warm_up(model: nn.Module, batch: scenarios.Batch, loss_fn: nn.Module, lr: float) -> None:
