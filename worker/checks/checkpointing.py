@@ -269,7 +269,9 @@ def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | No
         "since": since,
         "held": limit + HELD,
     }
-    if not error <= TOLERANCE["cuda" if device.startswith("cuda") else "cpu"] * 1e3:
+    # as close as the observed step's own gradients must be (float64): a step computed in
+    # float32 (half the memory) is ~1e-7 off, and passed at the 1e-6 this allowed before
+    if not error <= TOLERANCE["cuda" if device.startswith("cuda") else "cpu"] * 10:
         return Check("peak_kernel", False, "check.peak_kernel.untrained", values)
     if rise > limit:
         return Check("peak_kernel", False, "check.peak_kernel.failed", values)
