@@ -93,10 +93,11 @@ ADAPTER = {"memory_width": 1024}
 GRADIENT = 1024 * 16 * 8
 
 
-def _adapter_seen(rise, held=MIB):
+def _adapter_seen(rise, held=MIB, fetched=2):
     base = 300 * MIB
     return {
         "mode": "fork",
+        "counts": {"memory-batch": fetched},  # the memory run's batches, as the supervisor counted them
         "memory": [
             ["watch-memory", -1, base, base, -1, -1],
             ["memory-start", -1, base + held, base + held, -1, -1],
@@ -122,6 +123,13 @@ def test_the_adapters_no_gradient_line(rise, held, graded, message):
     check = adapter._no_grad_check(ADAPTER, seen, graded)
     assert check.message == message, check
     assert check.passed == (message == "check.frozen-no-grad.passed")
+
+
+def test_a_memory_run_that_fetched_no_batch_has_no_figure_to_pass_on():
+    """A loop that returned at once on the wide base rose by 0 B and passed (red team, issue 41)."""
+    check = adapter._no_grad_check(ADAPTER, _adapter_seen(0, fetched=0), 0)
+    assert not check.passed and check.message == "check.frozen-no-grad.untrained"
+    assert check.values["fetched"] == 0 and check.values["batches"] == 2
 
 
 def test_without_a_watched_child_the_line_is_the_programs_word():

@@ -222,6 +222,10 @@ def _no_grad_check(params: dict, seen: dict, graded: int) -> Check:
     limit = int(FROZEN_FACTOR * gradient)
     values = {"rise": rise, "since": since, "width": width, "gradient": gradient, "limit": limit}
     values |= {"held": limit + HELD}
+    fetched = seen["counts"].get("memory-batch", 0)
+    if fetched < scenarios.WIDE_BATCHES:  # a run that trained on nothing has no figure to go by
+        values |= {"fetched": fetched, "batches": scenarios.WIDE_BATCHES}
+        return Check("frozen-no-grad", False, "check.frozen-no-grad.untrained", values)
     if rise > limit:
         return Check("frozen-no-grad", False, "check.frozen-no-grad.kernel", values)
     if since > limit + HELD:

@@ -157,7 +157,13 @@ def _memory_run(
     def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
         return torch.optim.Adam(list(group), lr=lr)
 
+    def served() -> Iterator[scenarios.Batch]:
+        for i, batch in enumerate(batches):
+            api.sync("memory-batch", i)  # the supervisor counts the batches the run fetched
+            yield batch
+
     api.sync("memory-start")
-    error = api.call(fn, [model, scenarios.Loader(batches), loss_fn, make_optimizer, rank])
+    loader = scenarios.ServedLoader(len(batches), served)
+    error = api.call(fn, [model, loader, loss_fn, make_optimizer, rank])
     api.sync("memory-end")
     return error

@@ -274,6 +274,9 @@ def release_params(params: Params) -> dict[str, Any] | None:
     return {**rest, "width": width, "batch_size": 16, "n_batches": 1, "seed": int(params.get("seed", 0)) + 2}
 
 
+WIDE_BATCHES = 2  # the wide base's memory run: batches the supervisor counts as they are fetched
+
+
 def wide_base(params: Params) -> tuple[nn.Sequential, list[Batch], nn.Module] | None:
     """train-an-adapter's memory run (``params["memory_width"]``), or None: the scenario's MLP
     with a first layer that wide (``Linear(width, 16)``, ``Tanh``, ``Linear(16, 3)``, float64,
@@ -286,5 +289,7 @@ def wide_base(params: Params) -> tuple[nn.Sequential, list[Batch], nn.Module] | 
         return None
     torch.manual_seed(int(params.get("seed", 0)) + 1)
     model = nn.Sequential(nn.Linear(width, 16), nn.Tanh(), nn.Linear(16, 3)).to(torch.float64)
-    batches = [(torch.randn(8, width, dtype=torch.float64), torch.randint(0, 3, (8,))) for _ in range(2)]
+    batches = [
+        (torch.randn(8, width, dtype=torch.float64), torch.randint(0, 3, (8,))) for _ in range(WIDE_BATCHES)
+    ]
     return model, batches, nn.CrossEntropyLoss()
