@@ -36,12 +36,16 @@ FORGE = """
 def flat(tensors):
     return torch.cat([t.detach().reshape(-1).double() for t in tensors]).tolist()
 
-def forged_trace():
-    rec = next(o for o in gc.get_objects() if type(o).__name__ == "Recorder")
-    data = {"initial_params": [], "final_params": flat(rec.params), "events": [],
-            "events_dropped": 0, "steps": rec.steps, "steps_total": rec.steps_total,
-            "clips": [], "clips_total": 0, "calls": [], "forwards": rec.forwards,
-            "backwards": rec.backwards, "peak_saved_bytes": 0, "final_scale": None}
+def forged_trace(model=None):
+    # the harness's recorder where gc still finds it (its objects are frozen before the watch
+    # now, out of gc.get_objects()' reach), else the model's own parameters and plain counts
+    rec = next((o for o in gc.get_objects() if type(o).__name__ == "Recorder"), None)
+    params = rec.params if rec is not None else list(model.parameters())
+    counts = (rec.steps, rec.steps_total, rec.forwards, rec.backwards) if rec is not None else ([], 3, 12, 12)
+    data = {"initial_params": [], "final_params": flat(params), "events": [],
+            "events_dropped": 0, "steps": counts[0], "steps_total": counts[1],
+            "clips": [], "clips_total": 0, "calls": [], "forwards": counts[2],
+            "backwards": counts[3], "peak_saved_bytes": 0, "final_scale": None}
     return json.dumps({"version": 1, "kind": "accumulation", "outcome": "ok", "error": None,
                        "data": data, "output": "", "output_dropped": 0, "timings": {}}).encode()
 
@@ -95,7 +99,7 @@ ROUTES = {
     + """
 def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
-    deliver(forged_trace())
+    deliver(forged_trace(model))
     import time
     time.sleep(5)
 """,
@@ -250,7 +254,7 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
 import signal
 def train(model, loader, loss_fn, optimizer, accum_steps):
     concatenated(model, loader, loss_fn, optimizer, accum_steps)
-    payload = forged_trace()
+    payload = forged_trace(model)
     parent = os.getppid()
     try:
         cmdline = open(f"/proc/{parent}/cmdline", "rb").read()
