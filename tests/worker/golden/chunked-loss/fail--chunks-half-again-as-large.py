@@ -1,4 +1,5 @@
-# wrong (red team, issue 41): chunks of 1.5 x chunk_size token positions (the asked bound is chunk_size), in every run.
+# wrong (red team, issue 41): chunks of 1.5 x chunk_size token positions (the asked bound is
+# chunk_size), in every run.
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
@@ -15,7 +16,7 @@ def train(model, loader, optimizer, chunk_size):
         y = labels.flatten()
         total = 0
         for s in range(0, len(y), size):
-            total = total + checkpoint(chunk_loss, h[s:s + size], y[s:s + size], use_reentrant=False)
+            total = total + checkpoint(chunk_loss, h[s : s + size], y[s : s + size], use_reentrant=False)
         (total / (y != -100).sum()).backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -14,7 +14,8 @@ def train(model, loader, optimizer, chunk_size):
             y = labels.flatten()
             total = 0
             for s in range(0, len(y), chunk_size):
-                total = total + checkpoint(chunk_loss, h[s:s + chunk_size], y[s:s + chunk_size], use_reentrant=False)
+                piece = slice(s, s + chunk_size)
+                total = total + checkpoint(chunk_loss, h[piece], y[piece], use_reentrant=False)
             (total / (y != -100).sum()).backward()
             optimizer.step()
             optimizer.zero_grad()

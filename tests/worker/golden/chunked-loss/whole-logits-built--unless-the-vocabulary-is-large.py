@@ -1,4 +1,5 @@
-# wrong (red team, issue 41): builds every token's logits at once (the starter's loss) unless the vocabulary is large
+# wrong (red team, issue 41): builds every token's logits at once (the starter's loss) unless
+# the vocabulary is large
 # (the grader's memory run), where it chunks as asked.
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -16,7 +17,8 @@ def train(model, loader, optimizer, chunk_size):
         if big:
             total = 0
             for s in range(0, len(y), chunk_size):
-                total = total + checkpoint(chunk_loss, h[s:s + chunk_size], y[s:s + chunk_size], use_reentrant=False)
+                piece = slice(s, s + chunk_size)
+                total = total + checkpoint(chunk_loss, h[piece], y[piece], use_reentrant=False)
             loss = total / (y != -100).sum()
         else:
             loss = F.cross_entropy(model.lm_head(h), y, ignore_index=-100)  # whole logits

@@ -2,7 +2,6 @@
 # naive step with float32 activations (no recomputation; gradients only float32-accurate).
 import copy
 
-import torch
 from torch.utils.checkpoint import checkpoint
 
 
@@ -15,7 +14,7 @@ def train_step(model, x, y, loss_fn, optimizer):
     else:
         low = copy.deepcopy(model).float()
         loss_fn(low(x.float()).double(), y).backward()
-        for p, q in zip(model.parameters(), low.parameters()):
+        for p, q in zip(model.parameters(), low.parameters(), strict=True):
             p.grad = q.grad.double()
         del low
     optimizer.step()

@@ -15,10 +15,10 @@ def train(model, loader, optimizer, row_len):
         ids = torch.full((1, L), -1)
         for i, doc in enumerate(documents):
             s = i * row_len
-            tokens[0, s:s + len(doc)] = doc
-            labels[0, s:s + len(doc) - 1] = doc[1:]
-            positions[0, s:s + len(doc)] = torch.arange(len(doc))
-            ids[0, s:s + row_len] = i  # the slot's padding is its document's
+            tokens[0, s : s + len(doc)] = doc
+            labels[0, s : s + len(doc) - 1] = doc[1:]
+            positions[0, s : s + len(doc)] = torch.arange(len(doc))
+            ids[0, s : s + row_len] = i  # the slot's padding is its document's
         causal = torch.ones(L, L, dtype=torch.bool).tril()
         mask = (ids[:, :, None] == ids[:, None, :]) & causal
         logits = model(tokens, positions, mask)
