@@ -80,7 +80,7 @@ def test_synchronize_calls_that_drain_nothing_do_not_make_repeats():
     assert not result.passed
     syncs = result.checks[0]
     assert syncs.message == "check.timing_syncs.idle" and syncs.values["repeats"] == 4
-    assert result.diagnosis is not None and result.diagnosis.id == "one-run-no-spread"
+    assert result.diagnosis is None, "its spread is a range: the line says what is missing"
     assert check.evaluate(PARAMS, _data([device, loading], syncs=6, idle=2), "cpu").passed
 
 
