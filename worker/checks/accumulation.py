@@ -254,6 +254,26 @@ def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | No
     return Check("memory_kernel", True, "check.memory_kernel.passed", values)
 
 
+def _joined(data: dict) -> Check | None:
+    """A failing line where the program's own events show fewer backwards than forwards with
+    gradients (recomputations left out): each backward then held the graphs of more than one
+    micro-batch. Two micro-batches at a time on a thread stayed under the memory run's line (the
+    meter cannot see a thread): 12 forwards and 6 backwards. What the child reports may fail a
+    loop, never pass one; a loop that takes its gradients without ``backward`` (``torch.func``)
+    counts none and is judged on the rest."""
+    events = reported(data, "events")
+    forwards = sum(1 for e in events if e[0] == "F" and e[3:4] != [False] and e[4:5] != [True])
+    backwards = sum(1 for e in events if e[0] == "B")
+    if 0 < backwards < forwards:
+        return Check(
+            "one-graph-per-backward",
+            False,
+            "check.one-graph-per-backward.failed",
+            {"forwards": forwards, "backwards": backwards},
+        )
+    return None
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     seen_steps, taken, seen_final, meter = observations(data, ref.initial.numel())
@@ -314,6 +334,9 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks.append(memory_check(params, ref, data, peak))
     if kernel is not None:
         checks.append(kernel)
+    joined = _joined(data)
+    if joined is not None:
+        checks.append(joined)
 
     metrics = {
         "optimizer_steps": taken,
