@@ -334,7 +334,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks.append(memory_check(params, ref, data, peak))
     if kernel is not None:
         checks.append(kernel)
-    joined = _joined(data)
+    joined = _joined(data) if all(c.passed for c in checks) else None  # what no other line saw
     if joined is not None:
         checks.append(joined)
 
