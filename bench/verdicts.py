@@ -38,7 +38,7 @@ def _as_in_a_sandbox():
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
 
 
-def _check_here(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool]:
+def _check_here(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool, list[str]]:
     """The harness's ``runtime.main`` on a temporary job dir, then the checks on its trace, in
     this process, which the harness hardens as it does a sandbox's (see ``_in_a_child``)."""
     spec = {
@@ -60,7 +60,7 @@ def _check_here(exercise, code: bytes, device: str = "cpu") -> tuple[float, bool
             trace = trace_schema.parse(out.read())
         evaluation = checks.evaluate(exercise.check_params, trace["data"], device)
         took = (time.perf_counter() - started) * 1000
-    return took, evaluation.passed
+    return took, evaluation.passed, [c.name for c in evaluation.checks if not c.passed]
 
 
 def _in_a_child(run: Callable[[], Any]) -> Any:
@@ -88,10 +88,10 @@ def _in_a_child(run: Callable[[], Any]) -> Any:
     return value
 
 
-def in_process_once(exercise, code: bytes) -> tuple[float, bool]:
-    """One check in-process (in a child of this process): (ms, passed)."""
-    took, passed = _in_a_child(lambda: _check_here(exercise, code))
-    return took, passed
+def in_process_once(exercise, code: bytes) -> tuple[float, bool, list[str]]:
+    """One check in-process (in a child of this process): (ms, passed, the failed checks)."""
+    took, passed, failed = _in_a_child(lambda: _check_here(exercise, code))
+    return took, passed, failed
 
 
 def in_process(exercise, code: bytes, runs: int) -> Samples:
@@ -99,7 +99,7 @@ def in_process(exercise, code: bytes, runs: int) -> Samples:
         _check_here(exercise, code)  # first use: lazy torch set-up, the reference computed
         ms = []
         for _ in range(runs):
-            took, passed = _check_here(exercise, code)
+            took, passed, _failed = _check_here(exercise, code)
             if not passed:
                 raise RuntimeError(f"{exercise.id}: the solution did not pass in-process")
             ms.append(took)
