@@ -6,15 +6,22 @@ learner trains two matrices beside its last layer, which then computes ``layer(h
 Passing means: the model's weights never move (read by the sandbox's supervisor) and never get a
 gradient (the kernel's count of the process on a memory run whose base has a first layer wide
 enough that its gradient is tens of MiB; the gradients the child reports only name the
-mistake); the optimizer keeps state for the adapter only; the adapter has the rank the exercise
-asks for (``params["rank"]``); it adds nothing at step 0; its values after every step equal a
-trusted float64 replay of Adam on the CPU, from the values the learner's adapter started with;
-and it moved. The last one is not implied by the replay: an adapter whose ``A`` and ``B`` both
-start at zero gets zero gradients, and Adam from there stays put too, so the replay agrees with
-an adapter that never trained (and so would one of rank 0, two empty matrices).
+mistake); the optimizer keeps state for the adapter only; the tensors the optimizers updated
+besides the model's, as the supervisor read them in the pool the harness put them in
+(``worker/harness/adapter.py``), are two that make an adapter of the rank the exercise asks for
+(``params["rank"]``): an adapter of another rank trained beside a decoy of the asked one has four;
+it adds nothing at step 0; its values after every step, read by the supervisor at that step,
+equal a trusted float64 replay of Adam on the CPU, from the values it was placed with; and it
+moved. The last one is not implied by the replay: an adapter whose ``A`` and ``B`` both start at
+zero gets zero gradients, and Adam from there stays put too, so the replay agrees with an adapter
+that never trained (and so would one of rank 0, two empty matrices).
 
-The adapter is made inside the learner's process, so its values are what that process reported:
-the replay proves they are the ones such a training gives, not that the child told the truth.
+The child's reports fail a loop, never pass one: every output it handed ``loss_fn``, and the
+model's output on the run's inputs once ``train`` returned, are recomputed here from the frozen
+model and the adapter the supervisor read (``adapter-output``): a model changed by anything else
+(another adapter, trained by hand or by an optimizer of the program's own) fails. Where the
+program says nothing (no output recorded, its model not adapted in place), the line passes on
+what the supervisor read alone.
 """
 
 import itertools
@@ -37,10 +44,14 @@ from worker.checks import (
     snapshots,
     tensors,
 )
+from worker.harness import adapter as harness
 from worker.harness import scenarios
 from worker.harness.protocol import reported
 
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}  # relative, on the adapter's values after each step
+# on an output the program reported, relative to the largest output: the same sums in another
+# order are ~1e-16 apart in float64; another adapter beside it, ~1e-2
+OUTPUT_TOLERANCE = {"cpu": 1e-9, "cuda": 1e-6}
 D_IN, D_OUT = 16, 3
 # The memory run (``scenarios.wide_base``: a first layer 262,144 wide, whose weight's gradient
 # alone is 32 MiB), as the kernel counts the process: a frozen base rises by 0.1-0.2 MiB, one that
@@ -112,33 +123,66 @@ def _numbers(values: object) -> bool:
     return isinstance(values, list) and all(v is None or type(v) in (int, float) for v in values)
 
 
-STEP_KEYS = {"batch", "shapes", "before", "after", "adapter_grads", "base_grads", "grad_bytes"}
+def _rows_ok(rows: object) -> bool:
+    return rows is None or (isinstance(rows, list) and all(_numbers(r) and len(r) == 3 for r in rows))
+
+
+STEP_KEYS = {"batch", "adapter_grads", "base_grads", "grad_bytes", "base_state", "state_bytes"}
 
 
 def _well_formed(data: dict) -> None:
     """What the child reported has the harness's shape, or the run was tampered with."""
     steps, optimizers = reported(data, "steps"), reported(data, "optimizers")
+    layout, outputs, probe = reported(data, "pooled"), reported(data, "outputs"), reported(data, "probe")
     ok = isinstance(steps, list) and _ints(reported(data, "base_grads"))
     ok = ok and isinstance(optimizers, list) and all(_ints(o) for o in optimizers)
+    ok = ok and _ints([reported(data, "foreign_steps")])
     for step in steps if ok and isinstance(steps, list) else []:
-        ok = ok and isinstance(step, dict) and STEP_KEYS | {"base_state", "state_bytes"} <= set(step)
+        ok = ok and isinstance(step, dict) and set(step) >= STEP_KEYS
         ok = ok and _ints([step["batch"], step["grad_bytes"], step["base_state"], step["state_bytes"]])
-        ok = ok and isinstance(step["shapes"], list) and all(_ints(s) for s in step["shapes"])
-        ok = ok and _numbers(step["before"]) and _numbers(step["after"]) and _ints(step["base_grads"])
-        size = sum(s[0] * s[1] for s in step["shapes"] if len(s) == 2) if ok else 0
-        ok = ok and len(step["before"]) == len(step["after"]) == size
+        ok = ok and _ints(step["base_grads"])
+    ok = ok and isinstance(layout, list) and len(layout) <= harness.MAX_POOLED
+    at = 0
+    for entry in layout if ok else []:
+        ok = ok and isinstance(entry, dict) and _ints(entry.get("shape")) and _ints([entry.get("offset")])
+        if ok and entry["offset"] >= 0:  # the harness places each tensor after the one before
+            ok = entry["offset"] == at and all(n >= 0 for n in entry["shape"])
+            at += math.prod(entry["shape"])
+            ok = ok and at <= harness.POOL
+    ok = ok and isinstance(outputs, list) and len(outputs) <= harness.MAX_OUTPUTS
+    for out in outputs if ok else []:
+        ok = ok and isinstance(out, dict) and _ints([out.get("steps")]) and _rows_ok(out.get("values"))
+    ok = ok and (probe is None or (isinstance(probe, dict) and _rows_ok(probe.get("values"))))
     if not ok:
         raise Interfered("shape", detail="the reported steps do not have the harness's shape")
+
+
+def _pool_reads(seen: dict, size: int, layout: list[dict]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The adapter as the supervisor read it in the harness's pool: when it was placed (the
+    last ``pooled`` sync) and after each step (``step`` syncs), flat in the layout's order.
+    Numbers of the pool outside the tensors placed never change: the harness writes none."""
+    used = sum(math.prod(e["shape"]) for e in layout if e["offset"] >= 0)
+    reads = [*seen["snapshots"], seen["final_params"]]
+    for read in reads:
+        if len(read) != size + harness.POOL or any(v != 0 for v in read[size + used :]):
+            raise Interfered("shape", detail="the adapter's pool holds numbers no tensor was placed in")
+    placed = snapshots(seen, "pooled")
+    start = [tensors.vector(placed[-1][size : size + used])] if placed else []
+    after = [tensors.vector(r[size : size + used]) for r in snapshots(seen, "step")]
+    return start, after
 
 
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
     _well_formed(data)
-    agree(reported(data, "final_params"), seen["final_params"], "parameters")
-    n_batches = int(params["n_micro"])
     initial, sizes = _initial(params)
-    read = [*snapshots(seen, "batch"), seen["final_params"]]
-    moved = max(tensors.norm(tensors.vector(s).nan_to_num() - initial) for s in read) / tensors.norm(initial)
+    size = int(initial.numel())
+    agree(reported(data, "final_params"), seen["final_params"][:size], "parameters")
+    n_batches = int(params["n_micro"])
+    read = [*seen["snapshots"], seen["final_params"]]
+    moved = max(tensors.norm(tensors.vector(s[:size]).nan_to_num() - initial) for s in read) / tensors.norm(
+        initial
+    )
     unchanged = Check(
         "frozen-unchanged",
         moved == 0,
@@ -158,18 +202,26 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         {"state": base_state, "listed": in_optimizer},
     )
     checks = [unchanged, no_grad, state]
-    shapes = steps[0]["shapes"] if steps else []
-    found = _delta(shapes)
+    layout = reported(data, "pooled")
+    shapes = [e["shape"] for e in layout]
+    start, after = _pool_reads(seen, size, layout)
+    unread = [e["shape"] for e in layout if e["offset"] < 0]
+    found = _delta(shapes) if not unread and start else None
     start_size = None
     rank, asked, moved_by = None, int(params["rank"]), 0.0
     if found is None:
-        checks.append(Check("starts-unchanged", False, "check.adapter.shapes", {"shapes": str(shapes)}))
-        checks.append(Check("adapter-trajectory", False, "check.adapter.shapes", {"shapes": str(shapes)}))
+        key = "check.adapter.unread" if unread else "check.adapter.shapes"
+        values = {"shapes": str(unread or shapes), "count": len(shapes), "asked": asked}
+        if not unread and len(shapes) > 2:
+            key = "check.adapter-rank.tensors"
+        checks.append(Check("adapter-rank", False, key, values))
+        checks.append(Check("starts-unchanged", False, key, values))
+        checks.append(Check("adapter-trajectory", False, key, values))
     else:
         rank, delta = found
         checks.append(_rank_check(rank, asked))
-        start = _shaped(steps[0]["before"], shapes)
-        start_size = float(delta(start).abs().max().nan_to_num(nan=float("inf")))
+        first = _shaped(start[0].tolist(), shapes)
+        start_size = float(delta(first).abs().max().nan_to_num(nan=float("inf")))
         zero = start_size == 0
         checks.append(
             Check(
@@ -179,16 +231,18 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
                 {"size": Sci(start_size)},
             )
         )
-        checks.append(_trajectory(params, steps, start, delta, shapes, n_batches, device))
-        moved_by = _moved(steps)
-        checks.append(_moved_check(moved_by, len(steps)))
-    adapter_numbers = sum(s[0] * s[1] for s in shapes) if found else 0
-    model_numbers = int(initial.numel())
+        checks.append(_trajectory(params, after, first, delta, n_batches, device))
+        moved_by = _moved(start[0], after)
+        checks.append(_moved_check(moved_by, len(after)))
+        if moved == 0:  # recomputed on the frozen model: where it moved, its own line fails
+            checks.append(_output_check(params, data, [start[0], *after], shapes, delta, rank, device))
+    adapter_numbers = sum(math.prod(s) for s in shapes) if found else 0
+    model_numbers = size
     handed = {i for owned in reported(data, "optimizers") for i in owned if 0 <= i < len(sizes)}
     metrics = {
         "adapter_parameters": adapter_numbers,
         "model_parameters": model_numbers,
-        # what the optimizer was handed: the model's own weights and the learner's new tensors
+        # what the optimizers were handed: the model's own weights and the learner's new tensors
         "trained_parameters": sum(sizes[i] for i in handed) + sum(math.prod(s) for s in shapes),
         "peak_gradient_bytes": max([s["grad_bytes"] for s in steps] + [0]),
         "full_gradient_bytes": model_numbers * 8,
@@ -199,8 +253,72 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     if not all(c.passed for c in checks):
         diagnosis = _diagnose(moved, graded, in_optimizer, base_state, start_size, bool(shapes))
         if diagnosis is None and rank is not None:
-            diagnosis = _diagnose_adapter(rank, asked, moved_by, steps)
+            diagnosis = _diagnose_adapter(rank, asked, moved_by, start[0], len(after))
     return Evaluation(checks, diagnosis, metrics)
+
+
+def _outputs(params: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The frozen model on the run's inputs, all batches in order: ``h`` (what the last layer
+    takes) and its output."""
+    with SEEDING:
+        scenario = scenarios.build(params)
+    model = scenario.model.requires_grad_(False)
+    with torch.no_grad():
+        x = torch.cat([x for x, _y in scenario.micro_batches])
+        h = model[1](model[0](x))
+        return h, model[2](h)
+
+
+def _close(rows: list[list[Any]], expected: torch.Tensor, tol: float) -> bool:
+    """Every row of ``rows`` is one of ``expected``'s to ``tol`` (relative to its size)."""
+    got = torch.tensor([[float("inf") if v is None else v for v in r] for r in rows], dtype=torch.float64)
+    if not got.numel():
+        return True
+    scale = 1.0 + float(expected.abs().max())
+    gaps = (got[:, None, :] - expected[None, :, :]).abs().amax(dim=2)
+    return bool((gaps.amin(dim=1) <= tol * scale).all())
+
+
+def _output_check(
+    params: dict,
+    data: dict,
+    values: list[torch.Tensor],
+    shapes: list[list[int]],
+    delta: Delta,
+    rank: int,
+    device: str,
+) -> Check:
+    """What the program reported its model computed, against the frozen model plus the adapter
+    the supervisor read: each output handed to ``loss_fn`` (with the adapter as it was after the
+    steps taken then), and the model's output once ``train`` returned (with the adapter in it,
+    or the frozen model's own where the program kept the adapter beside the model). A report:
+    it fails a loop, and where it says nothing the line rests on what the supervisor read."""
+    h, base = _outputs(params)
+    tol = OUTPUT_TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
+
+    def adapted(k: int) -> torch.Tensor:
+        with torch.no_grad():
+            return base + h @ delta(_shaped(values[k].tolist(), shapes))
+
+    outputs = reported(data, "outputs")
+    for number, out in enumerate(outputs):
+        k = out["steps"]
+        rows = out["values"]
+        ok = rows is not None and 0 <= k < len(values) and _close(rows, adapted(k), tol)
+        if not ok:
+            values_ = {"call": number + 1, "steps": k, "rank": rank}
+            return Check("adapter-output", False, "check.adapter-output.call", values_)
+    probe = reported(data, "probe")
+    if probe is not None:
+        rows = probe["values"]
+        if rows is None:
+            error = str(probe.get("error", ""))[:40] or "?"
+            return Check("adapter-output", False, "check.adapter-output.error", {"error": error})
+        if len(rows) != len(base) or not (
+            _close(rows, adapted(len(values) - 1), tol) or _close(rows, base, tol)
+        ):
+            return Check("adapter-output", False, "check.adapter-output.probe", {"rank": rank})
+    return Check("adapter-output", True, "check.adapter-output.passed", {"calls": len(outputs), "rank": rank})
 
 
 def _no_grad_check(params: dict, seen: dict, graded: int) -> Check:
@@ -242,13 +360,12 @@ def _rank_check(rank: int, asked: int) -> Check:
     return Check("adapter-rank", False, "check.adapter-rank.failed", values)
 
 
-def _moved(steps: list[dict]) -> float:
-    """The largest change of any adapter number, from where it started to its last step."""
-    start = tensors.vector(steps[0]["before"])
-    end = tensors.vector(steps[-1]["after"])
-    if not start.numel():
+def _moved(start: torch.Tensor, after: list[torch.Tensor]) -> float:
+    """The largest change of any adapter number, from where it was placed to its last step, as
+    the supervisor read them."""
+    if not start.numel() or not after:
         return 0.0
-    return float((end - start).abs().max().nan_to_num(nan=float("inf")))
+    return float((after[-1] - start).abs().max().nan_to_num(nan=float("inf")))
 
 
 def _moved_check(moved_by: float, steps: int) -> Check:
@@ -260,7 +377,9 @@ def _moved_check(moved_by: float, steps: int) -> Check:
     return Check("adapter-moved", False, "check.adapter-moved.failed", values)
 
 
-def _diagnose_adapter(rank: int, asked: int, moved_by: float, steps: list[dict]) -> Diagnosis | None:
+def _diagnose_adapter(
+    rank: int, asked: int, moved_by: float, start: torch.Tensor, steps: int
+) -> Diagnosis | None:
     """The adapter's own mistakes, once the model is frozen right: its rank, or no training."""
     if rank == 0:
         return Diagnosis("empty-adapter", {"asked": asked, "asked_numbers": asked * (D_IN + D_OUT)})
@@ -272,25 +391,33 @@ def _diagnose_adapter(rank: int, asked: int, moved_by: float, steps: list[dict])
             "asked_numbers": asked * (D_IN + D_OUT),
         }
         return Diagnosis("adapter-wrong-rank", values)
-    start = tensors.vector(steps[0]["before"])
     if moved_by == 0 and bool((start == 0).all()):
-        return Diagnosis("adapter-never-trains", {"steps": len(steps), "numbers": int(start.numel())})
+        return Diagnosis("adapter-never-trains", {"steps": steps, "numbers": int(start.numel())})
     return None
 
 
-def _trajectory(params, steps, start, delta, shapes, n_batches, device):
-    if len(steps) != n_batches:
+def _trajectory(
+    params: dict,
+    after: list[torch.Tensor],
+    start: list[torch.Tensor],
+    delta: Delta,
+    n_batches: int,
+    device: str,
+) -> Check:
+    """The adapter after each step, as the supervisor read it, against Adam replayed here from
+    where it was placed."""
+    if len(after) != n_batches:
         return Check(
             "adapter-trajectory",
             False,
             "check.adapter-trajectory.steps",
-            {"steps": len(steps), "expected": n_batches},
+            {"steps": len(after), "expected": n_batches},
         )
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     ref = _replay(params, start, delta)
     errors = []
-    for step, r in zip(steps, ref, strict=True):
-        mine = tensors.vector(step["after"]).nan_to_num(nan=float("inf"))
+    for mine, r in zip(after, ref, strict=True):
+        mine = mine.nan_to_num(nan=float("inf"))
         errors.append(tensors.norm(mine - r) / max(tensors.norm(r), 1e-300) if mine.shape == r.shape else 1.0)
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
     if bad is not None:
