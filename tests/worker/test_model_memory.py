@@ -37,20 +37,22 @@ def verdicts(graded):
     return {shown: graded[key] for shown, key in keys.items()}
 
 
-def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_four(verdicts):
+def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_six(verdicts):
+    """The loop runs once, on the wide model (issue 41): three 1,024×1,024 layers, 6 parameters,
+    each weight's gradient 8 MiB; the plain loop holds all 24 MiB of them."""
     verdict = verdicts["step-in-backward", "solution"]
     assert verdict["status"] == "passed"
     charts, facts, summaries = shown(verdict)
-    assert charts["gradients-alive"] == [("Yours", "1"), ("Plain loop", "4")]
-    assert charts["gradients"] == [("Yours", "768 B"), ("Plain loop", "1,304 B")]
-    assert facts["Optimizer step calls"] == "16"  # 4 parameters × 4 batches, each in its hook
+    assert charts["gradients-alive"] == [("Yours", "1"), ("Plain loop", "6")]
+    assert charts["gradients"] == [("Yours", "8,192.0 KiB"), ("Plain loop", "24.0 MiB")]
+    assert facts["Optimizer step calls"] == "12"  # 6 parameters × 2 batches, each in its hook
     assert summaries["gradients-alive"] == (
-        "At its busiest your loop held 1 gradient (768 B); the plain loop holds all 4 (1,304 B) "
+        "At its busiest your loop held 1 gradient (8,192.0 KiB); the plain loop holds all 6 (24.0 MiB) "
         "until its optimizer step."
     )
     charts, _facts, summaries = shown(verdict, "pt-BR")
-    assert charts["gradients"] == [("O seu", "768 B"), ("Loop comum", "1.304 B")]
-    assert "guardou 1 gradiente (768 B)" in summaries["gradients-alive"]
+    assert charts["gradients"] == [("O seu", "8.192,0 KiB"), ("Loop comum", "24,0 MiB")]
+    assert "guardou 1 gradiente (8.192,0 KiB)" in summaries["gradients-alive"]
 
 
 @pytest.mark.parametrize("name", ["starter", "grads-not-released"])
@@ -59,10 +61,10 @@ def test_step_in_backward_mistakes_hold_every_gradient_as_the_plain_loop(verdict
     assert verdict["status"] == "failed"
     assert verdict["diagnosis"]["id"] == {"starter": "step-after-backward"}.get(name, name)
     charts, facts, summaries = shown(verdict)
-    assert charts["gradients-alive"] == [("Yours", "4"), ("Plain loop", "4")]
-    assert charts["gradients"] == [("Yours", "1,304 B"), ("Plain loop", "1,304 B")]
-    assert facts["Optimizer step calls"] == {"starter": "4"}.get(name, "16")
-    assert summaries["gradients-alive"].startswith("Your loop held 4 gradients at once (1,304 B)")
+    assert charts["gradients-alive"] == [("Yours", "6"), ("Plain loop", "6")]
+    assert charts["gradients"] == [("Yours", "24.0 MiB"), ("Plain loop", "24.0 MiB")]
+    assert facts["Optimizer step calls"] == {"starter": "2"}.get(name, "12")
+    assert summaries["gradients-alive"].startswith("Your loop held 6 gradients at once (24.0 MiB)")
 
 
 def test_train_an_adapter_shows_the_adapters_gradients_state_and_numbers(verdicts):
@@ -113,7 +115,8 @@ def _kernel_line(verdict):
 def test_step_in_backward_passes_on_the_memory_the_system_counted(verdicts):
     """The pass rests on the kernel's count of the process (the lists the loop's process reports
     only name the mistake): in the hook, Adam's state and one gradient; the plain loop and a loop
-    that never releases hold every gradient of the wide model on top (24 MiB of parameters)."""
+    that never releases hold every gradient of the wide model on top (24 MiB of parameters). The
+    parameters the supervisor read are right in all three: a memory figure goes by them."""
     line = _kernel_line(verdicts["step-in-backward", "solution"])
     assert line["status"] == "passed", line
     assert "three 1,024×1,024 layers (24.0 MiB of parameters)" in line["message"]

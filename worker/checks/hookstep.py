@@ -1,13 +1,19 @@
 """Checks of the "hookstep" kind (lesson 5).
 
 The reference is the plain loop — backward, one Adam step over every parameter, zero_grad — on
-the same seeded float64 MLP, here on the CPU. The learner passes when the parameters after every
-batch (read by the sandbox's supervisor) equal the reference's, every parameter is stepped once
-per backward and inside it (its post-accumulate-grad hook), and at most one parameter's gradient
-is alive at any step or between batches.
+the run's model (the wide model of ``memory.wide_scenario`` where the exercise has a memory run,
+else the seeded float64 MLP), here on the CPU. The learner's loop runs once (issue 41: a program
+that could tell a small maths run from the wide memory run was wrong only where memory was not
+counted). It passes when the parameters after every batch, as the sandbox's supervisor read them
+(``harness.hookstep.Sampled``: the biases whole and each weight at places it drew after the fork),
+equal the reference's, and, with a memory run, the kernel's count of the process's memory held
+Adam's state and one gradient at a time. The steps and gradients the loop's process reported
+(every parameter stepped once per backward and inside it, at most one gradient alive) only name
+the mistake, or fail the loop.
 """
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -20,28 +26,26 @@ from worker.checks import (
     Diagnosis,
     Evaluation,
     Interfered,
-    agree,
     kernel_memory,
     observed,
     snapshots,
     tensors,
 )
-from worker.harness import memory, scenarios
+from worker.harness import hookstep as harness
 from worker.harness.protocol import reported
 
 # relative parameter error: the hook step is the same Adam arithmetic (0.0 on the CPU); a CUDA
 # float64 run may differ in the last bits; a second step or a stale gradient is off by ≥ 1e-3
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}
-# The memory run (``memory.wide_scenario``: three layers of 16 MiB of weights), as the kernel
+# The memory run (``memory.wide_scenario``: three layers of 8 MiB of weights), as the kernel
 # counts the process: a loop that steps each parameter in its hook and releases its gradient
 # rises by 3.0× the parameters' bytes (Adam's two states, one gradient, Adam's temporaries), one
 # that holds every gradient by 3.67× (measured: 144 and 176 MiB over 48; 72.2 and 88.3 over 24);
 # the line between them. Two batches: in the first Adam makes its state, which alone can hide
 # gradients held to the last hook; in the second they show above it (73.0 against 88.9 MiB)
 KERNEL_FACTOR = 3.33
-# What a right loop may hold from before its memory run, since the supervisor began to watch (as
-# the learner's file was loaded; the harness pages torch's code in and gives the wide weights
-# pages of the child's own before that): the maths run's leftovers, the learner's module
+# What a right loop may hold from before its run, since the supervisor began to watch (as the
+# learner's file was loaded; the harness pages torch's code in before that): the learner's module
 # (measured: 1-2 MiB; the right loops then read 73.6-75.9 MiB from there, under the limit
 # 79.9 + 4). A loop that holds memory into the run and frees it there (a ballast) lowers the rise
 # by as much, never this: every gradient alive at once reads 89.5 MiB or more from there
@@ -49,34 +53,28 @@ HELD = 4 << 20
 
 
 @dataclass(frozen=True)
-class WideReference:
-    biases: torch.Tensor  # after the plain loop's one Adam step
-    travelled: float
-    param_bytes: int
-
-
-@dataclass(frozen=True)
 class Reference:
-    params: list  # after each batch
+    params: list[torch.Tensor]  # every parameter flattened, one after another: at the start, after each batch
+    sizes: list[int]  # each parameter's values
     n_params: int
     grad_bytes: int
+    wide: bool  # the memory run's model: the kernel's figures grade it
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=2)
 def _reference(key: str) -> Reference:
     params = json.loads(key)
-    scenario = scenarios.build(params)
-    model = scenario.model
+    model, batches, loss_fn, wide = harness.the_run(params, "cpu")
     weights = list(model.parameters())
     optimizer = torch.optim.Adam(weights, lr=float(params["lr"]))
-    after = []
-    for x, y in scenario.micro_batches:
-        scenario.loss_fn(model(x), y).backward()
+    after = [tensors.flat(weights)]
+    for x, y in batches:
+        loss_fn(model(x), y).backward()
         optimizer.step()
         optimizer.zero_grad()
         after.append(tensors.flat(weights))
     grad_bytes = sum(p.numel() * p.element_size() for p in weights)
-    return Reference(after, len(weights), grad_bytes)
+    return Reference(after, [p.numel() for p in weights], len(weights), grad_bytes, wide)
 
 
 def reference(params: dict) -> Reference:
@@ -84,64 +82,55 @@ def reference(params: dict) -> Reference:
         return _reference(json.dumps(params, sort_keys=True))
 
 
-@lru_cache(maxsize=4)
-def _wide_reference(key: str) -> WideReference | None:
-    params = json.loads(key)
-    wide = memory.wide_scenario(params)
-    if wide is None:
-        return None
-    model, batches, loss_fn = wide
-    weights = list(model.parameters())
-    before = tensors.flat(memory.biases(model))
-    optimizer = torch.optim.Adam(weights, lr=float(params["lr"]))
-    for x, y in batches:
-        loss_fn(model(x), y).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    after = tensors.flat(memory.biases(model))
-    nbytes = sum(p.numel() * p.element_size() for p in weights)
-    return WideReference(after, tensors.norm(after - before), nbytes)
-
-
-def wide_reference(params: dict) -> WideReference | None:
-    with SEEDING:
-        return _wide_reference(json.dumps(params, sort_keys=True))
-
-
 def prepare(params: dict, device: str) -> None:
     reference(params)
-    wide_reference(params)
 
 
-def _final(seen, size):
-    """The parameters once the loop returned: read at the end, or as the memory run began."""
-    if seen["counts"].get("memory-start"):
-        return snapshots(seen, "memory-start")[0][:size]
-    return seen["final_params"][:size]
+def _read(shot: object, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A snapshot of ``Sampled``: the places it read (into the parameters flattened one after
+    another), rebuilt from its seed, and the values there. The supervisor's own reading; one of
+    another shape was not made by it."""
+    if not (isinstance(shot, list) and shot and isinstance(shot[0], float) and shot[0].is_integer()):
+        raise Interfered("shape", detail="a snapshot of the parameters does not have the supervisor's shape")
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    own = harness.places(int(shot[0]), sizes)
+    found = torch.cat([p + o for p, o in zip(own, offsets, strict=True)])
+    if len(shot) != 1 + found.numel():
+        raise Interfered("shape", detail="a snapshot of the parameters does not have the supervisor's shape")
+    return found, tensors.vector(shot[1:])
 
 
-def _trajectory(ref, seen, tol, size):
-    """The parameters after each batch, as the supervisor read them, against the reference."""
-    before = [b[:size] for b in snapshots(seen, "batch")]
-    after = [*before[1:], _final(seen, size)]
-    if len(before) != len(ref.params):
-        counts = {"batches": len(before), "expected": len(ref.params)}
-        return Check("hook-trajectory", False, "check.hook-trajectory.batches", counts)
-    errors = [
-        tensors.norm(tensors.vector(a).nan_to_num() - r) / tensors.norm(r)
-        for a, r in zip(after, ref.params, strict=True)
-    ]
+def _end_label(seen: dict) -> str | None:
+    return "memory-end" if seen["counts"].get("memory-end") else None
+
+
+def _trajectory(ref: Reference, seen: dict, tol: float) -> tuple[Check, float]:
+    """The parameters after each batch, as the supervisor read them, against the reference;
+    and the error of the last (infinity where they could not be read)."""
+    before = snapshots(seen, "batch")
+    end = _end_label(seen)
+    last = snapshots(seen, end)[:1] if end is not None else [seen.get("final_params")]
+    after = [*before[1:], *last]
+    if len(before) != len(ref.params) - 1:
+        counts = {"batches": len(before), "expected": len(ref.params) - 1}
+        return Check("hook-trajectory", False, "check.hook-trajectory.batches", counts), math.inf
+    errors = []
+    for shot, r in zip(after, ref.params[1:], strict=True):
+        places, values = _read(shot, ref.sizes)
+        expected = r[places]
+        errors.append(tensors.norm(values.nan_to_num() - expected) / tensors.norm(expected))
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
     if bad is not None:
-        values = {"batch": bad + 1, "error": Sci(errors[bad])}
-        return Check("hook-trajectory", False, "check.hook-trajectory.failed", values)
-    return Check("hook-trajectory", True, "check.hook-trajectory.passed", {"error": Sci(max(errors))})
+        values_ = {"batch": bad + 1, "error": Sci(errors[bad])}
+        return Check("hook-trajectory", False, "check.hook-trajectory.failed", values_), errors[-1]
+    passed = Check("hook-trajectory", True, "check.hook-trajectory.passed", {"error": Sci(max(errors))})
+    return passed, errors[-1]
 
 
 def _per_batch(data, ref):
     """For each batch: how many steps each parameter got with its gradient, how many step calls
     there were in all, and how many came while backward was not running."""
-    n = len(ref.params)
+    n = len(ref.params) - 1  # the start, then after each batch
     stepped = [[0] * ref.n_params for _ in range(n)]
     calls, outside = [0] * n, [0] * n
     for batch, backward, owned, _alive, _bytes in reported(data, "steps"):
@@ -174,10 +163,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
     seen = observed(data)
     _well_formed(data)
-    size = len(ref.params[0])
-    agree(reported(data, "final_params"), _final(seen, size), "parameters")
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
-    trajectory = _trajectory(ref, seen, tol, size)
+    trajectory, last_error = _trajectory(ref, seen, tol)
     stepped, calls, outside = _per_batch(data, ref)
     once = all(all(c == 1 for c in row) for row in stepped) and calls == [ref.n_params] * len(calls)
     in_backward = not any(outside)
@@ -198,7 +185,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         {"alive": alive, "params": ref.n_params},
     )
     checks = [trajectory, steps, grads]
-    kernel = kernel_check(params, data, device, size)
+    kernel = kernel_check(params, data, device, last_error <= tol)
     if kernel is not None:
         checks.append(kernel)
     metrics = {
@@ -214,31 +201,30 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     return Evaluation(checks, diagnosis, metrics)
 
 
-def kernel_check(params: dict, data: dict, device: str, size: int) -> Check | None:
-    """The memory run as the supervisor saw it (None where the exercise has none, or on CUDA,
-    where no child is watched): the wide model's biases where the plain loop's Adam step puts
-    them, and the rise of the process's memory, as the kernel counted it, within
-    ``KERNEL_FACTOR`` × the parameters' bytes from the run's start and, ``HELD`` more, from the
-    learner's file's load. The lists the loop's process reported (steps,
-    gradients alive) name the mistake; this is what a pass rests on."""
-    wide = wide_reference(params)
+def kernel_check(params: dict, data: dict, device: str, trained: bool) -> Check | None:
+    """The run's memory as the kernel counted the process (None where the exercise has no memory
+    run, or on CUDA, where no child is watched): its rise within ``KERNEL_FACTOR`` × the
+    parameters' bytes from the run's start and, ``HELD`` more, from the learner's file's load,
+    once the parameters the supervisor read ended where the plain loop's puts them
+    (``trained``): a run that did not train as asked has no memory figure to go by. The lists
+    the loop's process reported (steps, gradients alive) name the mistake; this is what a pass
+    rests on."""
+    ref = reference(params)
     seen = observed(data)
-    if wide is None or not kernel_memory.watched(seen):
+    if not ref.wide or not kernel_memory.watched(seen):
         return None
     rise = kernel_memory.rise(seen, "memory-start", "memory-end")
     since = kernel_memory.since_watch(seen, "memory-end")
-    total = size + wide.biases.numel()
-    error = kernel_memory.trained(seen, "memory-end", total, size, wide.biases, wide.travelled)
-    limit = int(KERNEL_FACTOR * wide.param_bytes)
-    values = {"rise": rise, "limit": limit, "params": wide.param_bytes, "width": int(params["memory_width"])}
+    limit = int(KERNEL_FACTOR * ref.grad_bytes)
+    values = {"rise": rise, "limit": limit, "params": ref.grad_bytes, "width": int(params["memory_width"])}
     values |= {"since": since, "held": limit + HELD}
-    if not error <= 1e-6:
-        return Check("gradients_kernel", False, "check.gradients_kernel.untrained", values)
+    if not trained:
+        return Check("gradients_kernel", False, "check.gradients_kernel.run_untrained", values)
     if rise > limit:
-        return Check("gradients_kernel", False, "check.gradients_kernel.failed", values)
+        return Check("gradients_kernel", False, "check.gradients_kernel.run_failed", values)
     if since > limit + HELD:
-        return Check("gradients_kernel", False, "check.gradients_kernel.held", values)
-    return Check("gradients_kernel", True, "check.gradients_kernel.passed", values)
+        return Check("gradients_kernel", False, "check.gradients_kernel.run_held", values)
+    return Check("gradients_kernel", True, "check.gradients_kernel.run_passed", values)
 
 
 def _diagnose(ref, calls, outside, alive):

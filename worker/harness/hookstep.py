@@ -1,16 +1,26 @@
 """Harness of the "hookstep" kind (lesson 5): the learner's loop updates each parameter
 in its ``register_post_accumulate_grad_hook``, so that one parameter's gradient is alive at a time.
 
-``train(model, loader, loss_fn, make_optimizer)`` runs one pass over the seeded float64 MLP's
-batches; ``make_optimizer(params)`` is the Adam the learner must use (one per parameter). The
-supervisor reads the parameters as each batch is fetched and at the end (the trajectory); the
-child reports every optimizer step: the batch, whether backward was running, which of the
-optimizer's parameters had a gradient, and how many gradients (and bytes) were alive then; and
-how many were alive as each batch was fetched (after the previous backward).
+``train(model, loader, loss_fn, make_optimizer)`` runs once, over the batches of one model:
+where the exercise has a memory run (``params["memory_width"]``), the wide model of
+``memory.wide_scenario`` (three square layers that wide, float64, two batches), graded on both
+its numbers and the kernel's count of the process's memory; else the seeded float64 MLP of the
+scenario. One run only (issue 41): a program that told a small maths run from the wide memory run
+(by a width, or by counting its calls) did the wrong thing where memory was not measured and the
+right thing where it was.
+
+``make_optimizer(params)`` is the Adam the learner must use (one per parameter). The supervisor
+reads the parameters as each batch is fetched and at the end (``Sampled``: the biases whole, and
+of each weight the values at places it draws itself, after the fork). The child reports every
+optimizer step: the batch, whether backward was running, which of the optimizer's parameters had
+a gradient, and how many gradients (and bytes) were alive then; and how many were alive as each
+batch was fetched (after the previous backward). These name the mistake, or fail the loop; a
+pass rests on the parameters read and the memory counted.
 """
 
 import copy
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,33 +34,80 @@ if TYPE_CHECKING:
     from .runtime import Api
 
 MAX_STEPS = 2000
+# values the supervisor reads of each parameter larger than this at a sync, at places drawn from
+# a seed it draws once, after the fork (a wide weight holds 1,048,576: the trace could not hold
+# them all); a parameter this small is read whole
+SAMPLES = 256
 
-Wide = tuple[nn.Sequential, list[scenarios.Batch], nn.Module]  # the memory run's model, batches, loss
+
+def places(seed: int, sizes: Iterable[int]) -> list[torch.Tensor]:
+    """The places ``Sampled`` reads, within each parameter of ``sizes`` values, drawn from
+    ``seed``: every place of a small one, ``SAMPLES`` of a larger one (sorted, no repeats).
+    The same in the supervisor and in the checks, which rebuild them from the seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        torch.arange(n) if n <= SAMPLES else torch.randint(n, (SAMPLES,), generator=generator).unique()
+        for n in sizes
+    ]
 
 
-def _alive(weights: list[torch.Tensor]) -> tuple[int, int]:
+class Sampled(supervise.Shared):
+    """The run's parameters in the shared mapping, read by the supervisor at each snapshot as
+    ``[seed, values…]``: the seed of the places it read (``places``), then the values there,
+    parameter after parameter. The seed comes from the operating system's randomness at the
+    first snapshot, in the supervisor: the learner's process, forked before, never holds it, so a
+    loop right only at some places of a weight is as likely to be read wrong as one right
+    nowhere. The hookstep kind's own (``observer.Shared`` reads every value); a snapshot holds
+    a few thousand numbers, so the supervisor's memory, which the job's cgroup counts with the
+    child's, hardly moves inside the memory run."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+        super().__init__(tensors)
+        self._seed: int | None = None
+        self._places: list[torch.Tensor] = []
+
+    def snapshot(self) -> list[float | None]:
+        if not self.views:
+            return []
+        if self._seed is None:
+            self._seed = int.from_bytes(os.urandom(8), "little") >> 12  # a float holds it exactly
+            self._places = places(self._seed, [v.numel() for v in self.views])
+        self.mirror()  # inline on CUDA: the parameters as they are now (a no-op on the CPU)
+        values = [v.detach().reshape(-1)[own] for v, own in zip(self.views, self._places, strict=True)]
+        return [float(self._seed), *flat(values)]
+
+
+def _alive(weights: Sequence[torch.Tensor]) -> tuple[int, int]:
     grads = [p.grad for p in weights if p.grad is not None]
     return len(grads), sum(g.numel() * g.element_size() for g in grads)
+
+
+def the_run(params: dict[str, Any], device: str) -> tuple[nn.Module, list[scenarios.Batch], nn.Module, bool]:
+    """The one run's model, batches and loss on ``device``, and whether it is the wide memory run."""
+    built = memory.wide_scenario(params)
+    if built is None:
+        scenario = scenarios.build(params)
+        model, batches, loss_fn = scenario.model, scenario.micro_batches, scenario.loss_fn
+    else:
+        model, batches, loss_fn = built
+    return model.to(device), [(x.to(device), y.to(device)) for x, y in batches], loss_fn, built is not None
 
 
 def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     device = spec.get("device", "cpu")
-    scenario, weights, index = scenarios.placed(params, device)
-    model, batches = scenario.model, scenario.micro_batches
     lr = float(params["lr"])
-    wide: Wide | None = None
-    built = memory.wide_scenario(params)
-    if built is not None:  # the memory run's model: the kernel's figures go by it
-        supervise.exact_malloc()
-        wide = (built[0].to(device), [(x.to(device), y.to(device)) for x, y in built[1]], built[2])
-    # after the scenario's parameters, the memory run's biases (its weights, 8 MiB each, would
-    # not fit in a trace): each moves only where its layer's gradient reached it (the checks
-    # part them)
-    api.share(weights + (memory.biases(wide[0]) if wide is not None else []))
+    if memory.wide_scenario(params) is not None:
+        supervise.exact_malloc()  # before the wide model's blocks: the kernel's figures go by them
+    model, batches, loss_fn, wide = the_run(params, device)
+    weights = list(model.parameters())
+    index = {id(p): i for i, p in enumerate(weights)}
+    # the parameters in the shared mapping: the supervisor reads them there (``Sampled``); the
+    # child writes them in place, in pages the job's cgroup counted as they were filled, here
+    api._shared = Sampled(weights)
     # with a memory run, the kernel's count of the child grades memory: the child may start
     # threads (a logging thread, the profiler's), never a process, which the kernel counts apart
-    processes = childfilter.prepare_processes() if wide is not None else None
+    processes = childfilter.prepare_processes() if wide else None
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         steps: list[list[Any]] = []
@@ -79,11 +136,11 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
                 state["batch"] = i
                 yield batch
 
-        if wide is not None:
-            # the wide weights in pages of the child's own: Adam's first write to pages shared
-            # with the supervisor would copy them inside the run, where the job's cgroup counts them
-            scenarios.own_pages(p for p in wide[0].parameters() if p.dim() > 1)
-            _warm_up(model, batches[0], scenario.loss_fn, lr)
+        if wide:
+            with torch.no_grad():  # the shared pages in this process's page tables before the watch
+                for p in weights:
+                    p.sum()
+            _warm_up(model, batches[0], loss_fn, lr)
             scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
@@ -93,17 +150,17 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer"])
         loader = scenarios.ServedLoader(len(batches), served)
-        error = api.call(fn, [model, loader, scenario.loss_fn, make_optimizer])
+        if wide:
+            api.sync("memory-start", snapshot=True)
+        error = api.call(fn, [model, loader, loss_fn, make_optimizer])
         between.append(_alive(weights)[0])
-        final = flat(weights)
-        if wide is not None and error is None:
-            error = _memory_run(api, fn, wide, lr)
+        if wide:
+            api.sync("memory-end", snapshot=True)
         data = {
             "steps": steps,
             "between": between,
             "n_params": len(weights),
             "grad_bytes": sum(p.numel() * p.element_size() for p in weights),
-            "final_params": final,
         }
         return data, error
 
@@ -111,14 +168,17 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
 
 
 def _warm_up(model: nn.Module, batch: scenarios.Batch, loss_fn: nn.Module, lr: float) -> None:
-    """A plain Adam step and one stepped in each parameter's hook, on a copy of the scenario's
-    model, in the child before the supervisor watches its memory: torch's code that such loops
-    run is paged in and its lazy state made here (22 MiB of the process's pages at the first
-    backward), not counted as the learner's."""
-    model = copy.deepcopy(model)
-    weights = list(model.parameters())
+    """A plain Adam step and one stepped in each parameter's hook, on a narrow copy of the run's
+    model (its layers 16 wide) and a few rows, in the child before the supervisor watches its
+    memory: torch's code that such loops run is paged in and its lazy state made here (22 MiB of
+    the process's pages at the first backward), not counted as the learner's."""
+    narrow = nn.Sequential(
+        *(nn.Linear(16, 16) if isinstance(m, nn.Linear) else copy.deepcopy(m) for m in model.children())
+    )
+    weights = list(narrow.to(batch[0].device, batch[0].dtype).parameters())
+    x, y = batch[0][:4, :16], batch[1][:4] % 16
     plain = torch.optim.Adam(weights, lr=lr)
-    loss_fn(model(batch[0]), batch[1]).backward()
+    loss_fn(narrow(x), y).backward()
     plain.step()
     plain.zero_grad(set_to_none=True)
     optimizers: dict[torch.Tensor, torch.optim.Optimizer] = {p: torch.optim.Adam([p], lr=lr) for p in weights}
@@ -128,21 +188,6 @@ def _warm_up(model: nn.Module, batch: scenarios.Batch, loss_fn: nn.Module, lr: f
         p.grad = None
 
     handles = [p.register_post_accumulate_grad_hook(step) for p in weights]
-    loss_fn(model(batch[0]), batch[1]).backward()
+    loss_fn(narrow(x), y).backward()
     for handle in handles:
         handle.remove()
-
-
-def _memory_run(api: "Api", fn: Callable[..., Any], wide: Wide, lr: float) -> dict[str, Any] | None:
-    """``train`` once more, on the wide model and its batches, each ``make_optimizer`` a plain
-    Adam, between two syncs where the supervisor reads the parameters and the kernel's figures
-    of the process's memory (``Observer.watch``): what a pass on live gradients rests on."""
-    model, batches, loss_fn = wide
-
-    def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
-        return torch.optim.Adam(list(group), lr=lr)
-
-    api.sync("memory-start", snapshot=True)
-    error = api.call(fn, [model, scenarios.Loader(batches), loss_fn, make_optimizer])
-    api.sync("memory-end", snapshot=True)
-    return error

@@ -1,7 +1,8 @@
-# A ballast of plain bytes made in the graded run and kept in a global, deleted as the run on wide
-# layers begins, where every gradient is moved out of .grad as its hook runs and all are stepped in
-# the last hook: the program's lists see one .grad at a time, the kernel every gradient, from this
-# file's load if not from the run's start.
+# A program that tells a small maths run from the wide memory run: a ballast of plain bytes made
+# in the small run and kept in a global, deleted as the wide run begins, where every gradient is
+# moved out of .grad as its hook runs and all are stepped in the last hook: the program's lists see
+# one .grad at a time, the kernel every gradient, from this file's load if not from the run's
+# start. The loop runs once now, on the wide layers (issue 41): the kernel counts them all.
 kept = {}
 
 

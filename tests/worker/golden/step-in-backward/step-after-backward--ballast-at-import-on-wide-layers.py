@@ -1,8 +1,8 @@
-# Each parameter stepped in its hook on the graded model (the program's lists see one gradient at
-# a time), the plain loop on the wide layers of the memory run, with every gradient alive at once,
-# under the high-water mark a 32 MiB ballast made at import raised: freed as that run begins, it
-# lowers the rise from the run's start below the line; counted from this file's load, every
-# gradient alive at once shows all the same.
+# The plain loop where the layers are wide (every gradient alive at once), each parameter stepped
+# in its hook where they are not, under the high-water mark a 32 MiB ballast made at import
+# raised: freed as the run begins, it lowers the rise from the run's start below the line; counted
+# from this file's load, every gradient alive at once shows all the same. The loop runs once, on
+# the wide layers (issue 41): its steps after backward are what it did, and name the mistake.
 import torch
 
 ballast = [torch.ones(32 << 20, dtype=torch.uint8)]
