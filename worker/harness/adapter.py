@@ -165,9 +165,10 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             return optimizer
 
         def any_step(optimizer: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
-            """An optimizer of the learner's own: what it updates is pooled and read too."""
-            if id(optimizer) not in made and pool.open:
-                state["foreign"] += 1
+            """Every optimizer's step, an optimizer of the learner's own too: what it updates
+            (groups added after ``make_optimizer`` included) is pooled and read as well."""
+            if pool.open:
+                state["foreign"] += id(optimizer) not in made
                 pooled(p for g in optimizer.param_groups for p in g["params"])
 
         def served() -> Iterator[Any]:
