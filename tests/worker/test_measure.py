@@ -215,3 +215,43 @@ def test_low_precision_and_checkpointing_pass_on_what_the_supervisor_and_the_sys
     kernel = {c["name"]: c for c in verdict["checks"] if "as the system counted it" in c["name"]}
     assert len(kernel) == 2, verdict["checks"]
     assert [n for n, c in kernel.items() if c["status"] != "passed"] == failed
+
+
+def with_config_readings(params, data, chosen):
+    """``data`` with a ``config-end`` reading per configuration, as the supervisor takes them:
+    each configuration's parameters (those ``harness.measure.read_of`` shares) where
+    ``chosen[name]`` ("float32" or "low") arithmetic puts them, recomputed by the checks."""
+    ref = measure.config_reference(params)
+    k = int(params["accum_steps"])
+    mem = measure.memory_reference(params)
+    start = measure._size(params) + (2 * mem.params.numel() if mem else 0)
+    shot = [0.0] * start
+    for name in CONFIGS:
+        accum = k if name in ("accum", "all") else 1
+        shot += (ref.float32 if chosen[name] == "float32" else ref.low)[accum].tolist()
+    seen = data["observed"]
+    seen["snapshots"] = [*seen["snapshots"], shot]
+    seen["events"] += [["config-end", n, 0.0, len(seen["snapshots"]) - 1] for n in range(len(CONFIGS))]
+    return data
+
+
+RIGHT = {"fp32": "float32", "low": "low", "accum": "float32", "checkpoint": "float32", "all": "low"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_autocast_where_asked_rests_on_the_parameters_read_not_on_the_dtypes(params, device):
+    """Issue 41: the probe's dtypes live in the learner's process, and were rewritten through its
+    hooks; the line passes only where each configuration's parameters, as the supervisor read
+    them, land where its precision's arithmetic (recomputed here) puts them. The dtypes below
+    all say what was asked."""
+    assert measure.evaluate(params, with_config_readings(params, load("solution"), RIGHT), device).passed
+    for name, wrong in (("all", "float32"), ("low", "float32"), ("fp32", "low"), ("accum", "low")):
+        data = with_config_readings(params, load("solution"), RIGHT | {name: wrong})
+        evaluation = measure.evaluate(params, data, device)
+        assert not evaluation.passed and evaluation.diagnosis is None
+        [line] = [c for c in evaluation.checks if c.name == "measure_precision"]
+        expected = "observed_float32" if wrong == "low" else "observed_low"
+        assert line.message == f"check.measure_precision.{expected}", line
+        text = lines(evaluation)["measure_precision"]
+        assert "your parameters ended" in text and "did not compute in" in text
+        assert "seus parâmetros terminaram" in lines(evaluation, "pt-BR")["measure_precision"]

@@ -6,8 +6,15 @@ them, one check line per configuration, and judges what the numbers must show wh
 device: every configuration ran its steps; autocast was on exactly where asked; the
 accumulation configuration matches the large batch (the "accumulation" kind's reference
 and tolerance, on its own float64 scenario); checkpointing lowered the peak.
+
+Autocast where asked rests on each configuration's parameters as the supervisor read them when
+its first timed run ended (the ``config-end`` sync), against float32's and autocast's arithmetic
+recomputed here from the same model and batches (issue 41: the dtypes the probe in the learner's
+process records were rewritten through its hooks, and passed). The probe's dtypes and weights
+only name the mistake, or fail the loop.
 """
 
+import copy
 import json
 import math
 import statistics
@@ -31,6 +38,7 @@ from worker.checks import (
     tensors,
 )
 from worker.harness import memory, scenarios
+from worker.harness.measure import micro_batches, read_of
 from worker.harness.protocol import reported, reported_meters
 
 CONFIGS = ("fp32", "low", "accum", "checkpoint", "all")
@@ -56,6 +64,56 @@ HELD = 10 << 20
 # how far the memory run's one step may land from the float32 step: bfloat16 rounding (~1e-2),
 # float32 recomputation (~1e-6); further, the run did not train there
 MEMORY_TRAINED = {"low": 0.1, "checkpoint": 1e-3}
+
+
+# The configurations' parameters after their 4 steps (those the supervisor reads: the first layer
+# and the head), against float32 arithmetic recomputed here on the same model and batches,
+# relative to how far that run moved them (measured on the CPU): right float32 loops land 0 to
+# 1.6e-7 away (accumulation's sums); autocast to bfloat16 lands 3.2-3.6e-3 away, and float16
+# 1.6e-4. A float32 configuration must land within F32_TOLERANCE; a low-precision one at least
+# LOW_FLOOR away, and nearer autocast's own arithmetic (recomputed the same way: 0 for right loops,
+# with or without checkpointing or the loss divided outside autocast; the head left in float32 is
+# nearer float32, 1.4e-3 against 2.6e-3) than float32's.
+F32_TOLERANCE = 1e-5
+CUDA_F32_TOLERANCE = 1e-4
+LOW_FLOOR = 1e-3
+
+
+@dataclass(frozen=True)
+class ConfigReference:  # of the parameters the supervisor reads (``harness.measure.read_of``)
+    initial: torch.Tensor
+    float32: dict[int, torch.Tensor]  # accum_steps → the parameters after the run, float32
+    low: dict[int, torch.Tensor]  # the same under autocast to bfloat16
+
+
+@lru_cache(maxsize=4)
+def _config_reference(key: str) -> ConfigReference:
+    params = json.loads(key)
+    base, batches, loss_fn = scenarios.block_net(params, torch.float32)
+    lr, k = float(params["lr"]), int(params["accum_steps"])
+
+    def trained(low: bool, accum: int) -> torch.Tensor:
+        model = copy.deepcopy(base)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        for i, (x, y) in enumerate(micro_batches(batches, accum), start=1):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+                loss = loss_fn(model(x), y)
+            (loss / accum).backward()
+            if i % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        return tensors.flat(read_of(model))
+
+    return ConfigReference(
+        tensors.flat(read_of(base)),
+        {a: trained(False, a) for a in (1, k)},
+        {a: trained(True, a) for a in (1, k)},
+    )
+
+
+def config_reference(params: dict) -> ConfigReference:
+    with SEEDING:
+        return _config_reference(json.dumps(params, sort_keys=True))
 
 
 @dataclass(frozen=True)
@@ -101,11 +159,73 @@ def step_times(config: dict) -> tuple[float, float, float, int]:
 def prepare(params: dict, device: str) -> None:
     accumulation.reference(params["reference"])
     memory_reference(params)
+    config_reference(params)
 
 
 def _size(params: dict) -> int:
     """The values the correctness run's parameters hold (the memory runs' come after them)."""
     return int(accumulation.reference(params["reference"]).initial.numel())
+
+
+def _total(params: dict) -> int:
+    """The values of every snapshot: the correctness run's parameters, the memory runs', then
+    each configuration's (the harness shares them in that order)."""
+    mem = memory_reference(params)
+    per_config = config_reference(params).initial.numel()
+    return _size(params) + (2 * mem.params.numel() if mem else 0) + len(CONFIGS) * per_config
+
+
+def _config_params(params: dict, seen: dict) -> dict[int, torch.Tensor]:
+    """Each configuration's parameters as the supervisor read them at its ``config-end`` sync."""
+    mem = memory_reference(params)
+    m = config_reference(params).initial.numel()
+    start = _size(params) + (2 * mem.params.numel() if mem else 0)
+    total = _total(params)
+    found = {}
+    for label, number, _ms, shot in seen["events"]:
+        if label == "config-end" and shot >= 0 and 0 <= number < len(CONFIGS):
+            values = seen["snapshots"][shot]
+            if len(values) != total:
+                raise Interfered("shape", detail="a snapshot of the parameters is not the shared ones")
+            at = start + number * m
+            found[number] = tensors.vector(values[at : at + m]).nan_to_num()
+    return found
+
+
+def _observed_precision(params: dict, data: dict, device: str) -> Check | None:
+    """Each configuration's parameters, read by the supervisor as its first timed run ended,
+    against float32's and autocast's arithmetic recomputed here (on the CPU): None where every
+    one landed where its precision puts it, else the failed line. What the precision check's
+    pass rests on. On CUDA the learner's code runs in the supervisor's own process (issue 42:
+    nothing there is observed apart from it), a GPU's float32 may differ from the CPU's in the
+    last bits and its bfloat16 products are rounded from sums made in another order: a float32
+    configuration must land within ``CUDA_F32_TOLERANCE`` and a low-precision one
+    ``LOW_FLOOR`` away from float32, with no comparison to the CPU's bfloat16; and a trace
+    recorded there before these readings (none at all) is judged on the dtypes alone."""
+    seen = observed(data)
+    ref = config_reference(params)
+    found = _config_params(params, seen)
+    cuda = device.startswith("cuda")
+    if not found and seen.get("mode") == "inline":
+        return None
+    low, k = reported(data, "low_precision"), int(params["accum_steps"])
+    tolerance = CUDA_F32_TOLERANCE if cuda else F32_TOLERANCE
+    for number, name in enumerate(CONFIGS):
+        if number not in found:
+            raise Interfered("missing", detail=f"the supervisor did not read the parameters of {name}")
+        accum = k if name in ("accum", "all") else 1
+        float32, lowered = ref.float32[accum], ref.low[accum]
+        travel = tensors.norm(float32 - ref.initial)
+        error = tensors.norm(found[number] - float32) / travel
+        low_error = tensors.norm(found[number] - lowered) / travel
+        values = {"config": Phrase(f"check.measure_{name}.name"), "error": Sci(error), "low": low}
+        if name not in LOW and not error <= tolerance:
+            values["tolerance"] = Sci(tolerance)
+            return Check("measure_precision", False, "check.measure_precision.observed_float32", values)
+        if name in LOW and not (error >= LOW_FLOOR and (cuda or low_error < error)):
+            values["low_error"] = Sci(low_error)
+            return Check("measure_precision", False, "check.measure_precision.observed_low", values)
+    return None
 
 
 def _kernel(params, data, device):
@@ -127,7 +247,7 @@ def _kernel(params, data, device):
         limit = LOW_FACTOR if name == "low" else float(params["peak_drop"])
         travelled = tensors.norm(mem.params - mem.initial)
         error = kernel_memory.trained(
-            seen, f"memory-{name}-end", size + 2 * n, size + number * n, mem.params, travelled
+            seen, f"memory-{name}-end", _total(params), size + number * n, mem.params, travelled
         )
         held = int(limit * mem.peak) + HELD
         values = {
@@ -180,7 +300,16 @@ def _row(name, config, data):
     return Check(f"measure_{name}", True, "check.measure_run.timed", values)
 
 
-def _precision(data):
+def _precision(params, data, device):
+    """The probe's dtypes (the child's report) can fail the line and name the mistake; a pass
+    rests on the parameters the supervisor read (``_observed_precision``)."""
+    reported_line = _reported_precision(data)
+    if not reported_line.passed:
+        return reported_line
+    return _observed_precision(params, data, device) or reported_line
+
+
+def _reported_precision(data):
     configs, low = reported(data, "configs"), reported(data, "low_precision")
 
     def failed(message, name, field):
@@ -308,7 +437,11 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     rows = [_row(name, configs.get(name), data) for name in CONFIGS]
     checks = [where, *rows]
     if all(row.passed for row in rows):
-        checks += [_precision(data), _accumulation(params, data, device), _checkpoint(params, data)]
+        checks += [
+            _precision(params, data, device),
+            _accumulation(params, data, device),
+            _checkpoint(params, data),
+        ]
         checks += _kernel(params, data, device)
     metrics = {
         "measured_on": reported(data, "device_name"),
