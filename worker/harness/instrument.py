@@ -137,7 +137,9 @@ def patch_clip(record: Callable[[list[torch.Tensor], Any, Callable[[], Any]], An
     """torch's ``clip_grad_norm_``, under both names a learner imports, replaced by one that
     hands its parameters (as a list) to ``record(parameters, max_norm, clip)``, where ``clip()``
     runs the original and returns the norm. Patched before the learner's file is imported, so
-    ``from torch.nn.utils import clip_grad_norm_`` sees it too."""
+    ``from torch.nn.utils import clip_grad_norm_`` sees it too. The same for its public second
+    half, ``clip_grads_with_norm_`` (after ``get_total_norm``): a clip written as torch's two
+    halves is a clip (issue 41, red team: a right loop was refused with "0 clips")."""
     original = torch.nn.utils.clip_grad.clip_grad_norm_
 
     def clip_grad_norm_(parameters: Any, max_norm: Any, *args: Any, **kwargs: Any) -> Any:
@@ -148,6 +150,26 @@ def patch_clip(record: Callable[[list[torch.Tensor], Any, Callable[[], Any]], An
 
     torch.nn.utils.clip_grad_norm_ = clip_grad_norm_
     torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+    split = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
+    if split is None:  # torch before 2.6: clip_grad_norm_ is the only public clip by norm
+        return
+
+    def clip_grads_with_norm_(
+        parameters: Any, max_norm: Any, total_norm: Any, *args: Any, **kwargs: Any
+    ) -> None:
+        # the second half of clip_grad_norm_ (torch's public name; clip_grad_norm_ itself calls
+        # the private one, so a clip is never counted twice): the norm it saw is the one handed
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        parameters = list(parameters)
+
+        def clip() -> Any:
+            split(parameters, max_norm, total_norm, *args, **kwargs)
+            return total_norm
+
+        record(parameters, max_norm, clip)
+
+    torch.nn.utils.clip_grads_with_norm_ = clip_grads_with_norm_
 
 
 class Unavailable(RuntimeError):
