@@ -46,7 +46,10 @@ def _data(read_trace, seeds, params=PARAMS, fed=None, bases=None):
     }
 
 
-SEEDS = [[11, 12, 13, 14, 15, 16], [901, 7, 88, 5, 3, 2], [2**40, 1, 2, 3, 4, 5]]
+RUNS = (len(served.LOOPS) + len(served.EXTRA)) * PARAMS[
+    "rounds"
+]  # the lesson's three loops and the model's two, twice
+SEEDS = [[11 + n for n in range(RUNS)], [901, 7, 88, 5, 3, 2, 41, 42, 43, 44], [2**40, *range(1, RUNS)]]
 
 
 def test_busy_is_the_union_of_the_device_over_the_whole_span_and_idle_counts_the_edges():
@@ -71,11 +74,13 @@ def test_busy_is_the_union_of_the_device_over_the_whole_span_and_idle_counts_the
 
 def test_the_shipped_traces_are_what_the_model_makes_when_they_say_modelled():
     bases, labels, source = check.load(PARAMS)
-    assert labels == list(served.LOOPS)
+    assert labels == [*served.LOOPS, *served.EXTRA.values()]
+    extra = [served.model_trace(loop) for loop in served.EXTRA]  # graded whatever the lesson ships
+    assert [served.digest(b) for b in bases[3:]] == [served.digest(m) for m in extra]
     if source != "modelled":
         pytest.skip("recorded traces: python -m bench.traces wrote them on a GPU")
     made = [served.model_trace(loop) for loop in served.LOOPS]
-    assert [served.digest(b) for b in bases] == [served.digest(m) for m in made], (
+    assert [served.digest(b) for b in bases[:3]] == [served.digest(m) for m in made], (
         "the model changed: rewrite the traces with `python -m bench.traces --model`"
     )
 
@@ -96,7 +101,7 @@ def test_the_classic_wrong_methods_give_wrong_numbers_on_some_loop():
     """Each trap is set: the sum of overlapping kernels passes 100 % (compute), the ranges'
     GPU twins fill the launch gaps (launch), the kernels alone miss the copies (input), and the
     largest host label is the optimizer's sync (compute) or the launches of backward (launch)."""
-    bases = dict(zip(served.LOOPS, check.load(PARAMS)[0], strict=True))
+    bases = dict(zip(served.LOOPS, check.load(PARAMS)[0][:3], strict=True))
     truth = {loop: check.measure(trace)["busy"] for loop, trace in bases.items()}
     assert check.summed(bases["compute"]) > 1.3
     twins = check.measure(bases["launch"], (*check.DEVICE, "gpu_user_annotation"))["busy"]
@@ -104,6 +109,26 @@ def test_the_classic_wrong_methods_give_wrong_numbers_on_some_loop():
     assert check.measure(bases["input"], ("kernel",))["busy"] < truth["input"] / 5
     largest = {loop: max(check.host_labels(t).items(), key=lambda kv: kv[1])[0] for loop, t in bases.items()}
     assert largest == {"compute": "optimizer", "input": "data", "launch": "backward"}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_models_extra_loops_make_memsets_and_the_idle_edges_matter(seed):
+    """Under every change a run can get: on the zeroing loop the memsets are what makes it
+    compute-bound (without them the share falls under half and the bottleneck changes); on the
+    checkpoint loop the trace ends with the GPU idle for its longest stretch, so a span from the
+    GPU's first work to its last gives another busy share and another idle stretch."""
+    zeroing, checkpoint = (served.perturb(base, seed) for base in check.load(PARAMS)[0][3:])
+    truth = check.measure(zeroing)
+    without = check.measure(zeroing, ("kernel", "gpu_memcpy"))
+    assert truth["busy"] > 0.6 and without["busy"] < 0.3
+    assert not check.within_busy(without["busy"], truth["busy"])
+    truth = check.measure(checkpoint)
+    edges = check.inner(checkpoint)
+    assert truth["busy"] > 0.6 and edges["busy"] > 0.8
+    assert truth["idle_ms"] > 3 * edges["idle_ms"]  # 5-7 ms at the end, 1.2-1.4 between steps
+    start, end = check.span(checkpoint)
+    last = max(e["ts"] + e["dur"] for e in checkpoint["traceEvents"] if e.get("cat") in check.DEVICE)
+    assert (end - last) / 1000 == pytest.approx(truth["idle_ms"])  # the trailing edge
 
 
 def test_a_change_is_a_realistic_run_of_the_same_loop():
@@ -136,7 +161,7 @@ def test_the_supervisor_serves_each_runs_trace_in_slices():
             items.open()
             got.append(served.fetch(items.address))
         seeds = items.seeds
-        order = served.order(seeds[0], 3, 1)
+        order = served.order(seeds[0], len(bases), 1)
         expected = [served.perturb(bases[order[n]], seed) for n, seed in enumerate(seeds)]
         assert got == expected
         assert items.result()["served"] == [served.chunks(served.payload(t)) for t in expected]
@@ -153,7 +178,15 @@ def test_the_solution_passes(seeds):
 
 
 @pytest.mark.parametrize(
-    "mistake", ["summed-overlaps", "annotations-as-busy", "memcpy-ignored", "host-labels"]
+    "mistake",
+    [
+        "summed-overlaps",
+        "annotations-as-busy",
+        "memcpy-ignored",
+        "memset-ignored",
+        "edges-left-out",
+        "host-labels",
+    ],
 )
 @pytest.mark.parametrize("seeds", SEEDS)
 def test_each_mistake_is_named_with_the_learners_own_numbers(mistake, seeds):
@@ -215,7 +248,7 @@ def test_a_run_the_supervisor_did_not_serve_is_interference():
     with pytest.raises(Interfered):
         check.evaluate(PARAMS, data, "cpu")
     data = _data(_read_trace("solution"), SEEDS[0])
-    data["runs"] = data["runs"][:4]
+    data["runs"] = data["runs"][:4]  # fewer answers than runs served
     with pytest.raises(Interfered):
         check.evaluate(PARAMS, data, "cpu")
     data = _data(_read_trace("solution"), SEEDS[0])
@@ -225,7 +258,7 @@ def test_a_run_the_supervisor_did_not_serve_is_interference():
 
 
 def test_traces_other_than_the_lessons_files_are_our_fault_not_the_learners():
-    data = _data(_read_trace("solution"), SEEDS[0], fed=["0" * 64] * 3)
+    data = _data(_read_trace("solution"), SEEDS[0], fed=["0" * 64] * 5)
     with pytest.raises(RuntimeError, match="not the lesson's trace files"):
         check.evaluate(PARAMS, data, "cpu")
 

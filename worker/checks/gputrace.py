@@ -89,6 +89,15 @@ def measure(trace: dict[str, Any], cats: tuple[str, ...] = DEVICE) -> dict[str, 
     return {"busy": busy / (end - start), "idle_ms": idle / 1000, "span_ms": (end - start) / 1000}
 
 
+def inner(trace: dict[str, Any]) -> dict[str, float]:
+    """The reading that leaves the span's idle edges out: busy over the stretch from the GPU's
+    first work to its last, and the longest gap between its works."""
+    device = [e for e in _events(trace) if e["cat"] in DEVICE]
+    first, last = min(e["ts"] for e in device), max(e["ts"] + e["dur"] for e in device)
+    clipped = {"traceEvents": device}
+    return measure(clipped) if last > first else {"busy": 0.0, "idle_ms": 0.0, "span_ms": 0.0}
+
+
 def summed(trace: dict[str, Any]) -> float:
     """The device's durations added up, overlaps and all, over the span."""
     start, end = span(trace)
@@ -96,11 +105,12 @@ def summed(trace: dict[str, Any]) -> float:
 
 
 def host_labels(trace: dict[str, Any]) -> dict[str, float]:
-    """ms inside each phase's host ranges (``user_annotation``), over the trace."""
+    """ms inside each host range (``user_annotation``) but the profiler's steps, over the trace:
+    the four phases always, and any other range a loop has (the checkpoint's)."""
     totals = dict.fromkeys(PHASES, 0.0)
     for e in _events(trace):
-        if e["cat"] == "user_annotation" and e["name"] in totals:
-            totals[e["name"]] += e["dur"] / 1000
+        if e["cat"] == "user_annotation" and not e["name"].startswith("ProfilerStep#"):
+            totals[e["name"]] = totals.get(e["name"], 0.0) + e["dur"] / 1000
     return totals
 
 
@@ -120,11 +130,18 @@ def _load(folder: str, stamp: tuple[float, ...]) -> tuple[list[dict[str, Any]], 
 
 
 def load(params: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], str]:
-    """The base traces (in ``LOOPS`` order), their bottlenecks and where they came from
-    ("modelled" or "recorded"), from ``params["traces"]`` under ``LESSONS``."""
+    """The base traces, their bottlenecks and where the lesson's came from ("modelled" or
+    "recorded"): the lesson's files under ``params["traces"]`` (in ``LOOPS`` order), then the
+    queue model's loops where memsets and the span's idle edges matter (``served.EXTRA``)."""
     root = LESSONS / str(params["traces"])
     stamp = tuple(p.stat().st_mtime for p in sorted(root.glob("*.json")))
-    return _load(str(root), stamp)
+    return _with_extra(str(root), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _with_extra(folder: str, stamp: tuple[float, ...]) -> tuple[list[dict[str, Any]], list[str], str]:
+    bases, labels, source = _load(folder, stamp)
+    return [*bases, *served.extra_bases()], [*labels, *served.EXTRA.values()], source
 
 
 def job_inputs(params: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +151,7 @@ def job_inputs(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def runs_count(params: dict[str, Any]) -> int:
-    return min(len(served.LOOPS) * int(params.get("rounds", 1)), served.MAX_RUNS)
+    return min((len(served.LOOPS) + len(served.EXTRA)) * int(params.get("rounds", 1)), served.MAX_RUNS)
 
 
 # ---------------------------------------------------------------- judging
@@ -253,32 +270,55 @@ def _metrics(source, truths, answers) -> dict[str, Any]:
 
 
 def diagnose(truths: list[dict[str, Any]], answers: list[dict[str, Any]]) -> Diagnosis | None:
-    """The known mistake the answers show, with the learner's own numbers, or None."""
+    """The known mistake the answers show, with the learner's own numbers, or None. A reading
+    is named only on a trace where it gives another answer than the truth; the memsets left out
+    or the edges left out are named only where no run shows another mistake (a reading of the
+    kernels alone leaves out the memsets too)."""
+    later: Diagnosis | None = None
     for truth, answer in zip(truths, answers, strict=True):
         reported = answer.get("busy")
         if reported is None or within_busy(reported, truth["busy"]):
             continue
         trace = truth["trace"]
         values = {"loop": _loop(truth["label"]), "reported": _pct(reported), "busy": _pct(truth["busy"])}
+
+        def reads(cats: tuple[str, ...], trace: dict[str, Any] = trace, reported: float = reported) -> bool:
+            """The answer is this reading's, and this reading is wrong on this trace."""
+            share, right = measure(trace, cats)["busy"], measure(trace)["busy"]
+            return within_busy(reported, share) and not within_busy(share, right)
+
         total = summed(trace)
         if within_busy(reported, total) and not within_busy(total, truth["busy"]):
             return Diagnosis("summed-overlaps", values)
-        twins = measure(trace, (*DEVICE, "gpu_user_annotation"))["busy"]
-        if within_busy(reported, twins) and not within_busy(twins, truth["busy"]):
+        if reads((*DEVICE, "gpu_user_annotation")):
             return Diagnosis("annotations-as-busy", values)
-        for cats in (("kernel",), ("kernel", "gpu_memset")):
-            kernels = measure(trace, cats)["busy"]
-            if within_busy(reported, kernels) and not within_busy(kernels, truth["busy"]):
-                copies = measure(trace, ("gpu_memcpy",))["busy"]
-                return Diagnosis("memcpy-ignored", {**values, "copies": _pct(copies)})
-        return None
+        copies = not within_busy(measure(trace, ("kernel", "gpu_memset"))["busy"], truth["busy"])
+        if copies and (reads(("kernel",)) or reads(("kernel", "gpu_memset"))):
+            copied = measure(trace, ("gpu_memcpy",))["busy"]
+            return Diagnosis("memcpy-ignored", {**values, "copies": _pct(copied)})
+        if later is None and reads(("kernel", "gpu_memcpy")):
+            memsets = measure(trace, ("gpu_memset",))["busy"]
+            later = Diagnosis("memset-ignored", {**values, "memsets": _pct(memsets)})
+        edges = inner(trace)
+        if later is None and within_busy(reported, edges["busy"]):
+            later = _edges(truth, trace, values)
+    for truth, answer in zip(truths, answers, strict=True):
+        idle = answer.get("idle_ms")
+        if later is None and idle is not None and not within_idle(idle, truth["idle_ms"]):
+            edges = inner(truth["trace"])
+            if within_idle(idle, edges["idle_ms"]):
+                values = {"loop": _loop(truth["label"]), "busy": _pct(truth["busy"])}
+                values["reported"] = _pct(answer["busy"]) if answer.get("busy") is not None else 0.0
+                later = _edges(truth, truth["trace"], values)
+    if later is not None:
+        return later
     for truth, answer in zip(truths, answers, strict=True):
         named = answer.get("bottleneck")
         if named == truth["label"]:
             continue
         totals = host_labels(truth["trace"])
         largest = max(totals, key=lambda name: totals[name])
-        if named in (largest, HOST_READING[largest]):
+        if named in (largest, HOST_READING.get(largest)):
             return Diagnosis(
                 "host-labels",
                 {
@@ -292,6 +332,16 @@ def diagnose(truths: list[dict[str, Any]], answers: list[dict[str, Any]]) -> Dia
             )
         return None
     return None
+
+
+def _edges(truth: dict[str, Any], trace: dict[str, Any], values: dict[str, Any]) -> Diagnosis:
+    """The span's idle edges left out: the stretches before the GPU's first work and after its
+    last, in ms, and the longest idle stretch with them."""
+    start, end = span(trace)
+    device = [e for e in _events(trace) if e["cat"] in DEVICE]
+    first, last = min(e["ts"] for e in device), max(e["ts"] + e["dur"] for e in device)
+    values = {**values, "before": _ms((first - start) / 1000), "after": _ms((end - last) / 1000)}
+    return Diagnosis("edges-left-out", {**values, "idle": _ms(truth["idle_ms"])})
 
 
 def diagnose_error(

@@ -24,8 +24,16 @@ and its stream is free, and the host goes on without waiting; a blocking copy or
 makes the host wait for the stream. A ``record_function`` range is a ``user_annotation`` on the
 host and, where it launched device work, a ``gpu_user_annotation`` from its first device event's
 start to its last one's end. Two streams share the GPU without slowing each other here (a real
-GPU shares its SMs, so there the side stream's kernels stretch). Durations carry a seeded ±8 %.
-Standard library only: the checks and ``bench/traces.py`` import it too.
+GPU shares its SMs, so there the side stream's kernels stretch). Durations are set by hand for
+each op's size and carry a seeded ±8 %. Standard library only: the checks and ``bench/traces.py``
+import it too.
+
+Beside the lesson's three loops, the checks grade two the model makes here whatever the lesson
+ships (``EXTRA``): a step that zeroes its key/value cache with two large memsets (a third of
+the GPU's work: without them the loop reads as input-bound), and a loop whose last traced step
+writes a checkpoint from the host, the GPU idle from its last copy to the end of the span (the
+longest idle stretch; a reading from the GPU's first work to its last misses it and the share
+it takes from the span).
 """
 
 import contextlib
@@ -267,18 +275,97 @@ def _launch_step(q: Queue) -> None:
         q.sync()
 
 
-STEP = {"input": _input_step, "compute": _compute_step, "launch": _launch_step}
+def _zeroing_step(q: Queue) -> None:
+    """A small decoder whose step makes its key/value cache anew with ``torch.zeros``: two
+    512 MiB memsets (about 350 µs each at 1.5 TB/s) before a few short kernels; the host then
+    tokenises the next batch in the main process while the GPU has nothing queued. The memsets
+    are a third of the GPU's work: a reading that leaves them out finds it idle most of the step."""
+    with q.range("data"):
+        q.cpu(700.0)  # tokenising the next batch's text
+    q.copy("Memcpy HtoD (Pinned -> Device)", 64 * 512 * 8, 20.0, blocking=False)
+    with q.range("forward"):
+        for _ in range(2):  # torch.zeros for the cache's keys, then its values
+            q.cpu(10.0)
+            q.launch("Memset (Device)", 350.0, cat="gpu_memset", call="cudaMemsetAsync")
+        for name, us in (
+            ("embedding", 20.0),
+            ("gemm_f32_qkv", 70.0),
+            ("attention", 90.0),
+            ("gemm_f32_out", 50.0),
+        ):
+            q.op(name, us)
+        q.op("cross_entropy", 15.0)
+    with q.range("backward"):
+        q.cpu(20.0)
+        for name, us in (
+            ("cross_entropy_backward", 15.0),
+            ("gemm_f32_dW", 80.0),
+            ("attention_backward", 140.0),
+        ):
+            q.op(name, us, python=18.0)
+    with q.range("optimizer"):
+        q.cpu(40.0)
+        q.op("multi_tensor_apply_kernel<Adam>", 60.0, python=20.0)
+        q.sync()  # losses.append(loss.item())
+
+
+def _checkpoint_step(q: Queue) -> None:
+    """A mid-sized model whose batch is collated on the host (about 1.2 ms), then 3.5 ms of
+    kernels queued well ahead of them; the host waits at ``.item()``."""
+    with q.range("data"):
+        q.cpu(1_200.0)  # collate
+    q.copy("Memcpy HtoD (Pinned -> Device)", 256 * 1024 * 4, 20.0, blocking=False)
+    with q.range("forward"):
+        for _ in range(8):
+            q.op("gemm_f32_256x2048x2048", 180.0, python=14.0)
+            q.op("gelu", 20.0, python=10.0)
+    with q.range("backward"):
+        q.cpu(20.0)
+        for _ in range(8):
+            q.op("gemm_f32_dW_2048x2048", 180.0, python=18.0)
+            q.op("gemm_f32_dX_256x2048", 20.0, python=18.0)
+    with q.range("optimizer"):
+        q.cpu(60.0)
+        q.op("multi_tensor_apply_kernel<AdamW>", 220.0, python=20.0)
+        q.sync()
+
+
+def _checkpoint_tail(q: Queue) -> None:
+    """The last traced step ends with a checkpoint: the weights copied to the host (blocking),
+    then written to disk by the host alone (``torch.save``, about 6 ms), the GPU idle until the
+    trace ends."""
+    with q.range("checkpoint"):
+        for _ in range(4):
+            q.copy("Memcpy DtoH (Device -> Pageable)", 16 << 20, 12.0)
+        q.cpu(6_000.0)  # pickling and writing the state dict
+
+
+STEP = {
+    "input": _input_step,
+    "compute": _compute_step,
+    "launch": _launch_step,
+    "zeroing": _zeroing_step,
+    "checkpoint": _checkpoint_step,
+}
+TAIL = {"checkpoint": _checkpoint_tail}  # after the last traced step's own work, inside its range
+# Loops the checks grade beside the lesson's trace files, made here by the queue model whatever
+# the lesson ships (recorded or modelled), each with the bottleneck it was built to have: memsets
+# are a third of the zeroing loop's GPU time (without them it reads as input-bound), and the
+# checkpoint's trace ends with the GPU idle for its longest stretch (its edges matter)
+EXTRA = {"zeroing": "compute", "checkpoint": "compute"}
 
 
 def model_trace(loop: str, seed: int = MODEL_SEED, steps: int = STEPS) -> dict[str, Any]:
-    """The modelled Chrome trace of ``loop`` ("input", "compute" or "launch"): ``steps``
-    profiled steps (``ProfilerStep#1``…), compacted as ``bench/traces.py`` keeps a recorded one."""
+    """The modelled Chrome trace of ``loop`` (a key of ``STEP``): ``steps`` profiled steps
+    (``ProfilerStep#1``…), compacted as ``bench/traces.py`` keeps a recorded one."""
     q = Queue(f"{loop}-{seed}")
     STEP[loop](q)  # the warm-up step the profiler's schedule does not keep
     q.events.clear()
     for number in range(1, steps + 1):
         with q.range(f"ProfilerStep#{number}"):
             STEP[loop](q)
+            if number == steps and loop in TAIL:
+                TAIL[loop](q)
     q.streams[MAIN] = max(q.streams.values())
     for event in q.events:
         event["ts"], event["dur"] = round(event["ts"], 3), round(event["dur"], 3)
@@ -293,6 +380,11 @@ def model_trace(loop: str, seed: int = MODEL_SEED, steps: int = STEPS) -> dict[s
             {"ph": "M", "name": "thread_name", "pid": GPU_PID, "tid": SIDE, "args": {"name": "stream 13"}}
         )
     return {"displayTimeUnit": "ms", "traceEvents": meta + events}
+
+
+def extra_bases() -> list[dict[str, Any]]:
+    """The traces of ``EXTRA``'s loops, in its order: graded after the lesson's files."""
+    return [model_trace(loop) for loop in EXTRA]
 
 
 # ---------------------------------------------------------------- what each run gets
