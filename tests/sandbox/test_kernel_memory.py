@@ -18,6 +18,11 @@ pytestmark = pytest.mark.slow  # real sandboxes, real torch
 GOLDEN = Path(__file__).parents[1] / "worker" / "golden"
 
 ATTACKS = {
+    "gradient-accumulation/accumulate": [
+        "backward-once-per-cycle--ballast-at-import",
+        "backward-once-per-cycle--ballast-deleted-through-a-global-meter-freed",
+    ],
+    "gradient-accumulation/remainder": ["backward-once-per-cycle--ballast-at-import-meter-freed"],
     "gpu-memory/fit-the-budget": [
         "fail--ballast-at-import-naive-memory-run",
         "fail--grads-stashed-ballast-freed",

@@ -100,16 +100,31 @@ def test_the_adapters_no_gradient_line_is_the_systems_count(exercise, grade):
         assert no_grad["status"] == "passed" and said in no_grad["message"], no_grad
 
 
+def test_an_update_scaled_in_float32_keeps_its_direction_and_float32_arithmetic_turns_it():
+    """issue 41: a cycle computed on a float32 copy of the model was 1e-7 off and passed the
+    float64 tolerance; a factor ``1 / n`` rounded to float32 is as far off, and right. Each
+    update's direction at the learner's own parameters tells them apart (tiny scenario here)."""
+    params = {"scenario": "mlp", "n_micro": 8, "micro_batch": 5, "accum_steps": 4, "lr": 0.1, "seed": 0}
+    ref = accumulation.reference(params)
+    right = accumulation.directions(params, ref.trajectory, ref.initial)
+    assert len(right) == 2 and max(right) < 1e-13
+    first = ref.trajectory[0] - ref.initial
+    scaled = accumulation.directions(params, [ref.initial + first * (1 + 6e-8)], ref.initial)
+    rounded = accumulation.directions(params, [ref.initial + first.float().double()], ref.initial)
+    limit = accumulation.DIRECTION["float64"]
+    assert scaled[0] < limit and 100 * limit < rounded[0] < 1e-6
+
+
 @pytest.mark.slow
-def test_a_ballast_freed_as_the_memory_run_begins_is_told_in_both_languages(exercise, grade):
-    """issue 41 (ballast): memory held from the file's load and freed as the memory run began
-    let a whole cycle's activations fit under it, with little rise from the run's start; the
-    check counts from the load too, and its text says so, with both figures."""
+def test_a_ballast_freed_as_the_call_begins_is_told_in_both_languages(exercise, grade):
+    """issue 41 (ballast): memory held from the file's load and freed as the call began let a
+    whole cycle's activations fit under it, with little rise from the call's start; the check
+    counts from the load too, and its text says so, with both figures."""
     accumulate = exercise("accumulate")
     golden = Path(__file__).parent / "golden" / "accumulate"
     code = (golden / "backward-once-per-cycle--ballast-deleted-through-a-global-meter-freed.py").read_bytes()
     for lang, since, counted in (
-        ("en", "since your file was loaded", "memory your program held before that run counts too"),
+        ("en", "since your file was loaded", "memory your program held before the call counts too"),
         ("pt-BR", "desde que o seu arquivo foi carregado", "também conta"),
     ):
         verdict = grade(accumulate, code, lang)

@@ -1,12 +1,13 @@
-"""What fit-the-budget's release run and train-an-adapter's no-gradient line conclude from the
-kernel's figures (issue 41), on made-up traces of tiny scenarios: a right run passes; what stayed
-after the step, or what the run rose, over the line fails; memory held before the run and freed
-in it (a ballast) fails on the figure from the learner's file's load; the job's cgroup counts
-where the process does not. The exercises' own runs are graded for real in golden/."""
+"""What fit-the-budget's release run, train-an-adapter's no-gradient line and accumulation's one
+run conclude from the kernel's figures (issue 41), on made-up traces of tiny scenarios: a right
+run passes; what stayed after the step, or what the run rose, over the line fails; memory held
+before the run and freed in it (a ballast) fails on the figure from the learner's file's load;
+the job's cgroup counts where the process does not. The exercises' own runs are graded for real
+in golden/."""
 
 import pytest
 
-from worker.checks import adapter, checkpointing, tensors
+from worker.checks import accumulation, adapter, checkpointing, tensors
 from worker.harness import scenarios
 
 MIB = 1 << 20
@@ -135,3 +136,51 @@ def test_a_memory_run_that_fetched_no_batch_has_no_figure_to_pass_on():
 def test_without_a_watched_child_the_line_is_the_programs_word():
     check = adapter._no_grad_check(ADAPTER, {"mode": "inline"}, 0)
     assert check.passed and check.message == "check.frozen-no-grad.reported"
+
+
+ACCUMULATE = {"scenario": "mlp", "n_micro": 8, "micro_batch": 5, "accum_steps": 4, "lr": 0.1, "seed": 0}
+
+
+def _accumulation_trace(rise, held=MIB, *, mode="fork"):
+    """One run's trace, as the supervisor reads it around the learner's call: ``held`` more
+    than at the watch as the call began, ``rise`` more at its peak by the call's end."""
+    base = 250 * MIB
+    return {
+        "observed": {
+            "mode": mode,
+            "memory": [
+                ["watch-memory", -1, base, base, -1, -1],
+                ["memory-start", -1, base + held, base + held, -1, -1],
+                ["memory-end", -1, base + held, base + held + rise, -1, -1],
+            ],
+            "memory_lowered": 0,
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("rise", "held", "message"),
+    [
+        (1.3, 1, "check.memory_kernel.within"),  # one micro-batch at a time, its backward's work
+        (2.5, 1, "check.memory_kernel.over"),  # the whole cycle alive for one backward
+        (1.0, 30, "check.memory_kernel.held"),  # the same cycle, under a ballast freed as it began
+    ],
+)
+def test_accumulations_one_run_is_counted_from_the_call_and_from_the_load(rise, held, message):
+    """``rise`` in what one micro-batch saves for backward; ``held`` in MiB."""
+    params = {**ACCUMULATE, "kernel_memory": True}
+    ref = accumulation.reference(ACCUMULATE)
+    data = _accumulation_trace(int(rise * ref.micro_peak), held * MIB)
+    check = accumulation.kernel_check(params, data, ref)
+    assert check is not None and check.message == message, check
+    assert check.passed == (message == "check.memory_kernel.within")
+    assert check.values["micro"] == 5 and check.values["limit"] == int(
+        accumulation.KERNEL_FACTOR * ref.micro_peak
+    )
+
+
+def test_accumulation_without_the_kernels_count_has_no_such_line():
+    ref = accumulation.reference(ACCUMULATE)
+    assert accumulation.kernel_check(ACCUMULATE, _accumulation_trace(0), ref) is None  # not asked
+    inline = _accumulation_trace(0, mode="inline")  # on CUDA: no child watched
+    assert accumulation.kernel_check({**ACCUMULATE, "kernel_memory": True}, inline, ref) is None

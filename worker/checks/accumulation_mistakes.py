@@ -101,13 +101,14 @@ def _same(values, target=None):
     return all(abs(v - centre) <= CLOSE * max(abs(centre), 1e-12) for v in values)
 
 
-def diagnose(params, ref, data, numbers_ok, blind=False):
+def diagnose(params, ref, data, numbers_ok, blind=False, kernel=None):
     """The known mistake the trace shows, or None. ``blind``: the saved-tensor meter did not see
     the forwards (a torch.func transform, a thread of the loop's own), where the kernel's count
-    grades memory: it has no figure to name a memory mistake by."""
+    grades memory: it has no figure to name a memory mistake by. ``kernel``: that count's check,
+    whose figure a memory mistake's explanation quotes (the meter's is the program's word)."""
     k = int(params["accum_steps"])
     if numbers_ok:
-        return None if blind else _memory_mistake(params, ref, data)
+        return None if blind else _memory_mistake(params, ref, data, kernel)
     for rule in (_clip_and_scaler_order, _steps_per_micro_batch):
         found = rule(params, ref, data)
         if found is not None:
@@ -360,12 +361,23 @@ def _steps_per_micro_batch(params, ref, data):
     return None
 
 
-def _memory_mistake(params, ref, data):
-    peak = int(reported(data, "peak_saved_bytes"))
+def _memory_mistake(params, ref, data, kernel=None):
+    """Which memory mistake the program's own events show (they only name it), quoting the
+    kernel's count of the process where there is one: the rise over the call against what one
+    micro-batch saves for backward (the saved-tensor meter runs in the program, which can
+    silence it: it read 0 B for a red team's whole cycle alive)."""
+    peak: Phrase | int
+    if kernel is not None:
+        rise = int(kernel.values["rise"])
+        peak = Phrase("diagnosis.memory.counted", {"rise": rise})
+        reference, times = int(kernel.values["micro_saved"]), rise / kernel.values["micro_saved"]
+    else:
+        peak = int(reported(data, "peak_saved_bytes"))
+        reference, times = ref.micro_peak, peak / ref.micro_peak
     values = {
         "peak": peak,
-        "reference": ref.micro_peak,
-        "times": peak / ref.micro_peak,
+        "reference": reference,
+        "times": times,
         "forwards": reported(data, "forwards"),
         "backwards": reported(data, "backwards"),
     }

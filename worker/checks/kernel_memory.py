@@ -4,10 +4,12 @@ The supervisor reads its child's resident set and high-water mark from /proc (Vm
 at every sync once the harness asked it to watch (``Observer.watch``, before the learner's file
 runs) and every few milliseconds between syncs; the child's C allocator maps and unmaps every
 block of 64 KiB or more on its own (``supervise.exact_malloc``), so the mark follows the tensors
-alive. A memory-graded kind runs the learner's code once more between two syncs on inputs large
-enough that the rise of that mark over the resident set at the first tells a right loop from a
-wrong one by tens of MiB, where the child's own meters (which its code can reach and rewrite)
-only name the mistake.
+alive. A memory-graded kind runs the learner's code between two syncs on inputs large enough that
+the rise of that mark over the resident set at the first tells a right loop from a wrong one by
+tens of MiB, where the child's own meters (which its code can reach and rewrite) only name the
+mistake. Accumulation's one run is that run too (its parameters compared at every step): a kind
+that runs the code a second time for its memory must make sure the two cannot be told apart, or
+a loop behaves in each as it is graded there.
 """
 
 import math

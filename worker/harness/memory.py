@@ -31,23 +31,6 @@ Key = tuple[int, int]  # a storage's address and size (``_storage_key``)
 _T = TypeVar("_T")
 
 
-def run_params(params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The accumulation kind's memory run (``params["memory_run"]``): the scenario's parameters
-    for one cycle of micro-batches large enough that the kernel's count of the process's memory
-    tells one micro-batch's activations alive from a whole cycle's (the maths run's are a few
-    KiB); None where the exercise has none. The harness runs the learner's loop on it, the checks
-    build its reference from it."""
-    run = params.get("memory_run")
-    if not run:
-        return None
-    return {
-        **{k: v for k, v in params.items() if k != "memory_run"},
-        "n_micro": int(params["accum_steps"]),
-        "micro_batch": int(run["micro_batch"]),
-        "seed": int(params.get("seed", 0)) + 1,
-    }
-
-
 def wide_scenario(
     params: Mapping[str, Any],
 ) -> tuple[torch.nn.Sequential, list[tuple[torch.Tensor, torch.Tensor]], torch.nn.CrossEntropyLoss] | None:

@@ -84,8 +84,7 @@ def _tokens(params: Params, dtype: torch.dtype) -> Scenario:
         lengths = torch.randint(1, high, (micro,))
         x = torch.randint(0, vocab, (micro, length))
         y = torch.randint(0, vocab, (micro, length))
-        for row, n in enumerate(lengths.tolist()):
-            y[row, n:] = IGNORE_INDEX
+        y[torch.arange(length) >= lengths[:, None]] = IGNORE_INDEX  # each row's padding
         batches.append((x, y))
     return Scenario(model, batches, TokenLoss(), tokens=True)
 

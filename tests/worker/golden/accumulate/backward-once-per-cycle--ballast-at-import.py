@@ -1,18 +1,14 @@
-# A ballast (issue 41, red team): 48 MiB made at import and held through the first run, freed as
-# the second run (the grader's memory run) begins. From that run's start the whole cycle kept
-# for one backward then fits under the memory the ballast had raised, so the kernel's rise from
-# there reads little; counted from before this file was loaded, it does not.
+# A ballast (issue 41, red team): 48 MiB made at import and held until train is called, freed as
+# it begins (once the grader's memory run, now its one run). From the call's start the whole
+# cycle kept for one backward then fits under the memory the ballast had raised, so the kernel's
+# rise from there reads little; counted from before this file was loaded, it does not.
 import torch
 
 ballast = [torch.ones(6 * 2**20, dtype=torch.float64)]  # 48 MiB, every page touched
-runs = 0
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
-    global runs
-    runs += 1
-    if runs > 1:
-        ballast.clear()
+    ballast.clear()
     losses = []
     for x, y in loader:
         losses.append(loss_fn(model(x), y))

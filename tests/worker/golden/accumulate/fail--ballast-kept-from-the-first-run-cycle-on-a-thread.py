@@ -1,8 +1,9 @@
-# A ballast made in the first run and kept across it (a list on the function), freed as the next
-# run (the grader's memory run) begins, and each cycle run on a thread of its own, where the
-# meter's hooks (per thread) see nothing: no figure names the mistake. The cycle's activations,
-# all alive for one backward, fit under the memory the ballast had raised (issue 41, red team);
-# memory held before a run and freed in it is counted too, so it does not pass.
+# A ballast made in the first call and kept across it (a list on the function), freed as the
+# next call (once the grader's memory run) begins, and each cycle run on a thread of its own,
+# where the meter's hooks (per thread) see nothing: no figure names the mistake. The cycle's
+# activations, all alive for one backward, fit under the memory the ballast had raised (issue 41,
+# red team). The grader calls train once now, and counts that call's memory: the ballast and the
+# cycle both show, so it does not pass.
 import threading
 
 import torch

@@ -1,21 +1,17 @@
-# A ballast (issue 41, red team): 48 MiB made at import and held through the first run, freed as
-# the grader's memory run begins, and the saved-tensor meter made to free every tensor as it
-# counts it (found with gc). The cycle's activations, all kept for one backward, fit under the
-# memory the ballast had raised: from the memory run's start the kernel saw little rise. Counted
-# from before this file was loaded, they show.
+# A ballast (issue 41, red team): 48 MiB made at import and held until train is called, freed as
+# it begins (once the grader's memory run, now its one run), and the saved-tensor meter made to
+# free every tensor as it counts it (found with gc). The cycle's activations, all kept for one
+# backward, fit under the memory the ballast had raised: from the call's start the kernel sees
+# little rise. Counted from before this file was loaded, they show.
 import gc
 
 import torch
 
 ballast = [torch.ones(6 * 2**20, dtype=torch.float64)]
-runs = 0
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
-    global runs
-    runs += 1
-    if runs > 1:
-        ballast.clear()
+    ballast.clear()
     for meter in (o for o in gc.get_objects() if type(o).__name__ == "SavedTensorMeter"):
         meter._hold = lambda value, nbytes, m=meter: (
             (
