@@ -1,13 +1,15 @@
 """The "chunked" kind (lesson 6, chunked-loss): what the check concludes from what the supervisor
 saw, on made-up traces of a tiny scenario (the exercise's solution and mistakes are graded for
-real by `treino lessons check`, other styles and attacks in golden/chunked-loss/)."""
+real by `treino lessons check`, other styles and attacks in golden/chunked-loss/ and
+tests/sandbox/test_red_team_three.py). One run (issue 41): the parameters the supervisor read
+after every batch, and the kernel's count of the process's memory over that same run."""
 
 import pytest
 import torch
 
 from worker.checks import Interfered, tensors
 from worker.checks import chunked as check
-from worker.harness import sequences
+from worker.harness import chunked as harness
 
 PARAMS = {
     "seed": 0,
@@ -19,59 +21,47 @@ PARAMS = {
     "n_batches": 2,
     "chunk_size": 4,
     "lr": 0.5,
-    "memory_vocab": 16,
-    "memory_dim": 4,
-    "memory_rows": 2,
-    "memory_seq_len": 8,
-    "memory_chunk": 4,
 }
 MIB = 1 << 20
-LIMIT = int(check.KERNEL_FACTOR * sequences.memory_logits_bytes(PARAMS))
+LIMIT = check.limit(PARAMS)
+SEED = 12345.0  # the seed of the places the supervisor read (every place: the tiny model's tensors are small)
 CHUNKED = [[0, 4, False]] * 4 + [[0, 4, True]] * 4  # lm_head's calls: forward, then again in backward
 
 
-def _start():
-    model, _ = sequences.chunked(PARAMS)
-    return tensors.flat(model.parameters()).tolist()
+def _shot(flat):
+    return [SEED, *flat.tolist()]
 
 
-def _wide_start():
-    model, _ = sequences.chunked_memory(PARAMS)
-    return tensors.flat(sequences.watched(model)).tolist()
-
-
-def _data(after, *, rise=LIMIT // 2, mix=None, calls=None, memory_calls=None):
-    """A trace whose supervisor read ``after`` (the parameters after each batch), then ran the
-    memory run, the mixing layer ending at ``mix`` (where the whole loss's step puts it unless
-    given) and the memory rising by ``rise``."""
-    mix = check.memory(PARAMS).mix.tolist() if mix is None else mix
-    before = [_start(), *[a.tolist() for a in after[:-1]]]
-    final = after[-1].tolist()
-    snaps = [b + _wide_start() for b in before] + [final + _wide_start(), final + mix]
-    events = [["batch", i, float(i), i] for i in range(len(before))]
-    events += [["memory-start", -1, 10.0, len(before)], ["memory-end", -1, 11.0, len(before) + 1]]
+def _data(after, *, rise=LIMIT // 2, since=None, calls=None):
+    """A trace whose supervisor read the start, then ``after`` (the parameters after each batch),
+    as ``hookstep.Sampled`` reads them, and the memory rising by ``rise`` over the run (``since``
+    from the file's load: ``rise`` where None)."""
+    ref = check.trajectory(PARAMS)
+    before = [ref.params[0], *after[:-1]]
+    snaps = [_shot(b) for b in before] + [_shot(ref.params[0]), _shot(after[-1])]
+    events = [["batch", i, float(i), i + 1] for i in range(len(before))]
+    events = [["memory-start", -1, 0.5, len(before)], *events, ["memory-end", -1, 11.0, len(before) + 1]]
     base = 300 * MIB
+    since = rise if since is None else since
     observed = {
         "mode": "fork",
         "counts": {"batch": len(before), "memory-start": 1, "memory-end": 1},
         "events": events,
-        "snapshots": snaps,
-        "final_params": final + mix,
+        "snapshots": [snaps[len(before)], *snaps[: len(before)], snaps[-1]],
+        "final_params": snaps[-1],
         "memory": [
             ["watch-memory", -1, base, base],
-            ["memory-start", -1, base, base],
-            ["memory-end", -1, base, base + rise],
+            ["memory-start", -1, base + since - rise, base + since - rise],
+            ["memory-end", -1, base, base + since],
         ],
         "memory_lowered": 0,
         "interfered": None,
     }
-    calls = CHUNKED if calls is None else calls
-    calls = calls + ([[1, 4, False]] * 4 + [[1, 4, True]] * 4 if memory_calls is None else memory_calls)
-    return {"calls": calls, "final_params": final, "observed": observed}
+    return {"calls": CHUNKED if calls is None else calls, "observed": observed}
 
 
 def _reference():
-    return check.trajectory(PARAMS)
+    return check.trajectory(PARAMS).params[1:]
 
 
 def test_a_loop_that_follows_the_whole_loss_within_the_memory_budget_passes():
@@ -80,30 +70,40 @@ def test_a_loop_that_follows_the_whole_loss_within_the_memory_budget_passes():
     assert result.diagnosis is None
     [drawn] = result.metrics["charts"]
     values = {bar["label"]: bar["value"] for bar in drawn["bars"]}
-    assert values["yours"] == LIMIT // 2 and values["whole"] == sequences.memory_logits_bytes(PARAMS)
+    assert values["yours"] == LIMIT // 2 and values["whole"] == harness.logits_bytes(PARAMS)
+
+
+def test_the_line_is_what_chunks_of_chunk_size_need_not_half_again_as_large():
+    params = {**PARAMS, "vocab": 16384, "chunk_size": 256}
+    chunk = 256 * 16384 * 4
+    assert check.KERNEL_BASE + 3 * chunk < check.limit(params) < 3 * 1.5 * chunk
 
 
 def test_the_chunked_reference_is_the_whole_loss():
-    """The reference's trusted memory run sums chunks under checkpoint: the same step as the whole loss."""
-    model, [(x, y)] = sequences.chunked_memory(PARAMS)
-    optimizer = torch.optim.SGD(model.parameters(), lr=PARAMS["lr"])
-    check.whole_loss(model, x, y, 0).backward()
-    optimizer.step()
-    whole = tensors.flat(sequences.watched(model))
-    assert torch.allclose(whole, check.memory(PARAMS).mix, rtol=0, atol=1e-6)
+    """The worker's reference sums chunks under checkpoint: the same step as the whole logits'."""
+    model, batches = harness.the_run(PARAMS)
+    weights = list(model.parameters())
+    optimizer = torch.optim.SGD(weights, lr=PARAMS["lr"])
+    for x, y in batches:
+        logits = model(x).flatten(0, 1)
+        torch.nn.functional.cross_entropy(logits, y.flatten(), ignore_index=-100).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert torch.allclose(tensors.flat(weights), _reference()[-1], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", sorted(check.MATHS_MISTAKES))
 def test_each_wrong_loss_is_named_by_the_trajectory_it_gives(name):
-    after = check.trajectory(PARAMS, name)
+    after = check.trajectory(PARAMS, name).params[1:]
     result = check.evaluate(PARAMS, _data(after), "cpu")
     assert not result.passed
     assert result.diagnosis is not None and result.diagnosis.id == name
     assert result.checks[0].message == "check.chunked-trajectory.failed"
+    assert result.checks[1].message == "check.logits_kernel.untrained", "no memory figure for a wrong loop"
 
 
 def test_a_wrong_loss_in_the_learner_s_own_chunk_size_is_named_from_the_reported_rows():
-    after = check.trajectory(PARAMS, "chunks-not-weighted", 3)
+    after = check.trajectory(PARAMS, "chunks-not-weighted", 3).params[1:]
     calls = [[0, 3, False]] * 5
     assert check.evaluate(PARAMS, _data(after, calls=calls), "cpu").diagnosis.id == "chunks-not-weighted"
     # the rows reported only choose what to recompute: a report of other rows names nothing
@@ -111,29 +111,27 @@ def test_a_wrong_loss_in_the_learner_s_own_chunk_size_is_named_from_the_reported
 
 
 def test_the_memory_mistakes_train_right_and_fail_on_the_kernel_s_figure():
-    whole = [[1, 16, False]]
-    result = check.evaluate(PARAMS, _data(_reference(), rise=3 * LIMIT, memory_calls=whole), "cpu")
+    whole = [[0, 15, False]] * 2
+    result = check.evaluate(PARAMS, _data(_reference(), rise=3 * LIMIT, calls=whole), "cpu")
     assert [c.passed for c in result.checks] == [True, False, False]
     assert result.checks[1].message == "check.logits_kernel.failed"
-    assert result.checks[2].message == "check.chunked-size.failed", "and by its own report, 16 rows at once"
+    assert result.checks[2].message == "check.chunked-size.failed", "and by its own report, 15 rows at once"
     assert result.diagnosis.id == "whole-logits-built"
-    kept = [[1, 4, False]] * 4
-    result = check.evaluate(PARAMS, _data(_reference(), rise=2 * LIMIT, memory_calls=kept), "cpu")
+    kept = [[0, 4, False]] * 4
+    result = check.evaluate(PARAMS, _data(_reference(), rise=2 * LIMIT, calls=kept), "cpu")
     assert result.diagnosis.id == "graph-kept-across-chunks"
     assert result.diagnosis.values == {"chunks": 4, "rows": 4}
 
 
-def test_a_chunk_larger_than_asked_fails_on_the_program_s_own_report_where_memory_cannot_tell():
-    """The maths run's logits are a few hundred bytes, and a chunk half again as large as asked
-    stays under the memory run's line: the program's own report of lm_head's rows fails it."""
-    whole = [[0, 15, False], [0, 15, True]]  # the maths run's 15 positions at once
-    result = check.evaluate(PARAMS, _data(_reference(), calls=whole), "cpu")
-    assert not result.passed and result.checks[-1].message == "check.chunked-size.failed"
-    assert result.checks[-1].values == {"rows": 15, "chunk_size": 4, "tokens": 15}
-    assert result.diagnosis.id == "whole-logits-built"
-    larger = [[1, 6, False]] * 3 + [[1, 6, True]] * 3  # 1.5x the memory run's chunk, within its line
-    result = check.evaluate(PARAMS, _data(_reference(), memory_calls=larger), "cpu")
+def test_chunks_larger_than_asked_fail_on_the_kernel_s_figure_whatever_the_report_says():
+    """A call that no hook sees (``F.linear`` on lm_head's weight) leaves the report empty: the
+    kernel's line fails chunks half again as large; a report of them fails them too."""
+    result = check.evaluate(PARAMS, _data(_reference(), rise=LIMIT + 1, calls=[]), "cpu")
+    assert [c.passed for c in result.checks] == [True, False]
+    larger = [[0, 6, False]] * 3 + [[0, 6, True]] * 3
+    result = check.evaluate(PARAMS, _data(_reference(), calls=larger), "cpu")
     assert [c.passed for c in result.checks] == [True, True, False] and result.diagnosis is None
+    assert result.checks[-1].values == {"rows": 6, "chunk_size": 4, "tokens": 15}
 
 
 def test_a_report_that_says_checkpoint_ran_does_not_make_a_high_peak_pass():
@@ -142,40 +140,29 @@ def test_a_report_that_says_checkpoint_ran_does_not_make_a_high_peak_pass():
 
 
 def test_a_report_of_no_calls_at_all_passes_only_on_what_was_observed():
-    assert check.evaluate(PARAMS, _data(_reference(), calls=[], memory_calls=[]), "cpu").passed
-    assert not check.evaluate(
-        PARAMS, _data(_reference(), rise=LIMIT + 1, calls=[], memory_calls=[]), "cpu"
-    ).passed
+    assert check.evaluate(PARAMS, _data(_reference(), calls=[]), "cpu").passed
+    assert not check.evaluate(PARAMS, _data(_reference(), rise=LIMIT + 1, calls=[]), "cpu").passed
 
 
 def test_memory_held_before_the_run_and_freed_in_it_is_counted_from_the_file_s_load():
-    """A decoy of 300 MiB held into the memory run and freed as it began: the whole logits then
-    fit under the high-water mark it raised, a rise of 0 B from the run's start."""
-    data = _data(_reference(), rise=0, memory_calls=[[1, 16, False]])
-    base = 300 * MIB
-    data["observed"]["memory"] = [
-        ["watch-memory", -1, base, base],
-        ["memory-start", -1, base + 300 * MIB, base + 300 * MIB],
-        ["memory-end", -1, base, base + 300 * MIB],
-    ]
+    """A decoy held from the file's load and freed as the loop began: the whole logits then fit
+    under the high-water mark it raised, a rise of 0 B from the run's start."""
+    data = _data(_reference(), rise=0, since=300 * MIB, calls=[[0, 15, False]])
     result = check.evaluate(PARAMS, data, "cpu")
     assert not result.passed
     assert result.checks[1].message == "check.logits_kernel.held"
     assert result.checks[1].values["since"] == 300 * MIB
     assert result.diagnosis.id == "whole-logits-built"  # the calls reported name the mistake
+    held = _data(_reference(), rise=LIMIT // 2, since=LIMIT + check.HELD)
+    assert check.evaluate(PARAMS, held, "cpu").passed, "what a right loop holds from the load is allowed"
 
 
-def test_a_memory_run_that_trained_nothing_fails_whatever_its_peak():
-    result = check.evaluate(PARAMS, _data(_reference(), rise=0, mix=_wide_start()), "cpu")
-    assert not result.passed
-    assert result.checks[1].message == "check.logits_kernel.untrained"
-
-
-def test_a_loop_that_trains_nothing_fails_the_trajectory():
-    still = [torch.tensor(_start(), dtype=torch.float64)] * PARAMS["n_batches"]
-    result = check.evaluate(PARAMS, _data(still), "cpu")
+def test_a_loop_that_trains_nothing_fails_whatever_its_peak():
+    still = [check.trajectory(PARAMS).params[0]] * PARAMS["n_batches"]
+    result = check.evaluate(PARAMS, _data(still, rise=0), "cpu")
     assert not result.passed
     assert result.checks[0].message == "check.chunked-trajectory.failed"
+    assert result.checks[1].message == "check.logits_kernel.untrained"
 
 
 def test_a_short_run_is_not_a_pass():
@@ -185,9 +172,10 @@ def test_a_short_run_is_not_a_pass():
     assert result.checks[0].values == {"batches": 1, "expected": 2}
 
 
-def test_reported_parameters_that_differ_from_the_observed_ones_are_interference():
+@pytest.mark.parametrize("shot", [[], [0.5, 1.0], "x", [SEED, 1.0, 2.0]])
+def test_parameters_read_in_another_shape_are_interference(shot):
     data = _data(_reference())
-    data["final_params"] = [v + 1e-3 for v in data["final_params"]]
+    data["observed"]["snapshots"][-1] = shot
     with pytest.raises(Interfered):
         check.evaluate(PARAMS, data, "cpu")
 
