@@ -26,7 +26,7 @@ supervise.harden()
 supervisor = supervise.Supervisor(None, 1 << 20, items=globals().get("items"), alone={alone})
 report, death = supervisor.run(part)
 seen = supervisor.observer.result(None)
-seen["items"] = supervisor.items.result() if supervisor.items else None
+seen["items"] = supervisor.items.result(supervisor.observer.started) if supervisor.items else None
 print(json.dumps({{"observed": seen, "report": report, "death": death, "torch": "torch" in sys.modules}}))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -20,15 +20,21 @@ KERNEL = {"kernel": 32.0, "idle": 5.0}  # the device's time per step in each run
 
 
 def _events(number, kernel_ms, kernels=60, syncs=20, idle=0):
-    """A run's events: ``kernels`` kernels (the first 3 the warm-up's, 80 ms longer), ``syncs``
-    calls of synchronize() spread evenly among them, each after some work, and ``idle`` more
-    that drain nothing."""
-    events, t = [], 0.0
+    """A run's events: ``kernels`` steps launched (the first 3 kernels the warm-up's, 80 ms
+    longer), the first half over the loader (a batch asked for at each, a step taking
+    max(loading, kernel)), the second on one batch; ``syncs`` calls of synchronize() spread
+    evenly among them, each after some work, and ``idle`` more that drain nothing. Each run
+    has its own stretch of the clock, as the supervisor's runs follow one another."""
+    events, t = [], 100_000.0 * number
     every = kernels // syncs if syncs else 0
     for i in range(kernels):
+        loader = i < kernels // 2
         length = kernel_ms + (80 if i < 3 else 0)
+        events.append(["launch", number, t, -1])
+        if loader:
+            events.append(["asked", number, t, -1])
         events += [["begin", number, t, -1], ["kernel", number, t + length, -1]]
-        t += length + 0.2
+        t += (max(16.0, length) if loader else length) + 0.2
         if every and (i + 1) % every == 0 and (i + 1) // every <= syncs:
             events.append(["synchronize", number, t, -1])
     return events + [["synchronize", number, t, -1]] * idle
@@ -36,8 +42,21 @@ def _events(number, kernel_ms, kernels=60, syncs=20, idle=0):
 
 def _data(answers, slowed=("kernel", "idle"), **events):
     seen = [e for n, label in enumerate(slowed) for e in _events(n, KERNEL[label], **events)]
-    observed = {"events": seen, "events_dropped": 0, "slowed": list(slowed), "interfered": None}
-    return {"runs": answers, "observed": observed}
+    return {"runs": answers, "observed": _observed(seen, slowed)}
+
+
+def _observed(seen, slowed):
+    """What the supervisor records of ``seen``: the child's syncs (launches, synchronize()
+    calls), the kernels on its own timeline (its device runs them), the batches asked for of its
+    item server."""
+    return {
+        "events": [e for e in seen if e[0] in ("launch", "synchronize")],
+        "timeline": [e[:3] for e in seen if e[0] in ("begin", "kernel")],
+        "items": {"asked": [[e[2] for e in seen if e[0] == "asked"]]},
+        "events_dropped": 0,
+        "slowed": list(slowed),
+        "interfered": None,
+    }
 
 
 def _honest(label):
@@ -124,32 +143,35 @@ def test_a_report_with_no_runs_or_a_spread_of_one_number_fails_without_the_check
 
 
 def _repeats(number, kernel_ms, warm_up, steps=6, repeats=5, stall=0.0):
-    """A learner's events: `warm_up` untimed steps, then `repeats` timed repeats of `steps`, a sync at
-    each edge; the warm-up kernels 80 ms longer; `stall` ms more in the last repeat's last kernel."""
-    events, t, made = [], 0.0, 0
+    """A learner's events: `warm_up` untimed steps over the loader, then `repeats` timed repeats
+    of `steps` over it, a sync at each edge, then as many on one batch; the warm-up kernels 80 ms
+    longer; `stall` ms more in the last loader repeat's last step."""
+    events, t, made = [], 100_000.0 * number, 0
 
-    def kernel(extra=0.0):
+    def step(loader, extra=0.0):
         nonlocal t, made
-        length = kernel_ms + (80 if made < 3 else 0) + extra
+        length = kernel_ms + (80 if made < 3 else 0)
+        events.append(["launch", number, t, -1])
+        if loader:
+            events.append(["asked", number, t, -1])
         events.extend([["begin", number, t, -1], ["kernel", number, t + length, -1]])
-        t += length + 0.2
+        t += (max(16.0, length) if loader else length) + extra + 0.2
         made += 1
 
     for _ in range(warm_up):
-        kernel()
-    for r in range(repeats):
-        events.append(["synchronize", number, t, -1])
-        for s in range(steps):
-            kernel(stall if (r, s) == (repeats - 1, steps - 1) else 0.0)
-        events.append(["synchronize", number, t, -1])
+        step(True)
+    for loader in (True, False):
+        for r in range(repeats):
+            events.append(["synchronize", number, t, -1])
+            for s in range(steps):
+                step(loader, stall if (loader, r, s) == (True, repeats - 1, steps - 1) else 0.0)
+            events.append(["synchronize", number, t, -1])
     return events
 
 
 def test_a_stalled_repeat_is_not_taken_for_the_warm_up_but_a_timed_warm_up_is():
     seen = [e for n, label in enumerate(("kernel", "idle")) for e in _repeats(n, KERNEL[label], 3)]
-    data = {
-        "observed": {"events": seen, "events_dropped": 0, "slowed": ["kernel", "idle"], "interfered": None}
-    }
+    data = {"observed": _observed(seen, ["kernel", "idle"])}
     device, loading = _honest("kernel"), _honest("idle")
     # a machine's stall of 130 ms in one 6-step repeat: 16 -> 37.7 ms a step in the loading run (2.4x)
     stalled = loading | {"spread_ms": [16.0, 37.7]}
@@ -158,8 +180,31 @@ def test_a_stalled_repeat_is_not_taken_for_the_warm_up_but_a_timed_warm_up_is():
     # the warm-up timed, in the first of the repeats: 240 ms over 6 steps, 16 -> 56 ms a step
     timed = loading | {"spread_ms": [16.0, 56.0]}
     seen = [e for n, label in enumerate(("kernel", "idle")) for e in _repeats(n, KERNEL[label], 0, repeats=6)]
-    data = {
-        "observed": {"events": seen, "events_dropped": 0, "slowed": ["kernel", "idle"], "interfered": None}
-    }
+    data = {"observed": _observed(seen, ["kernel", "idle"])}
     result = check.evaluate(PARAMS, data | {"runs": [device, timed]}, "cpu")
     assert not result.passed and result.diagnosis is not None and result.diagnosis.id == "no-warm-up"
+
+
+def test_figures_written_down_and_not_measured_do_not_pass():
+    """Red team, issue 41: a program that times only the same-batch test and writes the loop's
+    figure down as max(loading, its kernel) had every figure right. Each figure must be what the
+    supervisor saw the learner's own stretches take, between two synchronize() calls."""
+    device, loading = _honest("kernel"), _honest("idle")
+    seen = []
+    for n, label in enumerate(("kernel", "idle")):
+        # every step on one batch: no stretch over the loader in either run
+        seen += [e for e in _events(n, KERNEL[label]) if e[0] != "asked"]
+    result = check.evaluate(
+        PARAMS, {"runs": [device, loading], "observed": _observed(seen, ["kernel", "idle"])}, "cpu"
+    )
+    measured = next(c for c in result.checks if c.name == "timing_measured")
+    assert not result.passed and not measured.passed
+    assert measured.message == "check.timing_measured.no_loop"
+    # a loop figure that its own stretches do not bear out: 16.8 reported where they took 32.2
+    off = check.evaluate(
+        PARAMS, _data([device | {"step_ms": 16.8, "spread_ms": [16.0, 17.0]}, loading]), "cpu"
+    )
+    measured = next(c for c in off.checks if c.name == "timing_measured")
+    assert measured.message == "check.timing_measured.loop_off" and measured.values["seen"] == 32.2
+    honest = check.evaluate(PARAMS, _data([device, loading]), "cpu")
+    assert next(c for c in honest.checks if c.name == "timing_measured").passed

@@ -1,7 +1,7 @@
 """Checks of the "timing" kind (lesson 3): time a step honestly, and the same-batch test.
 
 The device, its kernels' lengths, the loading of each batch and which run has the slow device are
-the sandbox's supervisor's (``worker/harness/timing.py``); it observed every kernel begin and end
+the sandbox's supervisor's (``worker/harness/timing.py``): it ran every kernel on its own timeline
 and counted every ``synchronize()``. From those, for each run: the kernel's time (the median of
 the observed kernels after the warm-up ones), what a step of the loop over the loader takes
 (max(loading, kernel): the device runs while the next batch loads), what a step on one batch takes
@@ -12,6 +12,7 @@ the warm-up; and the measurement must have synchronised at least ``min_syncs`` t
 on its own: every figure is compared with what the supervisor made and saw.
 """
 
+import bisect
 import statistics
 from typing import Any
 
@@ -40,13 +41,23 @@ def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
         agree(0, seen["events_dropped"], "events")
     warmup, item_ms = int(params["warmup_kernels"]), float(params["item_ms"])
     out = []
+    timeline = seen.get("timeline") or []
+    asked = sorted(t for run in (seen.get("items") or {}).get("asked") or [] for t in run)
     for number, answer in enumerate(runs):
-        events = [e for e in seen["events"] if e[1] == number]
+        # the kernels are the supervisor's own (its timeline), the synchronize() calls its count;
+        # a "begin" or "kernel" the child sent as a sync of its own is not one
+        events = [e for e in timeline if e[1] == number] + [
+            e for e in seen["events"] if e[1] == number and e[0] == "synchronize"
+        ]
         begins = [e[2] for e in events if e[0] == "begin"]
         ends = [e[2] for e in events if e[0] == "kernel"]
-        if len(begins) != len(ends) or len(ends) <= warmup:
-            raise Interfered("missing", detail="a run without its kernels")
-        lengths = [end - begin for begin, end in zip(begins, ends, strict=True)][warmup:]
+        if len(begins) != len(ends):
+            raise Interfered("missing", detail="a kernel without its end")
+        device_bound = slowed[number] == "kernel"
+        # a run that launched no step past the warm-up: the device's time is what the supervisor
+        # would have made it (its checks then fail on the figures, not on the grader)
+        made = float(params["kernel_ms"]) + (float(params["slow_ms"]) if device_bound else 0.0)
+        lengths = [end - begin for begin, end in zip(begins, ends, strict=True)][warmup:] or [made]
         # the device's own turn-around between back-to-back kernels is part of a step's time
         gaps = [
             b - e
@@ -54,13 +65,12 @@ def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
             if b - e < BACK_TO_BACK * statistics.median(lengths)
         ]
         kernel_ms = statistics.median(lengths) + (statistics.median(gaps) if gaps else 0.0)
-        device_bound = slowed[number] == "kernel"
         # the one-off cost the supervisor made, as it saw it, and the steps the learner timed with
         # the last warm-up kernel: the kernels that ended between the two synchronize() calls
         # around it (a repeat that held the warm-up, or the untimed warm-up itself)
         extra = sum(end - begin for begin, end in zip(begins[:warmup], ends[:warmup], strict=True))
         extra -= warmup * statistics.median(lengths)
-        with_warmup, count, ended = len(ends), 0, 0
+        with_warmup, count, ended = max(len(ends), 1), 0, 0
         for event in sorted(events, key=lambda e: e[2]):
             if event[0] == "kernel":
                 count, ended = count + 1, ended + 1
@@ -69,9 +79,12 @@ def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
                     with_warmup = count
                     break
                 count = 0
+        loop_ms, same_ms = _stretches(seen, number, asked)
         out.append(
             {
                 "answer": answer if isinstance(answer, dict) else {},
+                "loop_stretch_ms": loop_ms,
+                "same_stretch_ms": same_ms,
                 "scenario": "device" if device_bound else "loading",
                 "kernel_ms": kernel_ms,
                 "step_ms": max(item_ms, kernel_ms),
@@ -85,6 +98,36 @@ def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
             }
         )
     return out  # shorter than asked only in a report cut short: ``evaluate`` fails it
+
+
+def _stretches(seen: dict[str, Any], number: int, asked: list[float]) -> tuple[float | None, float | None]:
+    """The median time per step of the stretches the learner timed in run ``number``, as the
+    supervisor saw them: from one ``synchronize()`` to the next, the steps launched between
+    (``launch`` syncs) and the batches the item server was asked for in that time. Over the
+    loader: every step but perhaps one fetched a batch; on one batch: none did. ``None`` where
+    the run has no such stretch. What the learner reports must be these (``timing_measured``):
+    figures written down, not measured, do not pass however right they are."""
+    syncs = sorted(
+        (e[2], e[0]) for e in seen["events"] if e[1] == number and e[0] in ("launch", "synchronize")
+    )
+    loop, same = [], []
+    opened, launched = None, 0
+    for ms, label in syncs:
+        if label == "launch":
+            launched += 1
+            continue
+        if opened is not None and launched:
+            fetched = bisect.bisect_left(asked, ms) - bisect.bisect_right(asked, opened)
+            per_step = (ms - opened) / launched
+            if fetched >= launched - 1:
+                loop.append(per_step)
+            elif fetched == 0:
+                same.append(per_step)
+        opened, launched = ms, 0
+    return (
+        statistics.median(loop) if loop else None,
+        statistics.median(same) if same else None,
+    )
 
 
 def _drained(events: list[list[Any]]) -> int:
@@ -146,16 +189,13 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         checks.append(Check("timing_answer", False, "check.timing_answer.failed", {"type": got}))
         return Evaluation(checks, None, _metrics(runs))
 
-    def quote(run: dict, **more: Any) -> dict[str, Any]:
-        return {"scenario": _scenario(run), **more}
-
     missing = _first(runs, lambda r: r["syncs"] >= min_syncs)
     idle = _first(runs, lambda r: r["repeats"] >= REPEATS)
     if missing is not None:
-        values = quote(missing, syncs=missing["syncs"], least=min_syncs)
+        values = _quoted(missing, syncs=missing["syncs"], least=min_syncs)
         checks.append(Check("timing_syncs", False, "check.timing_syncs.failed", values))
     elif idle is not None:  # calls that drain nothing, made to reach the count
-        values = quote(idle, syncs=idle["syncs"], repeats=idle["repeats"], least=REPEATS)
+        values = _quoted(idle, syncs=idle["syncs"], repeats=idle["repeats"], least=REPEATS)
         checks.append(Check("timing_syncs", False, "check.timing_syncs.idle", values))
     else:
         least = min(r["syncs"] for r in runs)
@@ -178,7 +218,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
                     name,
                     False,
                     f"check.{name}.failed",
-                    quote(
+                    _quoted(
                         off,
                         yours=round(got, 2) if isinstance(got, float) else "—",
                         truth=round(off[truth], 1),
@@ -197,7 +237,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
                 "timing_spread",
                 False,
                 "check.timing_spread.failed",
-                quote(
+                _quoted(
                     bad_spread,
                     low=shown[0],
                     high=shown[1],
@@ -206,6 +246,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
                 ),
             )
         )
+    checks.append(_measured(runs))
     wrong = _first(runs, lambda r: r["answer"].get("bound") == r["bound"])
     if wrong is None:
         checks.append(Check("timing_bound", True, "check.timing_bound.passed", {}))
@@ -215,11 +256,33 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
                 "timing_bound",
                 False,
                 "check.timing_bound.failed",
-                quote(wrong, yours=str(wrong["answer"].get("bound") or "—"), truth=wrong["bound"]),
+                _quoted(wrong, yours=str(wrong["answer"].get("bound") or "—"), truth=wrong["bound"]),
             )
         )
     diagnosis = None if all(c.passed for c in checks) else diagnose(runs, min_syncs)
     return Evaluation(checks, diagnosis, _metrics(runs))
+
+
+def _measured(runs: list[dict]) -> Check:
+    """Each figure is what the learner's own timed stretches took, as the supervisor saw them
+    (``_stretches``): a stretch over the loader for the step, on one batch for the same-batch test."""
+    for run in runs:
+        for key, stretch, what in (
+            ("step_ms", "loop_stretch_ms", "loop"),
+            ("same_batch_ms", "same_stretch_ms", "same"),
+        ):
+            seen, yours = run[stretch], run["answer"].get(key)
+            if seen is None:
+                return Check("timing_measured", False, f"check.timing_measured.no_{what}", _quoted(run))
+            if not _near(yours, seen):
+                values = _quoted(run, yours=round(yours, 2) if isinstance(yours, float) else "—")
+                values["seen"] = round(seen, 2)
+                return Check("timing_measured", False, f"check.timing_measured.{what}_off", values)
+    return Check("timing_measured", True, "check.timing_measured.passed", {})
+
+
+def _quoted(run: dict, **more: Any) -> dict[str, Any]:
+    return {"scenario": _scenario(run), **more}
 
 
 def diagnose(runs: list[dict], min_syncs: int) -> Diagnosis | None:

@@ -23,6 +23,7 @@ class Items:
 
     MAX_CONNECTIONS = 128
     MAX_PENDING = 8192
+    MAX_ASKED = 4096  # the ask times kept, over all runs
 
     def __init__(self, count: int, seconds: float, make: Callable[[int, int], bytes], size: int) -> None:
         self.count, self.seconds, self._make, self._size = int(count), float(seconds), make, size
@@ -35,6 +36,7 @@ class Items:
         self._lock = threading.Lock()
         self.seeds: list[int] = []
         self.served: list[int] = []
+        self.asked: list[list[float]] = []  # per run: when each item served was asked for (monotonic)
         self._thread: threading.Thread | None = None
 
     def open(self, _index: int | None = None) -> None:
@@ -42,6 +44,7 @@ class Items:
         with self._lock:
             self.seeds.append(int.from_bytes(os.urandom(6), "big"))
             self.served.append(0)
+            self.asked.append([])
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._serve, name="items", daemon=True)
@@ -55,16 +58,24 @@ class Items:
         for sock in (self._listener, self._wake_r, self._wake_w):
             sock.close()
 
-    def result(self) -> dict[str, list[Any]]:
+    def result(self, origin: float) -> dict[str, list[Any]]:
+        """Seeds and counts per run, and when each item was asked for, in ms since ``origin``
+        (the observer's clock: ``Observer.now``)."""
         with self._lock:
-            return {"seeds": [str(s) for s in self.seeds], "served": list(self.served)}
+            return {
+                "seeds": [str(s) for s in self.seeds],
+                "served": list(self.served),
+                "asked": [[round((t - origin) * 1000, 3) for t in run] for run in self.asked],
+            }
 
-    def _answer(self, raw: bytes) -> bytes:
+    def _answer(self, raw: bytes, asked: float) -> bytes:
         (index,) = struct.unpack("!I", raw)
         with self._lock:
             if not self.seeds or index >= self.count:
                 return b"\1" + bytes(self._size)
             self.served[-1] += 1
+            if sum(map(len, self.asked)) < self.MAX_ASKED:
+                self.asked[-1].append(asked)
             seed = self.seeds[-1]
         return b"\0" + self._make(seed, index)
 
@@ -108,7 +119,7 @@ class Items:
                 asked = time.monotonic()
                 while len(buffer) >= 4:
                     order += 1
-                    heapq.heappush(due, (asked + self.seconds, order, conn, self._answer(buffer[:4])))
+                    heapq.heappush(due, (asked + self.seconds, order, conn, self._answer(buffer[:4], asked)))
                     buffer = buffer[4:]
                 buffers[conn] = buffer
             now = time.monotonic()

@@ -146,6 +146,10 @@ class Observer:
         self.slowed: list[str] = []  # the label made slow in run 0, 1, …: its syncs are answered late
         # label → called with the index, before the parameters are read
         self.hooks: dict[str, Callable[[int], None]] = {}
+        # [label, index, ms] the supervisor made itself (a hook's: the timing kind's device runs
+        # here, its kernels' begin and end are its own), apart from the child's syncs: no label
+        # the child sends can land here
+        self.timeline: list[list[Any]] = []
         self.child: int | None = None  # the child's pid, once forked
         self.watched = False  # whether its memory is read (watch)
         # [label, index, rss, peak, charged, charged peak] at each sync once watched: the
@@ -197,6 +201,17 @@ class Observer:
             order[i], order[j] = order[j], order[i]
         self.slowed = order
 
+    def now(self) -> float:
+        """Milliseconds since this observer began: the clock of ``events`` and ``timeline``."""
+        return round((time.monotonic() - self.started) * 1000, 3)
+
+    def mark(self, label: str, index: int, ms: float) -> None:
+        """A ``timeline`` entry at ``ms`` (``now``'s clock), bounded as the events are."""
+        if len(self.timeline) < MAX_EVENTS:
+            self.timeline.append([label, index, round(ms, 3)])
+        else:
+            self.events_dropped += 1
+
     def problem(self, key: str, **values: int | str) -> None:
         """Note that the protocol was broken: ``key`` (an ``interfered.<key>`` of messages.yaml)
         and the numbers observed; the first is what the learner is told."""
@@ -228,7 +243,7 @@ class Observer:
             shot = len(self.snapshots)
             self.snapshots.append(self.shared.snapshot())
         if len(self.events) < MAX_EVENTS:
-            self.events.append([label, index, round((time.monotonic() - self.started) * 1000, 3), shot])
+            self.events.append([label, index, self.now(), shot])
         else:
             self.events_dropped += 1
 
@@ -270,6 +285,7 @@ class Observer:
             "counts": self.counts,
             "events": self.events,
             "events_dropped": self.events_dropped,
+            "timeline": self.timeline,
             "snapshots": self.snapshots,
             "final_params": final,
             "meters": [self.meters.get(n) for n in range(max(self.meters, default=-1) + 1)],

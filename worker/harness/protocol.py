@@ -158,6 +158,7 @@ class Observed(TypedDict):
     counts: dict[str, int]  # syncs per label, counted
     events: list[list[Any]]  # [label, index, ms, snapshot] per sync, timed
     events_dropped: int
+    timeline: list[list[Any]]  # [label, index, ms] the supervisor made itself (a modelled device)
     snapshots: list[Any]  # the parameters read from the shared mapping at the syncs that asked
     final_params: Any  # read once the child and all it started were dead
     meters: list[Any]  # per meter: the counts the child sent, and the peak kept from them
@@ -204,6 +205,7 @@ OBSERVED_FIELDS: dict[str, Source] = {
     "counts": Source.OBSERVED,
     "events": Source.OBSERVED,
     "events_dropped": Source.OBSERVED,
+    "timeline": Source.OBSERVED,
     "snapshots": Source.OBSERVED,
     "final_params": Source.OBSERVED,
     "meters": Source.REPORTED,  # the in-child meters' counts, sent over the link: a figure, never a pass

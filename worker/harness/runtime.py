@@ -143,6 +143,7 @@ class Api:
         self._shared: supervise.Shared | None = None
         self._slow: tuple[list[str], float] | None = None
         self._items: supervise.Items | None = None
+        self._hooks: dict[str, supervise.Hook] = {}
         self._meters = 0
         # in the child of an ``alone`` kind (forked under the filter that refuses threads and
         # processes); not inline on CUDA, where the learner runs in this process unfiltered
@@ -167,6 +168,12 @@ class Api:
         self._items = supervise.Items(count, seconds, make, size)
         return self._items
 
+    def on_sync(self, label: str, hook: "supervise.Hook") -> None:
+        """Have the supervisor call ``hook(observer, index)`` at each sync of ``label``, before it
+        answers: what it does there (a modelled device's kernels, ``Observer.mark``) is the
+        supervisor's own, in time the learner's code cannot shorten."""
+        self._hooks[label] = hook
+
     def supervise(self, learner: Learner, alone: bool = False) -> tuple[Any, dict[str, Any] | None]:
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
@@ -180,6 +187,7 @@ class Api:
             items=self._items,
             alone=alone,
             slow=self._slow,
+            hooks=self._hooks,
         )
         part = self._part(learner)
         import torch
@@ -198,7 +206,7 @@ class Api:
         observed = supervisor.observer.result(self._shared.snapshot() if self._shared else None)
         observed["mode"] = mode
         if self._items is not None:
-            observed["items"] = self._items.result()
+            observed["items"] = self._items.result(supervisor.observer.started)
         if report is None and death is not None and not observed["interfered"]:
             raise supervise.Died(death)
         data, error = self._reported(report, observed)

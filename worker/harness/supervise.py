@@ -28,6 +28,7 @@ its child run, and are tested (tests/supervisor/), without it.
 """
 
 import contextlib
+import functools
 import os
 import select
 import signal
@@ -43,10 +44,11 @@ from .observer import MAX_EVENTS, WATCH, Observer, Shared
 from .protocol import Message, Word
 
 __all__ = [
-    "MAX_EVENTS", "WATCH", "Death", "Died", "Interference", "Items", "Link", "Observer", "Part", "Shared",
-    "Supervisor", "exact_malloc", "harden", "sweep",
+    "MAX_EVENTS", "WATCH", "Death", "Died", "Hook", "Interference", "Items", "Link", "Observer", "Part",
+    "Shared", "Supervisor", "exact_malloc", "harden", "sweep",
 ]  # fmt: skip
 
+Hook = Callable[[Observer, int], None]  # the supervisor's at a sync of its label (``Api.on_sync``)
 Part = Callable[[Link], bytes]  # what the child runs: the learner's part, returning its report
 Death = tuple[str, int]  # ("signal", number) or ("exit", code): how a child ended unreported
 
@@ -159,6 +161,7 @@ class Supervisor:
         items: Items | None = None,
         alone: bool = False,
         slow: tuple[list[str], float] | None = None,
+        hooks: dict[str, Hook] | None = None,
     ) -> None:
         self.observer = Observer(shared)
         self.observer.slow = slow  # (labels, seconds), drawn once the child exists
@@ -167,6 +170,8 @@ class Supervisor:
         self.items = items  # an ``Items`` server, opened anew at each "run" sync
         if items is not None:
             self.observer.hooks["run"] = items.open
+        for label, hook in (hooks or {}).items():
+            self.observer.hooks[label] = functools.partial(hook, self.observer)
 
     def run(self, part: Part) -> tuple[dict[str, Any] | None, Death | None]:
         """``part()`` in the child; returns ``(report, death)``: the child's report (a dict)

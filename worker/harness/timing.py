@@ -1,16 +1,17 @@
 """Harness of the "timing" kind (lesson 3): the learner times a training step honestly on a device
 that runs behind Python, and runs the same-batch test.
 
-The device is a stand-in for a GPU that any worker has: ``train_step(x)`` queues a "kernel" and
-returns at once; a thread of the learner's process runs the queued kernels one after another;
-``synchronize()`` waits until the queue is empty. Each kernel tells the supervisor when it begins
-(``begin``) and when it ends (``kernel``), and the supervisor answers the end late in the run where
-it made the device slow (``api.slow_one``: which run that is, it draws after the fork), so the
-kernel's length is the supervisor's own time; the first ``warmup_kernels`` of each run take
-``warmup_ms`` more, the one-off costs a real device pays (a context, the allocator, kernel
-choices). The batches come from the supervisor's item server (``api.serve_items``), each
-``item_ms`` after it is asked for, in time the learner's code cannot shorten. Every
-``synchronize()`` is a sync the supervisor counts.
+The device is a stand-in for a GPU that any worker has, and it runs in the supervisor
+(``Device``): ``train_step(x)`` is a ``launch`` sync that queues a "kernel" there and returns at
+once; the supervisor puts each kernel's begin and end on its own timeline, one after another,
+``slow_ms`` longer in the run where it made the device slow (``api.slow_one``: which run that is,
+it draws after the fork); ``synchronize()`` is a sync the supervisor answers once the last kernel
+has ended. The first ``warmup_kernels`` of each run take ``warmup_ms`` more, the one-off costs a
+real device pays (a context, the allocator, kernel choices). The batches come from the
+supervisor's item server (``api.serve_items``), each ``item_ms`` after it is asked for, in time
+the learner's code cannot shorten. So every kernel and every wait is the supervisor's own: the
+learner's process can call the syncs itself, which is launching and waiting, never a kernel that
+did not run its length.
 
 So the supervisor knows what an honest timer must find in each run: a step of the loop over the
 loader takes max(loading, kernel), a step on one batch already on the device takes the kernel's
@@ -20,7 +21,6 @@ time, and the loader costs something only in the run where loading is the longer
 """
 
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +33,7 @@ from .instrument import name_limits
 from .pipeline import ServedDataset
 
 if TYPE_CHECKING:
+    from .observer import Observer
     from .protocol import Spec
     from .runtime import Api
 
@@ -42,51 +43,40 @@ MAX_TEXT = 40
 
 
 class Device:
-    """The kernels' queue and the thread that runs them (the learner's process)."""
+    """The device, modelled in the supervisor (``Api.on_sync``): a ``launch`` sync queues a kernel,
+    which begins when the one before it ends (or at once) and takes ``kernel_ms``, ``warmup_ms``
+    more for the first ``warmup_kernels`` of a run and ``slow_ms`` more in the run the supervisor
+    drew slow; both its edges go on the supervisor's own timeline (``Observer.mark``). A
+    ``synchronize`` sync is answered once the last kernel queued has ended. The child holds no
+    queue and no thread of the device: nothing it runs can make a kernel shorter, longer, or
+    one it did not launch."""
 
-    def __init__(self, sync: Callable[[str, int], object], run: int, params: Mapping[str, Any]) -> None:
-        self._sync, self._run = sync, run
-        self._kernel_s = float(params["kernel_ms"]) / 1000
-        self._warmup_s = float(params["warmup_ms"]) / 1000
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self._kernel_ms = float(params["kernel_ms"])
+        self._slow_ms = float(params["slow_ms"])
+        self._warmup_ms = float(params["warmup_ms"])
         self._warmup = int(params["warmup_kernels"])
-        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._pending = 0
-        self._done = threading.Condition()
-        self._launched = 0
-        self._thread = threading.Thread(target=self._work, name="treino-device", daemon=True)
-        self._thread.start()
+        self._run, self._launched, self._free = -1, 0, 0.0  # the run, its kernels, when the last ends
 
-    def launch(self, x: object) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError("train_step takes a batch the loader gave")
-        with self._done:
-            self._pending += 1
-        self._queue.put(self._launched)
+    def _at(self, run: int) -> None:
+        if run != self._run:
+            self._run, self._launched, self._free = run, 0, 0.0
+
+    def launch(self, observer: "Observer", run: int) -> None:
+        self._at(run)
+        slow = 0 <= run < len(observer.slowed) and observer.slowed[run] == "kernel"
+        length = self._kernel_ms + (self._warmup_ms if self._launched < self._warmup else 0.0)
+        begin = max(observer.now(), self._free)
+        self._free = begin + length + (self._slow_ms if slow else 0.0)
         self._launched += 1
+        observer.mark("begin", run, begin)
+        observer.mark("kernel", run, self._free)
 
-    def _work(self) -> None:
-        while True:
-            number = self._queue.get()
-            if number is None:
-                return
-            self._sync("begin", self._run)
-            time.sleep(self._kernel_s + (self._warmup_s if number < self._warmup else 0.0))
-            self._sync("kernel", self._run)  # answered late in the slow-device run
-            with self._done:
-                self._pending -= 1
-                self._done.notify_all()
-
-    def synchronize(self) -> None:
-        with self._done:
-            self._done.wait_for(lambda: self._pending == 0)
-        self._sync("synchronize", self._run)
-
-    def close(self) -> None:
-        """Wait for the queue to drain (not a sync the learner made), then end the thread."""
-        with self._done:
-            self._done.wait_for(lambda: self._pending == 0)
-        self._queue.put(None)
-        self._thread.join()
+    def synchronize(self, observer: "Observer", run: int) -> None:
+        self._at(run)
+        wait = self._free - observer.now()
+        if wait > 0:
+            time.sleep(wait / 1000)
 
 
 class Loader:
@@ -134,8 +124,12 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     items = api.serve_items(
         MAX_BATCHES, float(params["item_ms"]) / 1000, scenarios.pipeline_item, scenarios.ITEM.size
     )
-    # "kernel" slow in one run (the device is the bottleneck there), "idle" (never synced) in the other
+    # the device slow in one run (it is the bottleneck there), in the other not ("idle": no sync
+    # has that label); which is which is drawn after the fork
     api.slow_one(["kernel", "idle"][:runs], float(params["slow_ms"]) / 1000)
+    device = Device(params)
+    api.on_sync("launch", device.launch)
+    api.on_sync("synchronize", device.synchronize)
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         lock = threading.Lock()
@@ -144,16 +138,26 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             with lock:
                 api.sync(label, index)
 
+        def device_of(number: int) -> tuple[Callable[[object], None], Callable[[], None]]:
+            def train_step(x: object) -> None:
+                if not isinstance(x, torch.Tensor):
+                    raise TypeError("train_step takes a batch the loader gave")
+                sync("launch", number)  # queued on the supervisor's device: returns at once
+
+            def synchronize() -> None:
+                sync("synchronize", number)  # answered once the device has finished
+
+            return train_step, synchronize
+
         name_limits()
         fn = api.load_entry()
         api.check_signature(fn, ["train_step", "loader", "synchronize"])
         answers: list[dict[str, Any]] = []
         for number in range(runs):
             sync("run", number)  # a new seed for the items, and the run's start
-            device = Device(sync, number, params)
+            train_step, synchronize = device_of(number)
             loader = Loader(ServedDataset(MAX_BATCHES, items.address))
-            value, error = api.call_for_value(fn, [device.launch, loader, device.synchronize])
-            device.close()
+            value, error = api.call_for_value(fn, [train_step, loader, synchronize])
             answers.append(_answer(value))
             if error is not None:
                 return {"runs": answers}, error
