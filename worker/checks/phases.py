@@ -152,6 +152,13 @@ def _observed(params, data):
 ALIGNED = 0.999  # cosine between an update and the trusted step's fit: a learner's float32 is ~1e-6 off
 ROUNDING = 2.0**-22  # and the parameters' own float32 rounding (before and after), relative to their norm
 NEVER_ZEROED = 1e-3  # every update carrying the whole one before it (momentum 1): .grad never zeroed
+# An update's carried share, times the rate of the update before it over its own (``a`` of each
+# fit): SGD's momentum where a schedule turns it on (OneCycleLR: 0.85 to 0.95; the share itself
+# follows the learning rate and is ~0 at a schedule's tiny last steps), exactly 1 where the
+# gradient of the batch before was still in .grad (issue 41, red team: zero_grad after every
+# second step alternated 1 and 0 and passed as momentum). Read on updates the fit explains to
+# ``ALIGNED`` (a schedule's last, tiny steps are explained by rounding alone)
+CARRIED_WHOLE = 1e-3
 STILL = 1e-12  # an update this small (relative to the parameters) moved nothing
 
 
@@ -160,15 +167,17 @@ def _explained(update, step, previous, scale):
     batch's gradient, plus momentum's share of the update before it), to a cosine of
     ``ALIGNED`` or within the float32 rounding of parameters of norm ``scale`` (a schedule's
     last, tiny steps); that cosine (0 when the fit points up the gradient); and ``b``, the share
-    of the update before it carried into this one (None on a loop's first step)."""
+    of the update before it carried into this one (None on a loop's first step); and ``a``, the
+    rate of the step on this batch's gradient."""
     basis = torch.stack([step] if previous is None else [step, previous], dim=1)
     coefficients = torch.linalg.lstsq(basis, update.unsqueeze(1)).solution.squeeze(1)
     if float(coefficients[0]) <= 0:
-        return False, 0.0, None
+        return False, 0.0, None, 0.0
     fit = basis @ coefficients
     cosine = float(torch.nn.functional.cosine_similarity(update, fit, dim=0))
     carried = None if previous is None else float(coefficients[1])
-    return cosine >= ALIGNED or float((update - fit).norm()) <= ROUNDING * scale, cosine, carried
+    right = cosine >= ALIGNED or float((update - fit).norm()) <= ROUNDING * scale
+    return right, cosine, carried, float(coefficients[0])
 
 
 def _trained(params, seen, loops):
@@ -178,14 +187,18 @@ def _trained(params, seen, loops):
     before it (a OneCycleLR turns SGD's momentum on). Its size is the loop's business (a
     schedule changes the learning rate); a step that moved nothing, or moved another way, is
     not a training step; nor is one that carries the whole update before it, every time (the
-    gradients never zeroed: SGD with a momentum of exactly 1, as far as the parameters tell)."""
+    gradients never zeroed: SGD with a momentum of exactly 1, as far as the parameters tell);
+    nor a loop where some update carries the gradient of the batch before whole (zero_grad
+    skipped before some steps: momentum carries a share under 1 of it, ``CARRIED_WHOLE``)."""
     model, batches = scenario(params)
     model[2]._sync = lambda *_: None  # the Phase layer: no supervisor here
     start = flat(model.parameters())
     width = start.numel()
     loss_fn = torch.nn.CrossEntropyLoss()
     steps, carried = 0, []
+    mixed: dict[str, int] | None = None  # the first loop where some updates carried a gradient whole
     for loop in range(loops):
+        whole, rate = 0, None  # updates that carried the gradient before whole; the last fit's rate
         marks = [e for e in seen["events"] if e[0] == "step" and e[1] == loop]
         if any(e[3] < 0 for e in marks):
             raise Interfered("missing", detail="a step without the parameters read")
@@ -201,19 +214,28 @@ def _trained(params, seen, loops):
             x, y = batches[k]
             loss_fn(model(x), y).backward()
             step = -flat(p.grad for p in model.parameters())
-            right, alignment, share = _explained(update, step, previous, float(after.norm()))
+            right, alignment, share, own = _explained(update, step, previous, float(after.norm()))
             if share is not None:
                 carried.append(share)
+                if rate is not None and alignment >= ALIGNED and abs(share * rate / own - 1) <= CARRIED_WHOLE:
+                    whole += 1
+            rate = own if alignment >= ALIGNED else None
             if not right:
                 return Check(
                     "trained", False, "check.trained.failed", {**values, "alignment": round(alignment, 2)}
                 )
             before, previous, steps = after, update, steps + 1
+        if mixed is None and whole:
+            mixed = {"loop": loop + 1, "carried": whole, "steps": len(marks[: len(batches)])}
     if not steps:
         return Check("trained", False, "check.trained.still", {"step": 1, "loop": 1})
     if carried and all(abs(share - 1) < NEVER_ZEROED for share in carried):
         # every update was the one before it plus this batch's step: every gradient so far, summed
         return Check("trained", False, "check.trained.never_zeroed", {"steps": steps})
+    if mixed is not None:
+        # a gradient carried whole into the next step: the harness's SGD, with or without momentum,
+        # never does that; a loop that zeroes .grad before each backward never carries one
+        return Check("trained", False, "check.trained.sometimes_zeroed", mixed)
     return Check("trained", True, "check.trained.passed", {"steps": steps})
 
 
