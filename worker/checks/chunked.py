@@ -286,8 +286,8 @@ def _named_by_trajectory(params: dict, after: list, calls: list) -> Diagnosis | 
     if best is None:
         return None
     _worst, name, rows = best
-    ref, mine = trajectory(params).params, trajectory(params, name, rows).params
-    ratio = tensors.norm(mine[1] - mine[0]) / max(tensors.norm(ref[1] - ref[0]), 1e-300)
+    whole, mine = trajectory(params).params, trajectory(params, name, rows).params
+    ratio = tensors.norm(mine[1] - mine[0]) / max(tensors.norm(whole[1] - whole[0]), 1e-300)
     return Diagnosis(name, {"rows": rows, "ratio": round(ratio, 2)})
 
 
