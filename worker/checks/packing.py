@@ -13,6 +13,7 @@ parameters follow is named.
 """
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -28,10 +29,12 @@ from worker.checks import (
     Evaluation,
     Interfered,
     agree,
+    kernel_memory,
     observed,
     snapshots,
     tensors,
 )
+from worker.harness import packing as harness
 from worker.harness import sequences
 from worker.harness.protocol import reported
 
@@ -41,6 +44,14 @@ PAD = 0  # the token a row's end is padded with (its labels are IGNORE)
 # (float64: ~1e-16); a document that saw another, or a row weighed apart, is off by ≥ 1e-3
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}
 NAMED = 1e-6  # a known mistake is named when the parameters follow its recomputed trajectory this close
+# The memory run, as the kernel counts the process: its line, a share of the logits a row per
+# document takes (32 rows of 2 MiB; packed, 3), and what a right loop may hold from the load of
+# the learner's file (the maths run's leftovers, its module). Measured: see MEASURED below
+MEMORY_FACTOR = 1.0
+HELD = 8 << 20
+# the memory run's read layers against one SGD step on each document alone, relative to how far
+# that step moved them (float64: ~1e-13 for a right loop, padded rows included)
+MEMORY_TRAINED = 1e-6
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,8 @@ def _layout(params: dict) -> dict[str, int]:
 
 def prepare(params: dict, device: str) -> None:
     packed_rows(params)
+    if harness.memory_params(params) is not None:
+        memory_step(params)
     trajectory(params)
     for name in MISTAKES:
         trajectory(params, name)
@@ -222,8 +235,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     final = reported(data, "final_params")
     if not isinstance(final, list):
         raise Interfered("shape", detail="the report has no parameters")
-    agree(final, seen["final_params"], "parameters")
     size = _size(params)
+    agree(final, seen["final_params"][:size], "parameters")
     before = [b[:size] for b in snapshots(seen, "batch")]
     ends = [*before[1:], seen["final_params"][:size]] if before else []
     after = [tensors.vector(a).nan_to_num() for a in ends]
@@ -244,9 +257,13 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
             values = {"batch": bad + 1, "error": Sci(errors[bad])}
             check = Check("packed-trajectory", False, "check.packed-trajectory.failed", values)
             diagnosis = _named(params, after)
-    rows = _rows_check(params, seen)
-    if check.passed and not rows.passed and rows.message == "check.packed-rows.failed":
-        diagnosis = Diagnosis("one-document-per-row", dict(rows.values))
+    rows = _rows_check(params, seen, size)
+    if (
+        check.passed
+        and not rows.passed
+        and rows.message in ("check.packed-rows.failed", "check.packed-rows.kernel")
+    ):
+        diagnosis = Diagnosis("one-document-per-row", _one_per_row(params, seen, rows))
     metrics: dict[str, Any] = {"batches": len(after), "documents_per_batch": int(params["docs_per_batch"])}
     metrics |= _layout(params)
     length = int(params["row_len"])
@@ -259,15 +276,20 @@ def _positions(seen: dict) -> list[int]:
     return [p for label, p, _ms, _shot in seen["events"] if label == "forward"]
 
 
-def _rows_check(params: dict, seen: dict) -> Check:
-    """One call of the model per batch (the supervisor's count), on at most as many token
-    positions as the batch's packed rows hold (the number the harness's hook sent with each
-    call): documents each in a padded row, or in padded slots of one long row, need more."""
+def _rows_check(params: dict, seen: dict, size: int) -> Check:
+    """Packed rows, not a row per document. The harness's hook sends each call's token
+    positions (a report: it fails a loop, never passes one): one call per batch, on at most as
+    many positions as the batch's packed rows hold. A pass rests on the memory run
+    (``params["memory_vocab"]``): the layers the supervisor read at its end are where one SGD
+    step on each document alone puts them, and the process's memory, as the kernel counted it,
+    rose by less than ``MEMORY_FACTOR`` of the logits a row per document would take (and
+    ``HELD`` more from the learner's file's load). Without one (or on CUDA, where no child is
+    watched) the line says it rests on the program's word."""
     expected = packed_rows(params)
     length = int(params["row_len"])
     calls = _positions(seen)
     count = seen["counts"].get("forward", 0)
-    values = {"calls": count, "batches": len(expected), "packed": max(expected)}
+    values: dict[str, Any] = {"calls": count, "batches": len(expected), "packed": max(expected)}
     if count != len(expected) or len(calls) != count:
         return Check("packed-rows", False, "check.packed-rows.calls", values)
     over = next(
@@ -278,7 +300,76 @@ def _rows_check(params: dict, seen: dict) -> Check:
         values |= {"batch": over + 1, "rows": -(-positions // length), "packed": expected[over]}
         values |= {"positions": positions, "row_len": length}
         return Check("packed-rows", False, "check.packed-rows.failed", values)
+    mem = harness.memory_params(params)
+    if mem is None or not kernel_memory.watched(seen):
+        return Check("packed-rows", True, "check.packed-rows.reported", values)
+    packed, docs = memory_rows(params)
+    row = mem["row_len"] * mem["vocab"] * 8  # one row's float64 logits
+    limit = int(MEMORY_FACTOR * docs * row)
+    values = {"docs": docs, "packed": packed, "row": row, "limit": limit, "held": limit + HELD}
+    values |= {"rise": kernel_memory.rise(seen, "memory-start", "memory-end")}
+    values |= {"since": kernel_memory.since_watch(seen, "memory-end")}
+    ref = memory_step(params)
+    ends = snapshots(seen, "memory-end")
+    fetched = seen["counts"].get("memory-batch", 0)
+    mine = tensors.vector(ends[0][size : size + ref.numel()]).nan_to_num() if ends else None
+    start = memory_start(params)
+    off = (
+        math.inf
+        if mine is None or mine.shape != ref.shape
+        else tensors.norm(mine - ref) / tensors.norm(ref - start)
+    )
+    if fetched < 1 or not off <= MEMORY_TRAINED:
+        return Check("packed-rows", False, "check.packed-rows.untrained", values)
+    if values["rise"] > limit:
+        return Check("packed-rows", False, "check.packed-rows.kernel", values)
+    if values["since"] > limit + HELD:
+        return Check("packed-rows", False, "check.packed-rows.held", values)
     return Check("packed-rows", True, "check.packed-rows.passed", values)
+
+
+def _one_per_row(params: dict, seen: dict, rows: Check) -> dict[str, Any]:
+    """The explanation's figures: the first batch's rows where the hook's count said it, else
+    the memory run's."""
+    if rows.message == "check.packed-rows.failed":
+        return dict(rows.values)
+    packed, docs = memory_rows(params)
+    mem = harness.memory_params(params) or {}
+    return {"batch": 1, "rows": docs, "packed": packed, "positions": docs * mem.get("row_len", 0)}
+
+
+@lru_cache(maxsize=8)
+def _memory_cached(key: str) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
+    """The memory run's packed rows and documents, its read layers before and after one SGD step
+    on each document alone (float64, the CPU)."""
+    mem = json.loads(key)
+    model, batches = sequences.packing(mem)
+    layers = harness.read_layers(model)
+    before = tensors.flat(layers)
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(mem["lr"]))
+    alone_loss(model, batches[0], int(mem["row_len"])).backward()
+    optimizer.step()
+    return (len(pack(batches[0], int(mem["row_len"])).tokens), len(batches[0])), before, tensors.flat(layers)
+
+
+def _memory(params: dict) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
+    mem = harness.memory_params(params)
+    with SEEDING:
+        return _memory_cached(json.dumps(mem, sort_keys=True))
+
+
+def memory_rows(params: dict) -> tuple[int, int]:
+    """The memory run's batch: its rows packed as the exercise says, and its documents."""
+    return _memory(params)[0]
+
+
+def memory_start(params: dict) -> torch.Tensor:
+    return _memory(params)[1]
+
+
+def memory_step(params: dict) -> torch.Tensor:
+    """The memory run's read layers after its one step, each document trained alone."""
+    return _memory(params)[2]
 
 
 def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
