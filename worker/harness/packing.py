@@ -49,7 +49,7 @@ def memory_params(params: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def read_layers(model: sequences.PackedLM) -> list[torch.nn.Parameter]:
+def read_layers(model: sequences.PackedLM) -> list[torch.Tensor]:
     """The memory run's layers the supervisor reads at its end: small, and each moved by every
     document's every token."""
     return [model.position.weight, model.qkv.weight, model.qkv.bias, model.out.weight, model.out.bias]
