@@ -145,3 +145,75 @@ def test_reported_parameters_that_differ_from_the_observed_ones_are_interference
     data["final_params"] = None
     with pytest.raises(Interfered):
         check.evaluate(PARAMS, data, "cpu")
+
+
+# the memory run (issue 41): the hook's positions are the program's report, so a pass on packed
+# rows rests on the kernel's count of the process on a batch of many short documents
+MEMORY = {
+    **PARAMS,
+    "memory_vocab": 64,
+    "memory_row_len": 16,
+    "memory_min_doc": 2,
+    "memory_max_doc": 5,
+    "memory_docs": 8,
+}
+MIB = 1 << 20
+
+
+def _with_memory_run(rise, *, held=MIB, trained=True, fetched=1):
+    """``_data`` of a right maths run, then a memory run whose layers the supervisor read at its
+    end (after one right SGD step, or left where they started) and whose memory rose by ``rise``
+    at its peak, ``held`` more than at the watch as it began."""
+    data = _data(check.trajectory(PARAMS))
+    seen = data["observed"]
+    layers = check.memory_step(MEMORY) if trained else check.memory_start(MEMORY)
+    seen["snapshots"].append(seen["final_params"] + layers.tolist())
+    seen["events"].append(["memory-end", -1, 9.0, len(seen["snapshots"]) - 1])
+    seen["counts"]["memory-batch"] = fetched
+    base = 300 * MIB
+    seen["memory"] = [
+        ["watch-memory", -1, base, base, -1, -1],
+        ["memory-start", -1, base + held, base + held, -1, -1],
+        ["memory-end", -1, base + held, base + held + rise, -1, -1],
+    ]
+    seen["memory_lowered"] = 0
+    return data
+
+
+def test_the_memory_runs_scenario_packs_into_few_rows_of_many():
+    packed, docs = check.memory_rows(MEMORY)
+    assert docs == MEMORY["memory_docs"] and packed < docs / 2
+
+
+@pytest.mark.parametrize(
+    ("rise", "held", "trained", "message"),
+    [
+        (0.4, MIB, True, "check.packed-rows.passed"),  # packed rows: a few rows of logits
+        (2.0, MIB, True, "check.packed-rows.kernel"),  # a row per document, whatever the hook said
+        (0.4, 60 * MIB, True, "check.packed-rows.held"),  # memory held before the run, freed in it
+        (0.4, MIB, False, "check.packed-rows.untrained"),  # a run that did not train has no figure
+    ],
+)
+def test_the_packed_rows_line_rests_on_the_memory_run(rise, held, trained, message):
+    row = MEMORY["memory_row_len"] * MEMORY["memory_vocab"] * 8
+    data = _with_memory_run(int(rise * MEMORY["memory_docs"] * row), held=held, trained=trained)
+    if message == "check.packed-rows.held":  # freed as the run began: the mark stays where it was
+        data["observed"]["memory"][2][3] = data["observed"]["memory"][1][3] = 300 * MIB + held
+    result = check.evaluate(MEMORY, data, "cpu")
+    assert result.checks[0].passed  # the maths run is right in every case
+    assert result.checks[1].message == message, result.checks[1]
+    assert result.checks[1].passed == (message == "check.packed-rows.passed")
+    if message == "check.packed-rows.kernel":
+        assert result.diagnosis is not None and result.diagnosis.id == "one-document-per-row"
+
+
+def test_a_memory_run_that_fetched_nothing_has_no_figure():
+    result = check.evaluate(MEMORY, _with_memory_run(0, fetched=0), "cpu")
+    assert result.checks[1].message == "check.packed-rows.untrained"
+
+
+def test_without_a_watched_child_the_packed_rows_line_is_the_programs_word():
+    data = _data(check.trajectory(PARAMS))
+    data["observed"]["mode"] = "inline"
+    result = check.evaluate(MEMORY, data, "cpu")
+    assert result.passed and result.checks[1].message == "check.packed-rows.reported"
