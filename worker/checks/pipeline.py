@@ -179,8 +179,28 @@ def diagnose(params, data, expected, timing):
         return Diagnosis("order-changed", {"position": first, "got": got[first], "wanted": wanted[first]})
     if got == wanted and timing["speedup"] < timing["minimum"]:
         workers = (data["loader"] or {}).get("num_workers", 0)
+        parallel = _parallel(observed(data), float(params["item_ms"]))
+        if parallel > 1:  # loading did overlap: the time went elsewhere (starting the workers)
+            return Diagnosis("slow-start", {**timing, "parallel": parallel})
         return Diagnosis("still-serial", {**timing, "workers": workers})
     return None
+
+
+def _parallel(seen, item_ms):
+    """The most items the supervisor's server had been asked for and not yet answered at once,
+    over the learner's runs (each answered ``item_ms`` after it was asked): 1 where the loader
+    asked for them one at a time, however many workers it had. The server's own times (the ask
+    times it kept), not the child's report."""
+    asked = (seen.get("items") or {}).get("asked") or []
+    most = 0
+    for run in asked[1:]:
+        times = sorted(t for t in run if isinstance(t, (int, float)))
+        start = 0
+        for end, t in enumerate(times):
+            while times[start] <= t - item_ms:
+                start += 1
+            most = max(most, end - start + 1)
+    return most
 
 
 def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:

@@ -20,6 +20,7 @@ learner's loader gave, and what kind of loader it was.
 import os
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -127,6 +128,10 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         api.sync("done", 0, snapshot=True)
 
         name_limits()
+        # the learner's file imports as ``submission`` in a worker started fresh (spawn or
+        # forkserver), where a function of it (a worker_init_fn, a collate_fn) is unpickled by name
+        if api.work_dir not in sys.path:
+            sys.path.append(api.work_dir)
         fn = api.load_entry()
         api.check_signature(fn, ["dataset", "batch_size"])
         state: dict[str, Any] = {"attempts": 0}
