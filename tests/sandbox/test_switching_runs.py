@@ -7,7 +7,7 @@ model's width or vocabulary, the number of its calls) held a whole cycle's activ
 the small run only, and passed. Now ``train`` is called once, on micro-batches large enough for
 the kernel's count, and that one run is weighed at every step and counted throughout: wherever a
 program does its mistake, both see it. A cycle computed on a float32 copy of the model (half a
-float64 cycle's memory, 1e-7 off) fails on its updates' direction.
+float64 cycle's memory, 2e-6 off: within the float64 tolerance) fails on its updates' direction.
 
 Each program below does its mistake in the run it takes for the compared one, by the clue its
 style reads, under each sandbox and start (conftest's PAIRS); the exercises' solutions still pass
@@ -232,7 +232,7 @@ PROGRAMS = {
     "accumulate-float32-micro-batches": ("accumulate", FLOAT32_MICRO_BATCHES, "direction"),
     "remainder-float32-micro-batches": ("remainder", FLOAT32_MICRO_BATCHES, "direction"),
     "token-loss-vocabulary-thread": ("token-loss", TOKENS_VOCABULARY_THREAD, "memory"),
-    "token-loss-float32-micro-batches": ("token-loss", TOKENS_FLOAT32, "direction"),
+    "token-loss-float32-micro-batches": ("token-loss", TOKENS_FLOAT32, "numbers"),  # 3.8e-5 off
     "scaler-clipping-size-thread": ("scaler-clipping", SCALER_SIZE_THREAD, "memory"),
     "scaler-clipping-float32-micro-batches": ("scaler-clipping", SCALER_FLOAT32, "any"),
 }
@@ -258,7 +258,9 @@ def test_a_loop_that_switches_where_it_is_weighed_does_not_pass(run, mode, start
         assert kernel["status"] == "failed", outcome.verdict
         assert "more than one micro-batch's activations were alive at once" in kernel["message"]
         assert checks["Parameters after each step"]["status"] == "passed", outcome.verdict
-    elif caught_by == "direction":  # one micro-batch at a time, in float32
-        trajectory = checks["Parameters after each step"]
+    elif caught_by == "direction":  # one micro-batch at a time, in float32: 1.9e-6 off, within the
+        trajectory = checks["Parameters after each step"]  # tolerance, but each update turned
         assert trajectory["status"] == "failed", outcome.verdict
         assert "lower precision" in trajectory["message"], trajectory
+    elif caught_by == "numbers":  # float32 over 100,000 tokens a cycle: beyond the tolerance itself
+        assert checks["Parameters after each step"]["status"] == "failed", outcome.verdict
