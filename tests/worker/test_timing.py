@@ -22,20 +22,22 @@ KERNEL = {"kernel": 32.0, "idle": 5.0}  # the device's time per step in each run
 def _events(number, kernel_ms, kernels=60, syncs=20, idle=0):
     """A run's events: ``kernels`` steps launched (the first 3 kernels the warm-up's, 80 ms
     longer), the first half over the loader (a batch asked for at each, a step taking
-    max(loading, kernel)), the second on one batch; ``syncs`` calls of synchronize() spread
-    evenly among them, each after some work, and ``idle`` more that drain nothing. Each run
-    has its own stretch of the clock, as the supervisor's runs follow one another."""
+    max(loading, kernel)), the second on one batch; ``syncs`` calls of synchronize(), half of
+    them spread evenly over each half, each after some work, and ``idle`` more that drain
+    nothing. Each run has its own stretch of the clock, as the supervisor's runs follow one
+    another."""
     events, t = [], 100_000.0 * number
-    every = kernels // syncs if syncs else 0
+    half = kernels // 2
+    every = half // (syncs // 2) if syncs >= 2 else 0
     for i in range(kernels):
-        loader = i < kernels // 2
+        loader = i < half
         length = kernel_ms + (80 if i < 3 else 0)
         events.append(["launch", number, t, -1])
         if loader:
             events.append(["asked", number, t, -1])
         events += [["begin", number, t, -1], ["kernel", number, t + length, -1]]
         t += (max(16.0, length) if loader else length) + 0.2
-        if every and (i + 1) % every == 0 and (i + 1) // every <= syncs:
+        if every and (i % half + 1) % every == 0 and (i % half + 1) // every <= syncs // 2:
             events.append(["synchronize", number, t, -1])
     return events + [["synchronize", number, t, -1]] * idle
 
@@ -100,7 +102,7 @@ def test_synchronize_calls_that_drain_nothing_do_not_make_repeats():
     syncs = result.checks[0]
     assert syncs.message == "check.timing_syncs.idle" and syncs.values["repeats"] == 4
     assert result.diagnosis is None, "its spread is a range: the line says what is missing"
-    assert check.evaluate(PARAMS, _data([device, loading], syncs=6, idle=2), "cpu").passed
+    assert check.evaluate(PARAMS, _data([device, loading], syncs=8, idle=2), "cpu").passed
 
 
 def test_each_mistake_is_named_from_what_the_supervisor_counted_and_made():
@@ -170,7 +172,11 @@ def _repeats(number, kernel_ms, warm_up, steps=6, repeats=5, stall=0.0):
 
 
 def test_a_stalled_repeat_is_not_taken_for_the_warm_up_but_a_timed_warm_up_is():
-    seen = [e for n, label in enumerate(("kernel", "idle")) for e in _repeats(n, KERNEL[label], 3)]
+    seen = [
+        e
+        for n, label in enumerate(("kernel", "idle"))
+        for e in _repeats(n, KERNEL[label], 3, stall=130.0 if label == "idle" else 0.0)
+    ]
     data = {"observed": _observed(seen, ["kernel", "idle"])}
     device, loading = _honest("kernel"), _honest("idle")
     # a machine's stall of 130 ms in one 6-step repeat: 16 -> 37.7 ms a step in the loading run (2.4x)
@@ -208,3 +214,19 @@ def test_figures_written_down_and_not_measured_do_not_pass():
     assert measured.message == "check.timing_measured.loop_off" and measured.values["seen"] == 32.2
     honest = check.evaluate(PARAMS, _data([device, loading]), "cpu")
     assert next(c for c in honest.checks if c.name == "timing_measured").passed
+
+
+def test_a_spread_made_up_around_one_timing_does_not_pass():
+    """Red team 3, issue 41: a warm-up synchronised at every step supplied the synchronize()
+    calls, one timing of each figure was taken, and the spread was made up, its low end -1000.
+    The supervisor saw one stretch of each (a step between two waits is not a stretch of the
+    loop), and a spread must lie within the stretches it saw."""
+    device, loading = _honest("kernel"), _honest("idle")
+    one = check.evaluate(PARAMS, _data([device, loading], syncs=4, idle=8), "cpu")
+    measured = next(c for c in one.checks if c.name == "timing_measured")
+    assert not one.passed and measured.message == "check.timing_measured.no_loop"
+    assert measured.values["count"] == 1
+    made_up = check.evaluate(PARAMS, _data([device | {"spread_ms": [-1000.0, 34.0]}, loading]), "cpu")
+    measured = next(c for c in made_up.checks if c.name == "timing_measured")
+    assert not made_up.passed and measured.message == "check.timing_measured.spread_off"
+    assert (measured.values["fastest"], measured.values["slowest"]) == (32.2, 32.2)

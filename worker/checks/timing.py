@@ -27,6 +27,7 @@ SPREAD_MAX = 1.35  # the slowest repeat against the true step, at least (see _hi
 # two measurements of at least three repeats each; honest loops make 7-12, the solution 12
 REPEATS = 6
 HOST_ONLY = 0.5  # a same-batch figure below half the kernel: the clock stopped before the device
+STRETCHES = 3  # timed stretches the supervisor must see of each measurement: several repeats
 
 
 def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
@@ -79,12 +80,10 @@ def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
                     with_warmup = count
                     break
                 count = 0
-        loop_ms, same_ms = _stretches(seen, number, asked)
         out.append(
             {
                 "answer": answer if isinstance(answer, dict) else {},
-                "loop_stretch_ms": loop_ms,
-                "same_stretch_ms": same_ms,
+                "stretches": _stretches(seen, number, asked),
                 "scenario": "device" if device_bound else "loading",
                 "kernel_ms": kernel_ms,
                 "step_ms": max(item_ms, kernel_ms),
@@ -100,34 +99,31 @@ def _runs(params: dict, data: dict) -> list[dict[str, Any]]:
     return out  # shorter than asked only in a report cut short: ``evaluate`` fails it
 
 
-def _stretches(seen: dict[str, Any], number: int, asked: list[float]) -> tuple[float | None, float | None]:
-    """The median time per step of the stretches the learner timed in run ``number``, as the
-    supervisor saw them: from one ``synchronize()`` to the next, the steps launched between
-    (``launch`` syncs) and the batches the item server was asked for in that time. Over the
-    loader: every step but perhaps one fetched a batch; on one batch: none did. ``None`` where
-    the run has no such stretch. What the learner reports must be these (``timing_measured``):
-    figures written down, not measured, do not pass however right they are."""
+def _stretches(seen: dict[str, Any], number: int, asked: list[float]) -> dict[str, list[float]]:
+    """The stretches the learner timed in run ``number``, as the supervisor saw them, in ms per
+    step: from one ``synchronize()`` to the next, with at least two steps launched between
+    (``launch`` syncs: one step between two waits is a loop synchronised at every step), sorted
+    by the batches the item server was asked for in that time: ``"loop"`` where every step but
+    perhaps one fetched a batch, ``"same"`` where none did. What the learner reports must be
+    these (``_measured``): figures written down, or a spread made up around one timing, do not
+    pass however right they look."""
     syncs = sorted(
         (e[2], e[0]) for e in seen["events"] if e[1] == number and e[0] in ("launch", "synchronize")
     )
-    loop, same = [], []
+    found: dict[str, list[float]] = {"loop": [], "same": []}
     opened, launched = None, 0
     for ms, label in syncs:
         if label == "launch":
             launched += 1
             continue
-        if opened is not None and launched:
+        if opened is not None and launched >= 2:
             fetched = bisect.bisect_left(asked, ms) - bisect.bisect_right(asked, opened)
-            per_step = (ms - opened) / launched
             if fetched >= launched - 1:
-                loop.append(per_step)
+                found["loop"].append((ms - opened) / launched)
             elif fetched == 0:
-                same.append(per_step)
+                found["same"].append((ms - opened) / launched)
         opened, launched = ms, 0
-    return (
-        statistics.median(loop) if loop else None,
-        statistics.median(same) if same else None,
-    )
+    return {what: sorted(times) for what, times in found.items()}
 
 
 def _drained(events: list[list[Any]]) -> int:
@@ -265,19 +261,28 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
 
 def _measured(runs: list[dict]) -> Check:
     """Each figure is what the learner's own timed stretches took, as the supervisor saw them
-    (``_stretches``): a stretch over the loader for the step, on one batch for the same-batch test."""
+    (``_stretches``): at least ``STRETCHES`` of them over the loader and as many on one batch,
+    each figure near their median, and the loop's spread within the fastest and the slowest of
+    its stretches."""
     for run in runs:
-        for key, stretch, what in (
-            ("step_ms", "loop_stretch_ms", "loop"),
-            ("same_batch_ms", "same_stretch_ms", "same"),
-        ):
-            seen, yours = run[stretch], run["answer"].get(key)
-            if seen is None:
-                return Check("timing_measured", False, f"check.timing_measured.no_{what}", _quoted(run))
-            if not _near(yours, seen):
+        answer = run["answer"]
+        for key, what in (("step_ms", "loop"), ("same_batch_ms", "same")):
+            times, yours = run["stretches"][what], answer.get(key)
+            if len(times) < STRETCHES:
+                values = _quoted(run, count=len(times), least=STRETCHES)
+                return Check("timing_measured", False, f"check.timing_measured.no_{what}", values)
+            median = statistics.median(times)
+            if not _near(yours, median):
                 values = _quoted(run, yours=round(yours, 2) if isinstance(yours, float) else "—")
-                values["seen"] = round(seen, 2)
+                values["seen"] = round(median, 2)
                 return Check("timing_measured", False, f"check.timing_measured.{what}_off", values)
+        times, spread = run["stretches"]["loop"], answer.get("spread_ms")
+        if _pair(spread) and not (
+            spread[0] >= (1 - TOLERANCE) * times[0] and spread[1] <= (1 + TOLERANCE) * times[-1]
+        ):
+            values = _quoted(run, low=round(spread[0], 2), high=round(spread[1], 2))
+            values.update(fastest=round(times[0], 2), slowest=round(times[-1], 2))
+            return Check("timing_measured", False, "check.timing_measured.spread_off", values)
     return Check("timing_measured", True, "check.timing_measured.passed", {})
 
 

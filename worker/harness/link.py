@@ -58,6 +58,11 @@ def decode(raw: bytes) -> dict[str, Any]:
     return value
 
 
+# syncs the supervisor does not answer: a meter's counts, a modelled device's launch (timed as it
+# arrives, as a GPU takes a launch without the host waiting for it)
+UNANSWERED = frozenset({"meter", "launch"})
+
+
 class Link:
     """The child's end: syncs (it waits for the supervisor's answer) and the final report."""
 
@@ -77,7 +82,7 @@ class Link:
             self._observer.sync(dict(message))
             return
         send(self._sock, json.dumps(message).encode())
-        if label != "meter" and recv_exact(self._sock, 1) != Word.ANSWER:
+        if label not in UNANSWERED and recv_exact(self._sock, 1) != Word.ANSWER:
             os._exit(70)  # the supervisor is gone: nothing left to report to
 
     def meter(self, number: int, packed: int, freed: int, note: int = 0) -> None:

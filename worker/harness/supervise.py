@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 
 from . import childfilter, linux
 from .items import Items
-from .link import HEADER, MAX_SYNC, Interference, Link, decode, recv_exact
+from .link import HEADER, MAX_SYNC, UNANSWERED, Interference, Link, decode, recv_exact
 from .observer import MAX_EVENTS, WATCH, Observer, Shared
 from .protocol import Message, Word
 
@@ -245,7 +245,7 @@ class Supervisor:
                 if size > MAX_SYNC:
                     raise Interference("protocol", message="sync-too-large", bytes=size, limit=MAX_SYNC)
                 self.observer.sync(message)
-                if message.get("label") != "meter":  # a meter's counts need no answer
+                if message.get("label") not in UNANSWERED:
                     sock.sendall(Word.ANSWER)
             elif message.get("t") == Message.REPORT:
                 return message

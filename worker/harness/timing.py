@@ -142,7 +142,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             def train_step(x: object) -> None:
                 if not isinstance(x, torch.Tensor):
                     raise TypeError("train_step takes a batch the loader gave")
-                sync("launch", number)  # queued on the supervisor's device: returns at once
+                sync("launch", number)  # queued on the supervisor's device, not answered: at once
 
             def synchronize() -> None:
                 sync("synchronize", number)  # answered once the device has finished
