@@ -114,7 +114,8 @@ def train(model, loader, optimizer, chunk_size):
 }
 
 CHUNKED_RIGHT = {
-    # each chunk's own backward into detached hidden states, then one backward through the model
+    # each chunk's own backward into detached hidden states, then one backward through the model;
+    # the last chunk's logits kept in a variable into the next chunk (one chunk more at the peak)
     "each-chunk-s-own-backward": """
 import torch.nn.functional as F
 

@@ -56,12 +56,14 @@ NAMED = 1e-3
 # chunk of 256 rows' logits 16 MiB, the whole logits 62.5 MiB), measured on the CPU under
 # `treino check`: right loops 52.4-54.3 MiB (checkpointed chunks, each chunk's own backward,
 # log-softmax and gather, reentrant checkpoint, the profiler, a logging thread), half-size chunks
-# 28.4; chunks 1.25x as large 64.8, 1.5x 76.8, 2x 100.2, every chunk's graph kept 94. A right
+# 28.4, and 68.5-68.6 where a loop keeps the last chunk's logits (or log-probabilities) in a
+# variable into the next chunk (each chunk's own backward: right, one chunk more at the peak);
+# chunks 1.25x as large 64.8, 1.5x 76.8, 2x 100.2, every chunk's graph kept 94. A tidy right
 # loop holds about three of a chunk's logits at its peak (the logits, their log-softmax and its
-# gradient) and a few MiB besides; the line, 65.6 MiB, sits halfway between the right loops and
-# chunks half again as large
+# gradient), four with a stale one, and a few MiB besides; the line, 72 MiB, sits between that
+# and chunks half again as large (four and a half)
 KERNEL_BASE = 8 << 20
-KERNEL_CHUNKS = 3.6
+KERNEL_CHUNKS = 4.0
 # What a loop may hold from before its run, since the supervisor began to watch (as the learner's
 # file was loaded; the harness pages torch's code in before that): the learner's module, torch's
 # lazily made state (measured: 0.25 MiB over the rise for the solution). A loop that holds memory
