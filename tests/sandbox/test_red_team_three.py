@@ -8,7 +8,9 @@ must not pass now; each right one, written in a style the grader did not expect,
   supervisor read (the gradient of the batch before carried whole), and the ranges' syncs sent
   by hand, with no ``record_function`` opened, are not ranges.
 - amp-loop: a clip written as torch's two public halves (``get_total_norm`` then
-  ``clip_grads_with_norm_``) is a clip.
+  ``clip_grads_with_norm_``) is a clip; a GradScaler whose scale never grows, is pinned to 1, or
+  misses its last update (its count forged through the wrapper's closure) fails on the scale the
+  supervisor read.
 
 Chunked-loss is graded on memory, which each start counts (conftest's PAIRS); the other two on
 Python objects inside the job and the checks, run once per sandbox kind (``ANY_START``).
@@ -379,3 +381,77 @@ class TestAmpLoop:
     def test_the_two_halves_before_unscale_do_not_pass(self, run, mode, start):
         outcome = run(AMP_SPLIT.format(first="", second="scaler.unscale_(optimizer)", foreach=""))
         assert outcome.status == "failed", outcome.verdict
+
+
+# the scaler's calls all made and counted, its scale not the scaler's own
+AMP_SCALE = {
+    # growth turned off through the public API: the scale stays at 1,024
+    "never-grows": """
+import torch
+
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    scaler.set_growth_factor(1.0)
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+    # no loss scaling at all: the scale pinned to 1 after each forward through load_state_dict
+    "pinned-to-one": """
+import torch
+
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    for x, y in loader:
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        state = scaler.state_dict()
+        state["scale"] = 1.0
+        scaler.load_state_dict(state)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+""",
+    # the last update() left out, its count kept by calling the wrapper's own recorder
+    "last-update-counted-by-hand": """
+import torch
+
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    fn = scaler.update.__func__
+    told = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))["before"]
+    batches = list(loader)
+    for i, (x, y) in enumerate(batches):
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        if i < len(batches) - 1:
+            scaler.update()
+        else:
+            told()
+""",
+}
+
+
+class TestAmpScale:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("mixed-precision/amp-loop")
+
+    @ANY_START
+    @pytest.mark.parametrize("program", AMP_SCALE)
+    def test_a_scale_not_the_scaler_s_own_does_not_pass(self, run, mode, start, program):
+        outcome = run(AMP_SCALE[program])
+        assert outcome.status == "failed", outcome.verdict
+        assert _line(outcome, "The scaler's scale")["status"] == "failed", outcome.verdict

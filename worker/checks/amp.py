@@ -138,6 +138,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     flow = _flow(params, data, mine)
     checks = [_autocast_check(data, wanted), _order_check(data, n, flow)]
     checks.append(_overflow_check(params, mine))
+    checks.append(_scale_check(ref, mine))
     tol = float(params.get("tolerance", TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]))
     travelled = tensors.norm(ref.snapshots[-1] - ref.snapshots[0])
     errors = [
@@ -328,6 +329,28 @@ def _overflow_check(params, mine):
     if after["scale"] != before["scale"] / 2:
         return Check("overflow", False, "check.overflow.scale", values)
     return Check("overflow", True, "check.overflow.passed", values)
+
+
+def _scale_check(ref: Reference, mine: list) -> Check:
+    """The GradScaler's scale the supervisor read before every batch and after the last (the
+    last number of each reading) is the instructor's: the scaler's own update() doubles it after
+    each clean step (growth_interval 1) and halves it after a skipped one. A scale that never
+    grows, is pinned, or misses an update, whatever the counts of the calls say, is off here."""
+    for i, (shot, want) in enumerate(zip(mine, ref.scales, strict=True)):
+        if shot is None:
+            continue  # a batch never run on: the trajectory's line says so
+        if shot["scale"] != want:
+            end = "_end" if i == len(mine) - 1 else ""
+            values = {"batch": i + 1, "yours": _scale_text(shot["scale"]), "reference": _scale_text(want)}
+            return Check("amp_scale", False, f"check.amp_scale.failed{end}", values)
+    values = {"first": _scale_text(ref.scales[0]), "last": _scale_text(ref.scales[-1])}
+    return Check("amp_scale", True, "check.amp_scale.passed", values)
+
+
+def _scale_text(value: object) -> str:
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return str(int(value))
+    return str(value)
 
 
 # ---------------------------------------------------------------- diagnosis
