@@ -455,3 +455,21 @@ class TestAmpScale:
         outcome = run(AMP_SCALE[program])
         assert outcome.status == "failed", outcome.verdict
         assert _line(outcome, "The scaler's scale")["status"] == "failed", outcome.verdict
+
+
+class TestForwardCalledDirectly:
+    """Each solution with ``model.forward(x)`` for ``model(x)``: a right loop (red team 3, R4
+    and R5: amp-loop said the model never ran on batch 1, find-the-bottleneck called it
+    interference). The harness hooks the model's first and last layers, which run either way."""
+
+    @pytest.fixture(params=["mixed-precision/amp-loop", "bottleneck/find-the-bottleneck"])
+    def exercise(self, request):
+        """``run`` grades this exercise in this class."""
+        return _exercise(request.param)
+
+    @ANY_START
+    def test_the_solution_calling_forward_passes(self, run, mode, start, exercise):
+        code = _solution(exercise)
+        assert code.count("model(x)") == 1
+        outcome = run(code.replace("model(x)", "model.forward(x)"))
+        assert outcome.status == "passed", outcome.verdict
