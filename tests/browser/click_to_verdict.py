@@ -36,17 +36,27 @@ ARM = """() => {
 }"""
 
 
-def measure(base_url: str, n: int) -> list[float]:
+def measure(base_url: str, n: int, exercise: str | None = None) -> list[float]:
     from playwright.sync_api import sync_playwright
+
+    url, solution = EXERCISE, SOLUTION
+    if exercise:  # "lesson-slug/exercise", its solution from the course
+        from app.config import get_settings
+        from app.lessons.course import load_course
+
+        found = load_course(get_settings().lessons_dir).exercise(exercise)
+        assert found is not None, exercise
+        lesson, name = exercise.split("/")
+        url, solution = f"/lessons/{lesson}/exercises/{name}", Path(found.path, "solution.py").read_text()
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--disable-dev-shm-usage"])
         context = browser.new_context(base_url=base_url, bypass_csp=True)  # wait_for_function evals
         context.grant_permissions(["clipboard-read", "clipboard-write"])
         page = context.new_page()
-        page.goto(EXERCISE)
+        page.goto(url)
         page.locator(".cm-editor").wait_for()
-        replace_code(page, SOLUTION)
+        replace_code(page, solution)
         times = []
         for i in range(n + 1):  # the first grade warms the worker up: not counted
             page.evaluate(ARM)
@@ -62,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=20)
     parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--exercise", help="lesson-slug/exercise (default: accumulate)")
     args = parser.parse_args()
     with ExitStack() as stack:
         if args.postgres:
@@ -69,10 +80,11 @@ def main() -> None:
         else:
             url = f"sqlite:///{Path(stack.enter_context(tempfile.TemporaryDirectory())) / 'treino.db'}"
         base = stack.enter_context(serving(url))
-        times = measure(base, args.n)
+        times = measure(base, args.n, args.exercise)
     cuts = statistics.quantiles(times, n=10, method="inclusive")
     print(
-        f"{url.split(':')[0]}: click-to-verdict over {len(times)} submissions: "
+        f"{url.split(':')[0]}, {args.exercise or 'accumulate'}: "
+        f"click-to-verdict over {len(times)} submissions: "
         f"p50 {statistics.median(times):.2f} s, p90 {cuts[8]:.2f} s, "
         f"min {min(times):.2f} s, max {max(times):.2f} s"
     )
