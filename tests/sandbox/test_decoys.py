@@ -465,3 +465,25 @@ class TestReadTheGpuTrace:
     def test_the_solution_passes(self, run, mode, exercise):
         outcome = run(_solution(exercise))
         assert outcome.status == "passed", outcome.verdict
+
+
+class TestPackTheBatchRightStyles:
+    """The solution calling the model as ``model.forward(...)`` or with keywords: right loops
+    (red team 4: each was refused, "called the model 0 times" or "-1 token positions", the hook
+    on the model itself seeing no call or no positional tokens). The harness counts the tokens at
+    the token embedding, which every call runs."""
+
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("long-sequences/pack-the-batch")
+
+    @pytest.mark.parametrize(
+        "call",
+        ["model.forward(tokens, positions, mask)", "model(tokens=tokens, positions=positions, mask=mask)"],
+    )
+    def test_the_solution_in_another_call_style_passes(self, run, mode, exercise, call):
+        code = _solution(exercise)
+        assert code.count("model(tokens, positions, mask)") == 1
+        outcome = run(code.replace("model(tokens, positions, mask)", call))
+        assert outcome.status == "passed", outcome.verdict

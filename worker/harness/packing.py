@@ -99,7 +99,10 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
             if processes is not None and forked:
                 childfilter.stack(processes)
-        handle = model.register_forward_pre_hook(counted)
+        # on the token embedding, which every call runs with the tokens as they were given: a
+        # right loop calling model.forward(...), or the model with keywords, runs no pre-hook of
+        # the model's own with them (red team 4: both were refused)
+        handle = model.embed.register_forward_pre_hook(counted)
         name_limits(alone=api.alone, kernel=processes is not None)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "optimizer", "row_len"])
