@@ -164,7 +164,7 @@ def test_the_supervisor_serves_each_runs_trace_in_slices():
         order = served.order(seeds[0], len(bases), 1)
         expected = [served.perturb(bases[order[n]], seed) for n, seed in enumerate(seeds)]
         assert got == expected
-        assert items.result()["served"] == [served.chunks(served.payload(t)) for t in expected]
+        assert items.result(0.0)["served"] == [served.chunks(served.payload(t)) for t in expected]
     finally:
         items.close()
 

@@ -151,16 +151,14 @@ def prepare(params: dict, device: str) -> None:
     reference(params)
 
 
-def directions(
-    params: dict, steps: list[torch.Tensor], initial: torch.Tensor, ref: Reference | None = None
-) -> list[float]:
-    """For each update the supervisor read, the sine of the angle between it and the large
-    batch's gradient of its cycle, taken at the parameters the update started from: an update
-    made in float64 (clipped, scaled by a GradScaler, by a schedule or by a float32 factor, or
-    not) lies along it to rounding, whatever its size. NaN where either is zero or not finite.
-    Where the update started from the reference's own parameters (to 1e-13 of a step: any right
-    loop in float64 arithmetic), the reference's gradient there (``ref.grads``) is that gradient
-    to far below the line; elsewhere it is computed (a float32 factor moved them by 1e-8)."""
+def _at_own_start(
+    params: dict, steps: list[torch.Tensor], initial: torch.Tensor, ref: Reference | None
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """For each update the supervisor read, the update and the large batch's gradient of its
+    cycle, taken at the parameters the update started from. Where the update started from the
+    reference's own parameters (to 1e-13 of a step: any right loop in float64 arithmetic), the
+    reference's gradient there (``ref.grads``) is that gradient to far below any line; elsewhere
+    it is computed (a float32 factor moved them by 1e-8)."""
     scenario = None
     found, before = [], initial
     for t, after in enumerate(
@@ -177,14 +175,44 @@ def directions(
                 with SEEDING:  # built again when needed (its micro-batches are tens of MiB): not kept
                     scenario = scenarios.build(params, torch.float64)
             gradient = _gradient(params, scenario, t, before)
-        update = after - before
+        found.append((after - before, gradient))
+        before = after
+    return found
+
+
+def directions(
+    params: dict, steps: list[torch.Tensor], initial: torch.Tensor, ref: Reference | None = None
+) -> list[float]:
+    """For each update the supervisor read, the sine of the angle between it and the large
+    batch's gradient of its cycle, taken at the parameters the update started from: an update
+    made in float64 (clipped, scaled by a GradScaler, by a schedule or by a float32 factor, or
+    not) lies along it to rounding, whatever its size. NaN where either is zero or not finite."""
+    found = []
+    for update, gradient in _at_own_start(params, steps, initial, ref):
         length, size = tensors.norm(gradient), tensors.norm(update)
         if not (math.isfinite(size) and size > 0 and length > 0):
             found.append(math.nan)
         else:
             along = update @ gradient / length**2 * gradient
             found.append(tensors.norm(update - along) / size)
-        before = after
+    return found
+
+
+def ratios_at_own_start(
+    params: dict, steps: list[torch.Tensor], initial: torch.Tensor, ref: Reference | None = None
+) -> list[float]:
+    """Each update's size over the large batch's update from the same parameters (the learning
+    rate times its gradient, clipped to ``max_norm`` where the exercise clips): the factor a
+    mistake multiplies every update by, whatever the trajectory did after its first step (on
+    micro-batches of 80,000 a loss left unscaled moves far enough in one step that its later
+    updates, set against the reference's own, read 3.47×, not 4.00×)."""
+    lr, max_norm = float(params["lr"]), params.get("max_norm")
+    found = []
+    for update, gradient in _at_own_start(params, steps, initial, ref):
+        length = tensors.norm(gradient)
+        clip = min(1.0, float(max_norm) / (length + 1e-6)) if max_norm else 1.0
+        step = lr * length * clip
+        found.append(tensors.norm(update) / step if step > 0 else math.nan)
     return found
 
 
@@ -292,6 +320,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         before, ref_before = steps[t], ref.trajectory[t]
     tol = tolerance(params, device)
     first_bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
+    if first_bad is not None:  # each update against the large batch's from the same parameters
+        ratios = ratios_at_own_start(params, steps[:expected], ref.initial, ref)
     final_err = tensors.norm(final - ref.trajectory[-1]) / tensors.norm(ref.trajectory[-1] - ref.initial)
 
     finite = [r for r in ratios if math.isfinite(r)]
