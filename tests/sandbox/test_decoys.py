@@ -220,13 +220,13 @@ def packed_rows(documents, row_len):
 
 
 def train(model, loader, optimizer, row_len):
-    hooks = dict(model._forward_pre_hooks)
+    hooks = dict(model.embed._forward_pre_hooks)
     api = None
     for hook in hooks.values():
         cells = dict(zip(hook.__code__.co_freevars, hook.__closure__ or ()))
         if "api" in cells:
             api = cells["api"].cell_contents
-    model._forward_pre_hooks.clear()
+    model.embed._forward_pre_hooks.clear()
     causal = torch.ones(row_len, row_len, dtype=torch.bool).tril()
     for documents in loader:
         if api is not None:
@@ -259,7 +259,7 @@ FOUND = {}
 
 
 def _api(model):
-    for hook in model._forward_pre_hooks.values():
+    for hook in model.embed._forward_pre_hooks.values():
         cells = dict(zip(hook.__code__.co_freevars, hook.__closure__ or ()))
         if "api" in cells:
             FOUND["api"] = cells["api"].cell_contents
@@ -314,7 +314,7 @@ FOUND = {}
 
 
 def _api(model):
-    for hook in model._forward_pre_hooks.values():
+    for hook in model.embed._forward_pre_hooks.values():
         cells = dict(zip(hook.__code__.co_freevars, hook.__closure__ or ()))
         if "api" in cells:
             FOUND["api"] = cells["api"].cell_contents
@@ -323,7 +323,7 @@ def _api(model):
 
 def train(model, loader, optimizer, row_len):
     link = _api(model).link
-    model._forward_pre_hooks.clear()
+    model.embed._forward_pre_hooks.clear()
     causal = torch.ones(row_len, row_len, dtype=torch.bool).tril()
     for documents in loader:
         used, rows = 0, 1
