@@ -3,11 +3,11 @@ in its ``register_post_accumulate_grad_hook``, so that one parameter's gradient 
 
 ``train(model, loader, loss_fn, make_optimizer)`` runs once, over the batches of one model:
 where the exercise has a memory run (``params["memory_width"]``), the wide model of
-``memory.wide_scenario`` (three square layers that wide, float64, two batches), graded on both
-its numbers and the kernel's count of the process's memory; else the seeded float64 MLP of the
-scenario. One run only (issue 41): a program that told a small maths run from the wide memory run
-(by a width, or by counting its calls) did the wrong thing where memory was not measured and the
-right thing where it was.
+``wide_scenario`` (``params["memory_layers"]`` square layers that wide, float64, two batches),
+graded on both its numbers and the kernel's count of the process's memory; else the seeded
+float64 MLP of the scenario. One run only (issue 41): a program that told a small maths run from
+the wide memory run (by a width, or by counting its calls) did the wrong thing where memory was
+not measured and the right thing where it was.
 
 ``make_optimizer(params)`` is the Adam the learner must use (one per parameter). The supervisor
 reads the parameters as each batch is fetched and at the end (``Sampled``: the biases whole, and
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from . import childfilter, memory, scenarios, supervise
+from . import childfilter, scenarios, supervise
 from .instrument import flat, name_limits, wrap_step
 
 if TYPE_CHECKING:
@@ -82,9 +82,38 @@ def _alive(weights: Sequence[torch.Tensor]) -> tuple[int, int]:
     return len(grads), sum(g.numel() * g.element_size() for g in grads)
 
 
+def wide_scenario(params: dict[str, Any]) -> tuple[nn.Sequential, list[scenarios.Batch], nn.Module] | None:
+    """The memory run (``params["memory_width"]``), or None: ``params["memory_layers"]`` square
+    ``Linear`` layers that wide (3 where not given), Tanh between them, float64, seeded apart; two
+    batches of 8 rows, cross-entropy. Its gradients are MiB each, so the kernel's count of the
+    process's memory tells one gradient alive at a time from all of them (the maths run's are a
+    few hundred bytes).
+
+    Many layers (issue 41, red team 4): a loop that holds every gradient adds the other layers'
+    gradients, (layers - 1) × one layer's, to what a right loop holds; what Adam's arithmetic
+    makes besides (torch's single-tensor Adam: two temporaries of the layer's size, none in
+    the fused kernel) is the same whichever of them runs it. Of three layers, every gradient alive
+    under a fused Adam read 74.6 MiB, the solution under the default Adam 74.5: the line could
+    not hold between them. Twelve layers 512 wide keep the 24 MiB of parameters and leave 9 layers'
+    gradients (18 MiB) between the two."""
+    width = int(params.get("memory_width") or 0)
+    if not width:
+        return None
+    torch.manual_seed(int(params.get("seed", 0)) + 1)
+    layers: list[nn.Module] = []
+    for i in range(int(params.get("memory_layers") or 3)):
+        layers += [nn.Tanh(), nn.Linear(width, width)] if i else [nn.Linear(width, width)]
+    model = nn.Sequential(*layers).to(torch.float64)
+    # two batches: Adam makes its state at the first step, so in a run of one batch its state,
+    # not the gradients, sets the peak; in the second backward the state is there already and
+    # every gradient held at once shows above it
+    batches = [(torch.randn(8, width, dtype=torch.float64), torch.randint(0, width, (8,))) for _ in range(2)]
+    return model, batches, nn.CrossEntropyLoss()
+
+
 def the_run(params: dict[str, Any], device: str) -> tuple[nn.Module, list[scenarios.Batch], nn.Module, bool]:
     """The one run's model, batches and loss on ``device``, and whether it is the wide memory run."""
-    built = memory.wide_scenario(params)
+    built = wide_scenario(params)
     if built is None:
         scenario = scenarios.build(params)
         model, batches, loss_fn = scenario.model, scenario.micro_batches, scenario.loss_fn
@@ -97,7 +126,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     device = spec.get("device", "cpu")
     lr = float(params["lr"])
-    if memory.wide_scenario(params) is not None:
+    if params.get("memory_width"):
         supervise.exact_malloc()  # before the wide model's blocks: the kernel's figures go by them
     model, batches, loss_fn, wide = the_run(params, device)
     weights = list(model.parameters())
