@@ -77,13 +77,14 @@ def number(value: Any, lang: str) -> str:
 
 def size(value: Any, lang: str) -> str:
     """Bytes as every page writes them, one unit system (1024): exact bytes below ten thousand,
-    then KiB, then MiB: 58,324 bytes read "57.0 KiB" in a message and in a chart alike."""
+    then KiB below one MiB, then MiB: 58,324 bytes read "57.0 KiB" in a message and in a chart
+    alike, and 8 MiB reads "8.0 MiB", not "8,192.0 KiB"."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return number(value, lang)
     locale = _locale(lang)
     if abs(value) < 10_000:
         return f"{format_decimal(value, format='#,##0', locale=locale)} B"
-    if abs(value) < 10 * 1024 * 1024:
+    if abs(value) < 1024 * 1024:
         return f"{format_decimal(value / 1024, format='#,##0.0', locale=locale)} KiB"
     return f"{format_decimal(value / 1024 / 1024, format='#,##0.0', locale=locale)} MiB"
 

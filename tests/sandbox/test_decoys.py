@@ -19,21 +19,9 @@ pass, and each exercise's solution still does.
 
 import pytest
 
-from app.config import get_settings
-from app.lessons.course import load_course
+from tests.sandbox.course import find_exercise, solution_text
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
-
-
-def _exercise(exercise_id):
-    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
-    assert found is not None
-    return found
-
-
-def _solution(exercise):
-    with open(f"{exercise.path}/solution.py", encoding="utf-8") as f:
-        return f.read()
 
 
 def _failed(outcome):
@@ -422,7 +410,7 @@ def read_trace(trace):
 class TestTrainAnAdapter:
     @pytest.fixture
     def exercise(self):
-        return _exercise("model-memory/train-an-adapter")
+        return find_exercise("model-memory/train-an-adapter")
 
     @pytest.mark.parametrize("route", ADAPTER)
     def test_a_second_adapter_beside_a_decoy_does_not_pass(self, run, mode, route):
@@ -430,14 +418,14 @@ class TestTrainAnAdapter:
         assert {"Rank of the adapter", "The model computes base plus adapter"} & set(failed), failed
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
 class TestPackTheBatch:
     @pytest.fixture
     def exercise(self):
-        return _exercise("long-sequences/pack-the-batch")
+        return find_exercise("long-sequences/pack-the-batch")
 
     @pytest.mark.parametrize("route", PACKING)
     def test_a_row_per_document_with_its_report_rewritten_does_not_pass(self, run, mode, route):
@@ -446,7 +434,7 @@ class TestPackTheBatch:
         assert "Each document as if alone" not in failed  # right numbers: only the rows are wrong
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
         rows = next(c for c in outcome.verdict["checks"] if c["name"] == "Documents packed into rows")
         assert "operating system" in rows["message"] or outcome.verdict["metrics"].get("isolation") is None
@@ -455,7 +443,7 @@ class TestPackTheBatch:
 class TestReadTheGpuTrace:
     @pytest.fixture
     def exercise(self):
-        return _exercise("bottleneck/read-the-gpu-trace")
+        return find_exercise("bottleneck/read-the-gpu-trace")
 
     @pytest.mark.parametrize("route", GPU_TRACE)
     def test_a_reading_that_ignores_memsets_or_idle_ends_does_not_pass(self, run, mode, route):
@@ -463,7 +451,7 @@ class TestReadTheGpuTrace:
         assert {"GPU busy share", "Longest idle stretch"} & set(failed), failed
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -476,14 +464,14 @@ class TestPackTheBatchRightStyles:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("long-sequences/pack-the-batch")
+        return find_exercise("long-sequences/pack-the-batch")
 
     @pytest.mark.parametrize(
         "call",
         ["model.forward(tokens, positions, mask)", "model(tokens=tokens, positions=positions, mask=mask)"],
     )
     def test_the_solution_in_another_call_style_passes(self, run, mode, exercise, call):
-        code = _solution(exercise)
+        code = solution_text(exercise)
         assert code.count("model(tokens, positions, mask)") == 1
         outcome = run(code.replace("model(tokens, positions, mask)", call))
         assert outcome.status == "passed", outcome.verdict

@@ -17,17 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from app.config import get_settings
-from app.lessons.course import load_course
 from tests.sandbox.conftest import ANY_START
+from tests.sandbox.course import find_exercise
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
-
-
-def _exercise(exercise_id):
-    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
-    assert found is not None
-    return found
 
 
 def _failed_on(outcome, observed):
@@ -212,7 +205,7 @@ class TestStepInBackward:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("model-memory/step-in-backward")
+        return find_exercise("model-memory/step-in-backward")
 
     @pytest.mark.parametrize("route", STEP_IN_BACKWARD)
     def test_a_wrong_loop_with_forged_records_does_not_pass(self, run, mode, route):
@@ -410,7 +403,7 @@ class TestMeasureIt:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("gpu-memory/measure-it")
+        return find_exercise("gpu-memory/measure-it")
 
     @ANY_START
     @pytest.mark.parametrize("route", MEASURE_IT)

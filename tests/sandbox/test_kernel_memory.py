@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import get_settings
-from app.lessons.course import load_course
+from tests.sandbox.course import find_exercise
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
 
@@ -34,16 +33,10 @@ ATTACKS = {
 CASES = [(ex, name) for ex, names in ATTACKS.items() for name in names]
 
 
-def _exercise(exercise_id):
-    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
-    assert found is not None
-    return found
-
-
 @pytest.fixture
 def exercise(request):
     """``run`` grades the exercise the test names (its ``case``)."""
-    return _exercise(request.getfixturevalue("case")[0])
+    return find_exercise(request.getfixturevalue("case")[0])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[n for _, n in CASES])

@@ -18,22 +18,10 @@ Python objects inside the job and the checks, run once per sandbox kind (``ANY_S
 
 import pytest
 
-from app.config import get_settings
-from app.lessons.course import load_course
 from tests.sandbox.conftest import ANY_START
+from tests.sandbox.course import find_exercise, solution_text
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
-
-
-def _exercise(exercise_id):
-    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
-    assert found is not None
-    return found
-
-
-def _solution(exercise):
-    with open(f"{exercise.path}/solution.py", encoding="utf-8") as f:
-        return f.read()
 
 
 def _line(outcome, name):
@@ -196,7 +184,7 @@ class TestChunkedLoss:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("long-sequences/chunked-loss")
+        return find_exercise("long-sequences/chunked-loss")
 
     @pytest.mark.parametrize("name", CHUNKED_WRONG)
     def test_chunks_larger_than_asked_or_whole_logits_do_not_pass(self, run, mode, start, name):
@@ -211,7 +199,7 @@ class TestChunkedLoss:
         assert outcome.status == "passed", outcome.verdict
 
     def test_the_solution_passes(self, run, mode, start, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -320,7 +308,7 @@ class TestFindTheBottleneck:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("bottleneck/find-the-bottleneck")
+        return find_exercise("bottleneck/find-the-bottleneck")
 
     @ANY_START
     @pytest.mark.parametrize("name", sorted(PHASES_WRONG))
@@ -341,7 +329,7 @@ class TestFindTheBottleneck:
 
     @ANY_START
     def test_the_solution_passes(self, run, mode, start, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -369,7 +357,7 @@ class TestAmpLoop:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("mixed-precision/amp-loop")
+        return find_exercise("mixed-precision/amp-loop")
 
     @ANY_START
     @pytest.mark.parametrize("foreach", ["", ", foreach=True"])
@@ -447,7 +435,7 @@ class TestAmpScale:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("mixed-precision/amp-loop")
+        return find_exercise("mixed-precision/amp-loop")
 
     @ANY_START
     @pytest.mark.parametrize("program", AMP_SCALE)
@@ -465,11 +453,11 @@ class TestForwardCalledDirectly:
     @pytest.fixture(params=["mixed-precision/amp-loop", "bottleneck/find-the-bottleneck"])
     def exercise(self, request):
         """``run`` grades this exercise in this class."""
-        return _exercise(request.param)
+        return find_exercise(request.param)
 
     @ANY_START
     def test_the_solution_calling_forward_passes(self, run, mode, start, exercise):
-        code = _solution(exercise)
+        code = solution_text(exercise)
         assert code.count("model(x)") == 1
         outcome = run(code.replace("model(x)", "model.forward(x)"))
         assert outcome.status == "passed", outcome.verdict

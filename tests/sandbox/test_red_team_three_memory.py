@@ -16,21 +16,9 @@ is serial. Every program runs under both starts (conftest's PAIRS).
 
 import pytest
 
-from app.config import get_settings
-from app.lessons.course import load_course
+from tests.sandbox.course import find_exercise, solution_text
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
-
-
-def _exercise(exercise_id):
-    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
-    assert found is not None
-    return found
-
-
-def _solution(exercise):
-    with open(f"{exercise.path}/solution.py", encoding="utf-8") as f:
-        return f.read()
 
 
 def _memory_failed(outcome):
@@ -301,7 +289,7 @@ class TestFitTheBudget:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("gpu-memory/fit-the-budget")
+        return find_exercise("gpu-memory/fit-the-budget")
 
     @pytest.mark.parametrize(
         "code",
@@ -317,7 +305,7 @@ class TestFitTheBudget:
         ids=["solution", "sequential-then-gc", "block-by-block"],
     )
     def test_right_steps_pass(self, run, mode, exercise, code):
-        outcome = run(_solution(exercise) if code == "solution" else code)
+        outcome = run(solution_text(exercise) if code == "solution" else code)
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -367,7 +355,7 @@ class TestInputPipeline:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("bottleneck/input-pipeline")
+        return find_exercise("bottleneck/input-pipeline")
 
     @pytest.mark.parametrize(
         "code",

@@ -14,16 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config import get_settings
-from app.lessons.course import load_course
+from tests.sandbox.course import find_exercise, solution_text
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
-
-
-def _exercise(exercise_id):
-    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
-    assert found is not None
-    return found
 
 
 def _not_passed(outcome):
@@ -33,11 +26,6 @@ def _not_passed(outcome):
     assert outcome.status in ("failed", "error"), outcome.verdict
     kernel = [c for c in outcome.verdict["checks"] if "system" in c["name"]]
     assert not kernel or [c for c in kernel if c["status"] == "failed"], outcome.verdict
-
-
-def _solution(exercise):
-    with open(f"{exercise.path}/solution.py", encoding="utf-8") as f:
-        return f.read()
 
 
 # accumulate: right numbers, a whole cycle's activations alive at once
@@ -324,14 +312,14 @@ class TestFitTheBudget:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("gpu-memory/fit-the-budget")
+        return find_exercise("gpu-memory/fit-the-budget")
 
     @pytest.mark.parametrize("route", FIT_THE_BUDGET)
     def test_the_naive_step_with_a_rewritten_meter_does_not_pass(self, run, mode, route):
         _not_passed(run(FIT_THE_BUDGET[route]))
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -390,14 +378,14 @@ class TestStepInBackward:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("model-memory/step-in-backward")
+        return find_exercise("model-memory/step-in-backward")
 
     @pytest.mark.parametrize("route", STEP_IN_BACKWARD)
     def test_the_plain_loop_with_rewritten_lists_does_not_pass(self, run, mode, route):
         _not_passed(run(STEP_IN_BACKWARD[route]))
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -460,20 +448,20 @@ class TestMeasureIt:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("gpu-memory/measure-it")
+        return find_exercise("gpu-memory/measure-it")
 
     @pytest.mark.parametrize("route", MEASURE_IT)
     def test_ignored_configurations_with_rewritten_records_do_not_pass(self, run, mode, route):
         _not_passed(run(MEASURE_IT[route]))
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
 def test_the_accumulate_solution_passes(run, mode, exercise):
     """The control: the reference loop passes through the same supervised path."""
-    outcome = run(_solution(exercise))
+    outcome = run(solution_text(exercise))
     assert outcome.status == "passed", outcome.verdict
 
 
@@ -542,7 +530,7 @@ class TestAmpLoop:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("mixed-precision/amp-loop")
+        return find_exercise("mixed-precision/amp-loop")
 
     @pytest.mark.parametrize("route", AMP_LOOP)
     def test_the_scale_set_by_hand_does_not_pass(self, run, mode, route):
@@ -550,7 +538,7 @@ class TestAmpLoop:
         assert outcome.status in ("failed", "error"), outcome.verdict
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -659,14 +647,14 @@ class TestTokenLoss:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("gradient-accumulation/token-loss")
+        return find_exercise("gradient-accumulation/token-loss")
 
     @pytest.mark.parametrize("route", TOKEN_LOSS)
     def test_one_backward_per_cycle_with_a_silenced_meter_does_not_pass(self, run, mode, route):
         _not_passed(run(TOKEN_LOSS[route]))
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -674,7 +662,7 @@ class TestScalerClipping:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("gradient-accumulation/scaler-clipping")
+        return find_exercise("gradient-accumulation/scaler-clipping")
 
     @pytest.mark.parametrize("route", SCALER_CLIPPING)
     def test_a_rewritten_report_does_not_pass(self, run, mode, route):
@@ -684,5 +672,5 @@ class TestScalerClipping:
             _not_passed(outcome)
 
     def test_the_solution_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict

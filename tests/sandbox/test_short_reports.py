@@ -7,13 +7,9 @@ Adam's replay of it). None may pass, under both starts (tests/sandbox/conftest.p
 each exercise's own solution still passes beside them.
 """
 
-import functools
-from pathlib import Path
-
 import pytest
 
-from app.config import get_settings
-from contracts.exercise import load_exercises
+from tests.sandbox.course import find_exercise, solution_text
 
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
 
@@ -45,18 +41,6 @@ def rewrite_report(change):
                 change(arg[0])
     sys.setprofile(hook)
 """
-
-
-@functools.cache
-def _exercise(exercise_id: str):
-    """The exercise as grading reads it (`treino check`'s way: its exercise.yaml alone)."""
-    found = load_exercises(get_settings().lessons_dir).exercise(exercise_id)
-    assert found is not None, exercise_id
-    return found
-
-
-def _solution(exercise) -> str:
-    return (Path(exercise.path) / "solution.py").read_text()
 
 
 def _not_passed(outcome) -> None:
@@ -152,7 +136,7 @@ class TestFindTheBottleneck:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("bottleneck/find-the-bottleneck")
+        return find_exercise("bottleneck/find-the-bottleneck")
 
     @pytest.mark.parametrize("route", PHASES_ROUTES)
     def test_a_short_report_does_not_pass(self, run, mode, route):
@@ -171,7 +155,7 @@ class TestFindTheBottleneck:
         assert labels["status"] == "failed" and "Only 0 of 6" in labels["message"], outcome.verdict
 
     def test_the_solution_still_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
 
 
@@ -280,7 +264,7 @@ class TestTrainAnAdapter:
     @pytest.fixture
     def exercise(self):
         """``run`` grades this exercise in this class."""
-        return _exercise("model-memory/train-an-adapter")
+        return find_exercise("model-memory/train-an-adapter")
 
     @pytest.mark.parametrize("route", ADAPTER_ROUTES)
     def test_a_wrong_adapter_does_not_pass(self, run, mode, route):
@@ -301,7 +285,7 @@ class TestTrainAnAdapter:
             assert "after 4 steps its 38 numbers are all still zero" in explanation, explanation
 
     def test_the_solution_still_passes(self, run, mode, exercise):
-        outcome = run(_solution(exercise))
+        outcome = run(solution_text(exercise))
         assert outcome.status == "passed", outcome.verdict
         names = [c["name"] for c in outcome.verdict["checks"]]
         assert "Rank of the adapter" in names and "The adapter trained" in names
@@ -431,7 +415,7 @@ class TestOtherKinds:
     @pytest.fixture
     def exercise(self, route):
         """``run`` grades the route's exercise in this class."""
-        return _exercise(OTHER_ROUTES[route][0])
+        return find_exercise(OTHER_ROUTES[route][0])
 
     def test_a_short_report_does_not_pass(self, run, mode, route):
         outcome = run(OTHER_ROUTES[route][1], wall_seconds=60)

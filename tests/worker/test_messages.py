@@ -94,6 +94,8 @@ def test_bytes_read_in_one_unit_system_in_messages_and_charts():
     )
     assert "57,0 KiB" in render("check.memory.passed", "pt-BR", {"peak": 58_324, "reference": 58_324})
     assert size(58_324) == "57.0 KiB"  # the chart's words, from the same function
+    assert size(8 << 20) == "8.0 MiB", "a few MiB read in MiB, not as thousands of KiB"
+    assert size(1.5 * (1 << 20)) == "1.5 MiB"
     assert render("check.memory.passed", "en", {"peak": 512, "reference": 20 << 20}).endswith(
         "512 B; one micro-batch needs 20.0 MiB."
     )

@@ -44,15 +44,15 @@ def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_six(v
     assert verdict["status"] == "passed"
     charts, facts, summaries = shown(verdict)
     assert charts["gradients-alive"] == [("Yours", "1"), ("Plain loop", "6")]
-    assert charts["gradients"] == [("Yours", "8,192.0 KiB"), ("Plain loop", "24.0 MiB")]
+    assert charts["gradients"] == [("Yours", "8.0 MiB"), ("Plain loop", "24.0 MiB")]
     assert facts["Optimizer step calls"] == "12"  # 6 parameters × 2 batches, each in its hook
     assert summaries["gradients-alive"] == (
-        "At its busiest your loop held 1 gradient (8,192.0 KiB); the plain loop holds all 6 (24.0 MiB) "
+        "At its busiest your loop held 1 gradient (8.0 MiB); the plain loop holds all 6 (24.0 MiB) "
         "until its optimizer step."
     )
     charts, _facts, summaries = shown(verdict, "pt-BR")
-    assert charts["gradients"] == [("O seu", "8.192,0 KiB"), ("Loop comum", "24,0 MiB")]
-    assert "guardou 1 gradiente (8.192,0 KiB)" in summaries["gradients-alive"]
+    assert charts["gradients"] == [("O seu", "8,0 MiB"), ("Loop comum", "24,0 MiB")]
+    assert "guardou 1 gradiente (8,0 MiB)" in summaries["gradients-alive"]
 
 
 @pytest.mark.parametrize("name", ["starter", "grads-not-released"])
