@@ -90,15 +90,15 @@ def test_a_release_run_that_did_not_step_has_no_figure():
     assert not check.passed and check.message == "check.released_kernel.untrained", check
 
 
-ADAPTER = {"memory_width": 1024}
-GRADIENT = 1024 * 16 * 8
+ADAPTER = {"inputs": 1024, "hidden": 16, "classes": 1024, "n_micro": 2}  # the one run (issue 41)
+GRADIENT = 1024 * 16 * 8  # each weight's gradient
 
 
 def _adapter_seen(rise, held=MIB, fetched=2):
     base = 300 * MIB
     return {
         "mode": "fork",
-        "counts": {"memory-batch": fetched},  # the memory run's batches, as the supervisor counted them
+        "counts": {"batch": fetched},  # the run's batches, as the supervisor counted them
         "memory": [
             ["watch-memory", -1, base, base, -1, -1],
             ["memory-start", -1, base + held, base + held, -1, -1],
@@ -127,7 +127,7 @@ def test_the_adapters_no_gradient_line(rise, held, graded, message):
 
 
 def test_a_memory_run_that_fetched_no_batch_has_no_figure_to_pass_on():
-    """A loop that returned at once on the wide base rose by 0 B and passed (red team, issue 41)."""
+    """A loop that returned at once rose by 0 B and passed (red team, issue 41)."""
     check = adapter._no_grad_check(ADAPTER, _adapter_seen(0, fetched=0), 0)
     assert not check.passed and check.message == "check.frozen-no-grad.untrained"
     assert check.values["fetched"] == 0 and check.values["batches"] == 2

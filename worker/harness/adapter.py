@@ -1,39 +1,47 @@
 """Harness of the "adapter" kind (lesson 5): the learner freezes a seeded float64 MLP and trains a
 low-rank adapter beside its last layer.
 
-``train(model, loader, loss_fn, make_optimizer, rank)``: ``make_optimizer(params)`` is the Adam the
-learner must use. The model's own parameters are shared with the supervisor, which reads them as
-each batch is fetched and at the end (frozen weights must never move). The tensors the learner
-hands an optimizer besides the model's (its adapter) are moved, as that optimizer is made, into a
-pool of ``POOL`` float64 numbers shared with the supervisor too (their values copied there, the
-tensors computing in it from then on; on CUDA, copied there at each sync): the supervisor reads
-the adapter as it was placed (a ``pooled`` sync) and after every step of ``make_optimizer``'s
-optimizers (a ``step`` sync), so the adapter's trajectory, its size and what moved are what it
-read. An optimizer of the learner's own is seen by torch's global step hook: what it updates is
-pooled as well, so a second adapter trained beside the asked one is counted.
+``train(model, loader, loss_fn, make_optimizer, rank)`` runs once (issue 41: a program that told
+a small maths run from a wide memory run, by a width or by counting its calls, left the base
+trainable, or froze only its one wide layer, where memory was not counted), on the base of
+``the_run``: ``Linear(inputs, hidden)``, ``Tanh``, ``Linear(hidden, classes)``, float64, without
+biases, each weight wide enough that its gradient is tens of MiB, so that the kernel's count of
+the process tells a gradient for any of them, whatever the child reports. ``make_optimizer(params)``
+is the Adam the learner must use.
+
+The model's weights and the adapter's pool are in one mapping shared with the supervisor
+(``_Read``): it reads the weights at places it draws after the fork (``hookstep.places``) as each
+batch is fetched, after each step and at the end (frozen weights must never move). The tensors
+the learner hands an optimizer besides the model's (its adapter) are moved, as that optimizer is
+made, into the pool of ``POOL`` float64 numbers (their values copied there, the tensors computing
+in it from then on; on CUDA, copied there at each sync): the supervisor reads the pool whole as
+a tensor is placed (a ``pooled`` sync) and at the end, and at places it draws after every step of
+``make_optimizer``'s optimizers (a ``step`` sync), so the adapter's start, its size, its
+trajectory and what moved are what it read. An optimizer of the learner's own is seen by torch's
+global step hook: what it updates is pooled as well, so a second adapter trained beside the asked
+one is counted. Between the ``memory-start`` and ``memory-end`` syncs around the call, the
+supervisor reads the kernel's figures of the process's memory: what "no gradient for the base"
+rests on.
 
 What the child reports may only fail the loop: which tensors were pooled where (their shapes),
 the model's gradients and the optimizer's state at each step, every output ``loss_fn`` was handed
 (with how many steps had been taken) and the model's output on the run's inputs once ``train``
-returned: the checks recompute those outputs from the frozen model and the adapter the
-supervisor read, so a model changed by anything but that adapter (another one, of another rank,
-trained by hand) fails.
-
-Then, where the exercise has one (``params["memory_width"]``), the memory run: ``train`` once more
-on a base whose first layer is that wide (``scenarios.wide_base``), between two syncs where the
-supervisor reads the kernel's figures of the process's memory: a base left trainable gets a
-gradient of tens of MiB there, whatever the child reports.
+returned, at ``COLUMNS`` of its columns: the checks recompute those outputs from the frozen model
+and the adapter the supervisor read, so a model changed by anything but that adapter (another
+one, of another rank, trained by hand) fails.
 """
 
-import copy
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from . import childfilter, scenarios, supervise
+from .hookstep import places
 from .instrument import flat, name_limits, wrap_step
 
 if TYPE_CHECKING:
@@ -41,10 +49,97 @@ if TYPE_CHECKING:
     from .runtime import Api
 
 MAX_STEPS = 200
-POOL = 1024  # float64 numbers of adapter the supervisor reads (rank 53 beside a 16 x 3 layer)
+READ_STEPS = 16  # steps whose sync the supervisor reads the parameters at (more fail anyway)
+# float64 numbers of adapter the supervisor reads: a rank-8 adapter (8 x (4,096 + 1,024)) and
+# a decoy of rank 1 beside it
+POOL = 49152
 MAX_POOLED = 16  # tensors listed
 MAX_OUTPUTS = 64  # outputs handed to loss_fn that are recorded
 MAX_ROWS = 64  # rows of one recorded output
+COLUMNS = 8  # columns of each recorded output (spread evenly): a report, it only fails
+WHOLE = ("pooled", "memory-end")  # syncs at which the supervisor reads the pool whole
+
+
+def the_run(params: dict[str, Any]) -> tuple[nn.Sequential, list[scenarios.Batch], nn.Module]:
+    """The one run's base, its ``n_micro`` batches of ``micro_batch`` rows and the loss, seeded by
+    ``params["seed"]``: ``Linear(inputs, hidden)``, ``Tanh``, ``Linear(hidden, classes)``,
+    float64, without biases (a bias's gradient, a few KiB, is below what the kernel's count can
+    tell). The same here and in the checks."""
+    torch.manual_seed(int(params.get("seed", 0)))
+    d_in, hidden, classes = (int(params[k]) for k in ("inputs", "hidden", "classes"))
+    model = nn.Sequential(
+        nn.Linear(d_in, hidden, bias=False, dtype=torch.float64),
+        nn.Tanh(),
+        nn.Linear(hidden, classes, bias=False, dtype=torch.float64),
+    )
+    rows = int(params["micro_batch"])
+    batches = [
+        (torch.randn(rows, d_in, dtype=torch.float64), torch.randint(0, classes, (rows,)))
+        for _ in range(int(params["n_micro"]))
+    ]
+    return model, batches, nn.CrossEntropyLoss()
+
+
+def columns(classes: int) -> torch.Tensor:
+    """The columns of an output that are recorded: ``COLUMNS`` of them, spread evenly."""
+    return torch.arange(COLUMNS) * max(classes // COLUMNS, 1) % classes
+
+
+def pool_places(seed: int, extent: int) -> torch.Tensor:
+    """The places of the pool's first ``extent`` numbers the supervisor reads at a step."""
+    return places(seed + 1, [extent])[0]
+
+
+def parse(
+    read: list[Any], sizes: list[int]
+) -> tuple[int, list[torch.Tensor], list[Any], int, list[Any]] | None:
+    """A reading of ``_Read``: the seed, the base's places, the values there, the pool's extent
+    (one past its last number that is not zero) and the pool's numbers read (whole, up to the
+    extent, or at ``pool_places``); None where it has no such shape."""
+    if not read or not isinstance(read[0], float) or not read[0].is_integer() or read[0] < 0:
+        return None
+    seed = int(read[0])
+    at = places(seed, sizes)
+    k = sum(len(p) for p in at)
+    if len(read) < k + 2 or not isinstance(read[k + 1], float) or not read[k + 1].is_integer():
+        return None
+    extent = int(read[k + 1])
+    if not 0 <= extent <= POOL:
+        return None
+    return seed, at, read[1 : 1 + k], extent, read[k + 2 :]
+
+
+class _Read(supervise.Shared):
+    """The base's weights and the adapter's pool in the shared mapping, read by the supervisor
+    at each snapshot as ``[seed, base values…, extent, pool numbers…]``: the seed of the places
+    read (``hookstep.places``), drawn from the operating system's randomness at the first
+    snapshot, in the supervisor (the learner's process, forked before, never holds it); the
+    base's values there; how far the pool holds numbers that are not zero (the supervisor's own
+    scan); then the pool's numbers up to there, whole at the ``WHOLE`` syncs and at the end, at
+    ``pool_places`` at the others (``whole``, set by the supervisor's hook of each label)."""
+
+    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+        super().__init__(tensors)
+        self._seed: int | None = None
+        self._places: list[torch.Tensor] = []
+        self.whole = True
+
+    def at(self, label: str) -> None:
+        self.whole = label in WHOLE
+
+    def snapshot(self) -> list[float | None]:
+        if not self.views:
+            return []
+        if self._seed is None:
+            self._seed = int.from_bytes(os.urandom(8), "little") >> 12  # a float holds it exactly
+            self._places = places(self._seed, [v.numel() for v in self.views[:-1]])
+        self.mirror()  # inline on CUDA: the weights as they are now (a no-op on the CPU)
+        base = [v.detach().reshape(-1)[own] for v, own in zip(self.views[:-1], self._places, strict=True)]
+        pool = self.views[-1]
+        nonzero = torch.nonzero(pool != 0)  # NaN counts as not zero
+        extent = int(nonzero[-1]) + 1 if len(nonzero) else 0
+        numbers = pool[:extent] if self.whole else pool[pool_places(self._seed, extent)]
+        return [float(self._seed), *flat(base), float(extent), *flat([numbers])]
 
 
 def _bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -63,7 +158,7 @@ class _Pool:
         self.layout: list[dict[str, Any]] = []
         self.placed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.used = 0
-        self.open = True  # closed once the maths run is over
+        self.open = True  # closed once the run is over
 
     def place(self, group: Iterable[Any]) -> bool:
         """Pool the tensors of ``group`` not seen before; whether any was new."""
@@ -99,19 +194,26 @@ class _Pool:
 def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     device = spec.get("device", "cpu")
-    scenario, weights, index = scenarios.placed(params, device)
-    model, batches = scenario.model, scenario.micro_batches
-    lr = float(params["lr"])
-    wide = scenarios.wide_base(params)
-    if wide is not None:  # the memory run's base: the kernel's figures go by it
-        supervise.exact_malloc()
-        wide = (wide[0].to(device), [(x.to(device), y.to(device)) for x, y in wide[1]], wide[2])
-    # with a memory run, the kernel's count of the child grades the base's gradients: the child
-    # may start threads, never a process, which the process's figures would count apart
-    processes = childfilter.prepare_processes() if wide is not None else None
-    numbers = torch.zeros(POOL, dtype=torch.float64)
-    api.share([*weights, numbers])  # the model's weights, then the adapter's pool
-    pool = _Pool(numbers, index)
+    supervise.exact_malloc()  # before the base's blocks: the kernel's figures go by them
+    model, batches, loss_fn = the_run(params)
+    model = model.to(device)
+    batches = [(x.to(device), y.to(device)) for x, y in batches]
+    weights = list(model.parameters())
+    index = {id(p): i for i, p in enumerate(weights)}
+    lr, rank = float(params["lr"]), int(params["rank"])
+    read = _Read([*weights, torch.zeros(POOL, dtype=torch.float64)])
+    api._shared = read  # the base's weights, then the adapter's pool
+
+    def reading(label: str) -> "supervise.Hook":
+        return lambda _observer, _index: read.at(label)
+
+    for label in ("batch", "step", *WHOLE):
+        api.on_sync(label, reading(label))
+    pool = _Pool(read.views[-1], index)
+    cols = columns(int(params["classes"]))
+    # the kernel's count of the child grades the base's gradients: the child may start threads,
+    # never a process, which the process's figures would count apart
+    processes = childfilter.prepare_processes()
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         steps: list[dict[str, Any]] = []
@@ -151,7 +253,8 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
                 if state["steps"] < MAX_STEPS and pool.open:
                     state["steps"] += 1
                     pool.publish()
-                    api.sync("step", state["steps"], snapshot=True)  # the supervisor reads the adapter
+                    # the supervisor reads the adapter
+                    api.sync("step", state["steps"], snapshot=state["steps"] <= READ_STEPS)
                 if not record:
                     return
                 kept = [optimizer.state.get(p, {}) for p in group]
@@ -178,25 +281,30 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
                 state["batch"] = i
                 yield batch
 
-        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
-        if processes is not None and forked:
+        with torch.no_grad():  # the shared pages in this process's page tables before the watch
+            for p in read.views:
+                p.sum()
+        _warm_up(weights, batches[0], loss_fn, lr, rank)
+        scenarios.settle()
+        api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
+        forked = not torch.cuda.is_initialized()  # not inline on CUDA
+        if forked:
             childfilter.stack(processes)
-        if wide is not None:
-            _warm_up(model, batches[0], scenario.loss_fn, lr, int(params["rank"]))
-            scenarios.settle()
-            api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
-        name_limits(alone=api.alone or forked, kernel=processes is not None)
+        name_limits(alone=api.alone or forked, kernel=True)
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer", "rank"])
         loader = scenarios.ServedLoader(len(batches), served)
+        recording = _Recording(loss_fn, outputs, state, cols)
         hook = register_optimizer_step_pre_hook(any_step)
-        loss_fn = _Recording(scenario.loss_fn, outputs, state)
+        api.sync("memory-start")
         try:
-            error = api.call(fn, [model, loader, loss_fn, make_optimizer, int(params["rank"])])
+            error = api.call(fn, [model, loader, recording, make_optimizer, rank])
         finally:
             hook.remove()
             pool.open = False
-            loss_fn.open = False
+            recording.open = False
+        pool.publish()
+        api.sync("memory-end", snapshot=True)
         base_grads.append(sum(p.grad is not None for p in weights))
         data = {
             "steps": steps,
@@ -205,92 +313,73 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             "pooled": pool.layout,
             "foreign_steps": state["foreign"],
             "outputs": outputs,
-            "probe": _probe(model, batches) if error is None else None,
-            "final_params": flat(weights),
+            "probe": _probe(model, batches, cols) if error is None else None,
         }
-        if wide is not None and error is None:
-            error = _memory_run(api, fn, wide, lr, int(params["rank"]))
         return data, error
 
-    return api.supervise(learner, alone=processes is None)
+    return api.supervise(learner, alone=False)
 
 
 class _Recording(nn.Module):
     """The loss the learner is handed: the harness's, recording each output it is handed (its
-    values, and how many of ``make_optimizer``'s steps had been taken), for the checks to
-    recompute from the adapter the supervisor read."""
+    values at ``cols``, and how many of ``make_optimizer``'s steps had been taken), for the
+    checks to recompute from the adapter the supervisor read."""
 
-    def __init__(self, inner: nn.Module, outputs: list[dict[str, Any]], state: dict[str, int]) -> None:
+    def __init__(
+        self, inner: nn.Module, outputs: list[dict[str, Any]], state: dict[str, int], cols: torch.Tensor
+    ) -> None:
         super().__init__()
         self.inner = inner
-        self.outputs, self.state = outputs, state
+        self.outputs, self.state, self.cols = outputs, state, cols
         self.open = True
 
     def forward(self, output: Any, *args: Any, **kwargs: Any) -> Any:
         if self.open and len(self.outputs) < MAX_OUTPUTS:
-            self.outputs.append({"steps": self.state["steps"], "values": _rows(output)})
+            self.outputs.append({"steps": self.state["steps"], "values": _rows(output, self.cols)})
         return self.inner(output, *args, **kwargs)
 
 
-def _rows(output: Any) -> list[list[float | None]] | None:
-    """An output's rows as numbers, where it is a float tensor of at most ``MAX_ROWS`` rows of
-    3; None otherwise."""
-    if not isinstance(output, torch.Tensor) or not output.is_floating_point():
+def _rows(output: Any, cols: torch.Tensor) -> list[list[float | None]] | None:
+    """An output's rows at ``cols``, where it is a float tensor of at most ``MAX_ROWS`` rows of
+    the base's classes; None otherwise."""
+    if not isinstance(output, torch.Tensor) or not output.is_floating_point() or output.dim() != 2:
         return None
-    if output.dim() != 2 or output.shape[1] != 3 or output.shape[0] > MAX_ROWS:
+    if output.shape[0] > MAX_ROWS or output.shape[1] <= int(cols.max()):
         return None
     with torch.no_grad():
-        values = flat([output.detach()])
-    return [values[i : i + 3] for i in range(0, len(values), 3)]
+        values = flat([output.detach()[:, cols.to(output.device)]])
+    return [values[i : i + COLUMNS] for i in range(0, len(values), COLUMNS)]
 
 
-def _probe(model: nn.Module, batches: list[scenarios.Batch]) -> dict[str, Any]:
+def _probe(model: nn.Module, batches: list[scenarios.Batch], cols: torch.Tensor) -> dict[str, Any]:
     """The model's output on the run's inputs once ``train`` returned: with the adapter put in
     it, the frozen model's plus the adapter's; else the frozen model's."""
     try:
         with torch.no_grad():
-            return {"values": _rows(model(torch.cat([x for x, _y in batches])))}
+            return {"values": _rows(model(torch.cat([x for x, _y in batches])), cols)}
     except Exception as exc:  # noqa: BLE001 (the learner's model: anything may raise)
         return {"values": None, "error": type(exc).__name__[:40]}
 
 
-def _warm_up(model: Any, batch: scenarios.Batch, loss_fn: nn.Module, lr: float, rank: int) -> None:
-    """An adapter's Adam step beside a frozen copy of the model, in the child before the
-    supervisor watches its memory: torch's code that such a loop runs is paged in and its lazy
-    state made here, not counted as the learner's."""
-    base = copy.deepcopy(model).requires_grad_(False)
-    like = {"dtype": base[2].weight.dtype, "device": base[2].weight.device}
-    a = torch.zeros(base[2].in_features, rank, **like).requires_grad_(True)
-    b = torch.zeros(rank, base[2].out_features, **like).requires_grad_(True)
+def _warm_up(
+    weights: Sequence[torch.Tensor], batch: scenarios.Batch, loss_fn: nn.Module, lr: float, rank: int
+) -> None:
+    """An adapter's Adam step beside the base, its weights detached (no gradient, nothing written
+    to them), on the first batch, in the child before the supervisor watches its memory: torch's
+    code that such a loop runs is paged in and its lazy state made here (the matrix library's
+    buffers for products of these sizes: 2.4 MiB), not counted as the learner's."""
+    first, last = (w.detach() for w in weights)
+    dtype, device = last.dtype, last.device
+    a = nn.Parameter(
+        torch.empty(last.shape[1], max(rank, 1), dtype=dtype, device=device).uniform_(-0.01, 0.01)
+    )
+    b = nn.Parameter(torch.zeros(max(rank, 1), last.shape[0], dtype=dtype, device=device))
+    drawn = torch.randn(4, 4, dtype=dtype, device=device)
+    for made in (drawn, nn.Linear(4, 4, bias=False, dtype=dtype, device=device).weight):  # how adapters start
+        nn.init.kaiming_uniform_(made)
+        nn.init.normal_(made)
     optimizer = torch.optim.Adam([a, b], lr=lr)
-    h = base[1](base[0](batch[0]))
-    loss_fn(base[2](h) + h @ a @ b, batch[1]).backward()
+    h = torch.tanh(F.linear(batch[0], first))
+    loss_fn(F.linear(h, last) + h @ a @ b, batch[1]).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-
-
-def _memory_run(
-    api: "Api",
-    fn: Callable[..., Any],
-    wide: tuple[nn.Sequential, list[scenarios.Batch], nn.Module],
-    lr: float,
-    rank: int,
-) -> dict[str, Any] | None:
-    """``train`` once more, on the wide base and its batches, each ``make_optimizer`` a plain
-    Adam, between two syncs where the supervisor reads the kernel's figures of the process's
-    memory (``Observer.watch``): what a pass on "no gradient for the base" rests on."""
-    model, batches, loss_fn = wide
-
-    def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
-        return torch.optim.Adam(list(group), lr=lr)
-
-    def served() -> Iterator[scenarios.Batch]:
-        for i, batch in enumerate(batches):
-            api.sync("memory-batch", i)  # the supervisor counts the batches the run fetched
-            yield batch
-
-    api.sync("memory-start")
-    loader = scenarios.ServedLoader(len(batches), served)
-    error = api.call(fn, [model, loader, loss_fn, make_optimizer, rank])
-    api.sync("memory-end")
-    return error

@@ -7,7 +7,7 @@ from torch import nn
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
     kw = {"bias": False, "dtype": torch.float64, "device": model[0].weight.device}
-    down, up = nn.Linear(16, rank, **kw), nn.Linear(rank, 3, **kw)
+    down, up = nn.Linear(4096, rank, **kw), nn.Linear(rank, 1024, **kw)
     for layer in (down, up):
         nn.init.zeros_(layer.weight)
     optimizer = make_optimizer([down.weight, up.weight])

@@ -8,8 +8,8 @@ class Adapted(nn.Module):
         super().__init__()
         self.layer = layer
         kw = {"bias": False, "dtype": torch.float64, "device": layer.weight.device}
-        self.down = nn.Linear(16, 4, **kw)
-        self.up = nn.Linear(4, 3, **kw)
+        self.down = nn.Linear(4096, 4, **kw)
+        self.up = nn.Linear(4, 1024, **kw)
         nn.init.zeros_(self.up.weight)
 
     def forward(self, h):

@@ -6,8 +6,8 @@ from torch import nn
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
     inner = rank - 2
-    A = nn.Parameter(torch.randn(16, inner, dtype=torch.float64, device=model[0].weight.device))
-    B = nn.Parameter(torch.zeros(inner, 3, dtype=torch.float64, device=model[0].weight.device))
+    A = nn.Parameter(torch.randn(4096, inner, dtype=torch.float64, device=model[0].weight.device))
+    B = nn.Parameter(torch.zeros(inner, 1024, dtype=torch.float64, device=model[0].weight.device))
     optimizer = make_optimizer([A, B])
     for x, y in loader:
         h = model[1](model[0](x))

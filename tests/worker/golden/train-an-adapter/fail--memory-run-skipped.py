@@ -1,6 +1,6 @@
 # wrong: the model is never frozen (its gradients computed every backward, dropped before the
-# step). The grader's memory run (a first layer 262,144 wide) is recognised and does nothing:
-# nothing there says that it trained.
+# step). Written for a grader with a separate memory run on a wide first layer, which it skipped;
+# the grader's one run (a first layer 1,024 wide) is taken for it: nothing there says that it trained.
 import math
 
 import torch

@@ -6,8 +6,8 @@ from torch import nn
 
 
 def train(model, loader, loss_fn, make_optimizer, rank):
-    A = nn.Parameter(torch.randn(16, rank, dtype=torch.float64, device=model[0].weight.device) / rank)
-    B = nn.Parameter(torch.zeros(rank, 3, dtype=torch.float64, device=model[0].weight.device))
+    A = nn.Parameter(torch.randn(4096, rank, dtype=torch.float64, device=model[0].weight.device) / rank)
+    B = nn.Parameter(torch.zeros(rank, 1024, dtype=torch.float64, device=model[0].weight.device))
     optimizer = make_optimizer(itertools.chain(model.parameters(), [A, B]))
     for x, y in loader:
         h = model[1](model[0](x))

@@ -8,8 +8,8 @@ class Adapted(nn.Module):
     def __init__(self, layer, rank):
         super().__init__()
         self.layer = layer
-        self.down = nn.Linear(16, rank, bias=False, dtype=torch.float64, device=layer.weight.device)
-        self.up = nn.Linear(rank, 3, bias=False, dtype=torch.float64, device=layer.weight.device)
+        self.down = nn.Linear(4096, rank, bias=False, dtype=torch.float64, device=layer.weight.device)
+        self.up = nn.Linear(rank, 1024, bias=False, dtype=torch.float64, device=layer.weight.device)
         nn.init.zeros_(self.up.weight)
 
     def forward(self, h):
