@@ -48,8 +48,12 @@ def _data(read_trace, seeds, params=PARAMS, fed=None, bases=None):
 
 RUNS = (len(served.LOOPS) + len(served.EXTRA)) * PARAMS[
     "rounds"
-]  # the lesson's three loops and the model's two, twice
-SEEDS = [[11 + n for n in range(RUNS)], [901, 7, 88, 5, 3, 2, 41, 42, 43, 44], [2**40, *range(1, RUNS)]]
+]  # the lesson's three loops and the model's three, twice
+SEEDS = [
+    [11 + n for n in range(RUNS)],
+    [901, 7, 88, 5, 3, 2, 41, 42, 43, 44, 45, 46],
+    [2**40, *range(1, RUNS)],
+]
 
 
 def test_busy_is_the_union_of_the_device_over_the_whole_span_and_idle_counts_the_edges():
@@ -117,7 +121,7 @@ def test_the_models_extra_loops_make_memsets_and_the_idle_edges_matter(seed):
     compute-bound (without them the share falls under half and the bottleneck changes); on the
     checkpoint loop the trace ends with the GPU idle for its longest stretch, so a span from the
     GPU's first work to its last gives another busy share and another idle stretch."""
-    zeroing, checkpoint = (served.perturb(base, seed) for base in check.load(PARAMS)[0][3:])
+    zeroing, checkpoint = (served.perturb(base, seed) for base in check.load(PARAMS)[0][3:5])
     truth = check.measure(zeroing)
     without = check.measure(zeroing, ("kernel", "gpu_memcpy"))
     assert truth["busy"] > 0.6 and without["busy"] < 0.3
@@ -196,7 +200,9 @@ def test_each_mistake_is_named_with_the_learners_own_numbers(mistake, seeds):
     assert evaluation.diagnosis is not None and evaluation.diagnosis.id == mistake
     values = evaluation.diagnosis.values
     if mistake == "host-labels":
-        assert values["answer"] == "compute" and values["label"] == "backward"
+        # the first run it gets wrong: the launch loop's backward, or the pinned loop's data
+        # range (its host waits there for the pin-memory thread, though the GPU is busy)
+        assert (values["label"], values["answer"]) in (("backward", "compute"), ("data", "input"))
     else:
         reported = [r["busy"] * 100 for r in data["runs"]]
         assert any(math.isclose(values["reported"], r, abs_tol=0.01) for r in reported)
@@ -210,7 +216,7 @@ def test_a_host_label_named_as_the_answer_is_told_where_the_cpu_waited():
 
     evaluation = check.evaluate(PARAMS, _data(optimizer_said, SEEDS[0]), "cpu")
     assert evaluation.diagnosis is not None and evaluation.diagnosis.id == "host-labels"
-    assert evaluation.diagnosis.values["answer"] in ("optimizer", "data", "backward")
+    assert evaluation.diagnosis.values["answer"] in ("optimizer", "data", "backward", "checkpoint")
 
 
 def test_a_percentage_and_microseconds_are_told_apart():
