@@ -16,10 +16,10 @@ PARAMS = {
     "warmup_kernels": 3,
     "min_syncs": 8,
 }
-KERNEL = {"kernel": 32.0, "idle": 5.0}  # the device's time per step in each run, as the supervisor answered
+KERNEL = {"kernel": 32.0, "idle": 5.0, "blocking": 10.0}  # the device's time per step in each run
 
 
-def _events(number, kernel_ms, kernels=60, syncs=20, idle=0):
+def _events(number, kernel_ms, kernels=60, syncs=20, idle=0, blocking=False):
     """A run's events: ``kernels`` steps launched (the first 3 kernels the warm-up's, 80 ms
     longer), the first half over the loader (a batch asked for at each, a step taking
     max(loading, kernel)), the second on one batch; ``syncs`` calls of synchronize(), half of
@@ -36,14 +36,19 @@ def _events(number, kernel_ms, kernels=60, syncs=20, idle=0):
         if loader:
             events.append(["asked", number, t, -1])
         events += [["begin", number, t, -1], ["kernel", number, t + length, -1]]
-        t += (max(16.0, length) if loader else length) + 0.2
+        # a blocking step waits for its batch, then for its own work: nothing overlaps
+        t += ((16.0 + length if blocking else max(16.0, length)) if loader else length) + 0.2
         if every and (i % half + 1) % every == 0 and (i % half + 1) // every <= syncs // 2:
             events.append(["synchronize", number, t, -1])
     return events + [["synchronize", number, t, -1]] * idle
 
 
 def _data(answers, slowed=("kernel", "idle"), **events):
-    seen = [e for n, label in enumerate(slowed) for e in _events(n, KERNEL[label], **events)]
+    seen = [
+        e
+        for n, label in enumerate(slowed)
+        for e in _events(n, KERNEL[label], blocking=label == "blocking", **events)
+    ]
     return {"runs": answers, "observed": _observed(seen, slowed)}
 
 
@@ -230,3 +235,39 @@ def test_a_spread_made_up_around_one_timing_does_not_pass():
     measured = next(c for c in made_up.checks if c.name == "timing_measured")
     assert not made_up.passed and measured.message == "check.timing_measured.spread_off"
     assert (measured.values["fastest"], measured.values["slowest"]) == (32.2, 32.2)
+
+
+THREE = {**PARAMS, "runs": 3, "blocking_ms": 5}
+
+
+def test_the_blocking_run_is_input_bound_at_loading_plus_kernel():
+    """Issue 41, red team 4: a third run whose steps wait for their own work. Its truth is
+    loading + kernel a step, the loader bounds it, and an answer that names it compute-bound
+    (a verdict from the wait in next(): a smaller share of its step than the device run's)
+    fails on the bound with the figures right."""
+    slowed = ("blocking", "kernel", "idle")
+    honest = {
+        "type": "dict",
+        "step_ms": 26.2,
+        "spread_ms": [26.0, 27.0],
+        "same_batch_ms": 10.2,
+        "bound": "input",
+    }
+    runs = check._runs(THREE, _data([honest, _honest("kernel"), _honest("idle")], slowed))
+    assert [r["scenario"] for r in runs] == ["blocking", "device", "loading"]
+    assert round(runs[0]["step_ms"], 3) == 26.2 and round(runs[0]["kernel_ms"], 3) == 10.2
+    assert runs[0]["bound"] == "input"
+    result = check.evaluate(THREE, _data([honest, _honest("kernel"), _honest("idle")], slowed), "cpu")
+    assert result.passed, [c for c in result.checks if not c.passed]
+    waited = {**honest, "bound": "compute"}
+    result = check.evaluate(THREE, _data([waited, _honest("kernel"), _honest("idle")], slowed), "cpu")
+    assert [c.name for c in result.checks if not c.passed] == ["timing_bound"]
+    assert result.diagnosis is not None and result.diagnosis.id == "bound-from-the-wait"
+    assert result.diagnosis.values["scenario"].key == "timing.scenario.blocking"
+
+
+def test_a_scenario_the_supervisor_never_draws_is_interference():
+    data = _data([_honest("kernel"), _honest("idle")])
+    data["observed"]["slowed"] = ["kernel", "sideways"]
+    with pytest.raises(Interfered):
+        check._runs(PARAMS, data)
