@@ -13,6 +13,7 @@ only name the mistake.
 """
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -32,6 +33,8 @@ from worker.checks import (  # noqa: E402
     tensors,
 )
 from worker.harness import memory, scenarios  # noqa: E402
+from worker.harness.checkpointing import Read  # noqa: E402
+from worker.harness.hookstep import places  # noqa: E402
 from worker.harness.observer import WATCH  # noqa: E402
 from worker.harness.protocol import reported, reported_meters
 
@@ -123,6 +126,8 @@ class ReleaseReference:
     biases: torch.Tensor  # the release run's model's after the naive step
     travelled: float
     grad_bytes: int  # its gradients, all of them
+    weights: torch.Tensor  # its weights after the naive step, one after another
+    sizes: list[int]  # each weight's values
 
 
 @lru_cache(maxsize=8)
@@ -133,12 +138,14 @@ def _release_reference(key: str) -> ReleaseReference | None:
     model, [(x, y)], loss_fn = scenarios.block_net(sized)
     weights = list(model.parameters())
     biases = [m.bias for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    wide = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     before = tensors.flat(biases)
     loss_fn(model(x), y).backward()
     torch.optim.SGD(weights, lr=float(sized["lr"])).step()
     after = tensors.flat(biases)
     grad_bytes = sum(p.numel() * p.element_size() for p in weights)
-    return ReleaseReference(after, tensors.norm(after - before), grad_bytes)
+    moved = torch.cat([w.detach().reshape(-1) for w in wide])
+    return ReleaseReference(after, tensors.norm(after - before), grad_bytes, moved, [w.numel() for w in wide])
 
 
 def release_reference(params: dict) -> ReleaseReference | None:
@@ -182,8 +189,59 @@ def _observations(params, data, size):
             raise Interfered("gradients", detail="the reported gradients differ from the steps observed")
 
 
+def _parted(params: dict, data: dict, size: int) -> tuple[dict, list | None]:
+    """The trace with each of the supervisor's readings cut to the values it read whole
+    (``harness.checkpointing.Read``: the calls' parameters, the budget run's, the release run's
+    biases), and the rest of its reading at ``memory-release-end`` (the seed of the places it
+    read of the release run's weights, and the values there); None where the exercise has no
+    release run, or that reading is missing."""
+    if release_reference(params) is None:
+        return data, None
+    seen = observed(data)
+    whole = _total(params, size)
+    shots = seen.get("snapshots")
+    if not isinstance(shots, list) or not all(isinstance(s, list) for s in shots):
+        raise Interfered("shape", detail="the supervisor's readings do not have its shape")
+    ends = snapshots(seen, "memory-release-end")
+    rest = ends[0][whole:] if ends else None
+    final = seen.get("final_params")
+    cut = {**seen, "snapshots": [s[:whole] for s in shots]}
+    if isinstance(final, list):
+        cut["final_params"] = final[:whole]
+    return {**data, "observed": cut}, rest
+
+
+def _weights_error(release: ReleaseReference, rest: list | None) -> float:
+    """How far the release run's weights the supervisor read after the step (``rest``: the seed of
+    the places it drew, then the values there) are from the naive step's, relative to their size
+    (infinity where the reading is missing or of another shape). Right steps: 0 on the CPU; a
+    step that trained weights of its own leaves the mapping's where they began, ~1e-3 away."""
+    if not (rest and isinstance(rest[0], float) and rest[0].is_integer()):
+        return math.inf
+    own = places(int(rest[0]), release.sizes, Read.SAMPLES)
+    offsets = [sum(release.sizes[:i]) for i in range(len(release.sizes))]
+    found = torch.cat([p + o for p, o in zip(own, offsets, strict=True)])
+    if len(rest) != 1 + found.numel():
+        return math.inf
+    expected = release.weights[found]
+    return tensors.norm(tensors.vector(rest[1:]).nan_to_num() - expected) / tensors.norm(expected)
+
+
+def weights_read(params: dict, check: Check | None, rest: list | None, tol: float) -> Check | None:
+    """The release run's ``check``, where the supervisor read the run's weights after the step,
+    in its own mapping (``rest``: ``harness.checkpointing.Read``), where the naive step puts
+    them; else not a pass: a step that did not train them there has no figure to go by (red team
+    4, issue 41: a step that kept its gradients and freed the weights as it ended, made in the
+    child's own pages then, left no more in memory than a right one)."""
+    release = release_reference(params)
+    if check is None or release is None or _weights_error(release, rest) <= tol:
+        return check
+    return Check("released_kernel", False, "check.released_kernel.untrained", check.values)
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     ref = reference(params)
+    data, rest = _parted(params, data, ref.size)
     _observations(params, data, ref.size)
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     errors = [
@@ -223,7 +281,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     kernel = kernel_check(params, data, device, ref.size)
     if kernel is not None:
         checks.insert(2, kernel)
-    kept_kernel = release_check(params, data, device, ref.size)
+    kept_kernel = weights_read(params, release_check(params, data, device, ref.size), rest, tol)
     if kept_kernel is not None:
         checks.append(kept_kernel)
     metrics = {
@@ -308,7 +366,8 @@ def _stayed(seen: dict, start: str, end: str) -> int:
 
 def release_check(params: dict, data: dict, device: str, size: int) -> Check | None:
     """The release run as the supervisor saw it (None where the exercise has none, or on CUDA):
-    its biases where the naive step puts them, and what the process still held once the step
+    its biases where the naive step puts them (its weights too: ``weights_read``), and what the
+    process still held once the step
     returned, as the kernel counted it, over what it held as the run began (at most
     ``RELEASED`` of the gradients' bytes) and, with ``HELD`` more, over what it held as the
     learner's file was loaded. The ``.grad`` the child reported as None only names the mistake;

@@ -14,6 +14,7 @@ on a fresh model: its peak) and the release's (a model of wide layers and a smal
 process still holds once the step returned, its gradients tens of MiB).
 """
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from torch.utils import _python_dispatch
 from torch.utils.checkpoint import checkpoint
 
 from . import memory, scenarios, supervise
+from .hookstep import places
 from .instrument import flat, name_limits, wrap_step
 
 if TYPE_CHECKING:
@@ -62,12 +64,12 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         supervise.exact_malloc()
     big = _big(scenarios.memory_params(params), device)
     release = _big(scenarios.release_params(params), device)
-    if release is not None:  # its weights are made in the child once the budget's run is over
-        _drop(_linears(release[0], "weight"))
-    # after the calls' parameters, the budget run's, then the release run's biases (its weights,
-    # 2 MiB each, 36 MiB in all, would not fit in a trace): the checks part them
-    shared = weights + (list(big[0].parameters()) if big is not None else [])
-    api.share(shared + (_linears(release[0], "bias") if release is not None else []))
+    # read whole: the calls' parameters, the budget run's, then the release run's biases; the
+    # release run's weights (2 MiB each, 36 MiB in all, would not fit in a trace) at places the
+    # supervisor draws (``Read``). All of them in the supervisor's mapping, made before the fork
+    whole = weights + (list(big[0].parameters()) if big is not None else [])
+    whole += _linears(release[0], "bias") if release is not None else []
+    api._shared = Read(whole, _linears(release[0], "weight") if release is not None else [])
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         events: list[list[Any]] = []
@@ -120,7 +122,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         if big is not None and error is None:
             error = _memory_run(api, fn, big, loss_fn, lr, "memory")
         if release is not None and error is None:
-            _make_weights(release[0], params, device)
+            _touch(_linears(release[0], "weight"))
             error = _memory_run(api, fn, release, loss_fn, lr, "memory-release")
         data = {
             "peaks": peaks,
@@ -142,27 +144,53 @@ def _linears(model: scenarios.BlockNet, name: str) -> list[torch.Tensor]:
     return [getattr(m, name) for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def _drop(weights: list[torch.Tensor]) -> None:
-    """In the supervisor, before the fork: the release run's weights (36 MiB) emptied. While the
-    budget's run is measured the child holds none of the harness's memory a step could free to
-    lower its rise (a step that freed them during its run and wrote them back from their seed
-    after it passed as the naive step)."""
-    for weight in weights:
-        weight.data = torch.empty(0, dtype=weight.dtype, device=weight.device)
-
-
-def _make_weights(model: scenarios.BlockNet, params: dict[str, Any], device: str) -> None:
+def _touch(weights: list[torch.Tensor]) -> None:
     """In the child, after the budget's run and before the release run: the release model's
-    weights, made from their seed as ``scenarios.block_net`` makes them (the checks' reference
-    does the same), in the child's own pages (``RELEASE_WEIGHTS`` in the checks: what
-    the release run's reading from the file's load leaves out)."""
-    sized = scenarios.release_params(params)
-    assert sized is not None
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        fresh, _, _ = scenarios.block_net(sized)
-        for weight, made in zip(_linears(model, "weight"), _linears(fresh, "weight"), strict=True):
-            weight.data = made.data.to(device)
-    del fresh
+    weights read through, so that the supervisor's mapping they live in is in the child's page
+    tables before the run's start (the checks' ``release_check`` lets the reading from the
+    file's load hold their bytes). Until then the child never touched those pages:
+    the budget's run counts none of them, and a step cannot free them to lower its figure.
+
+    Why in the mapping (issue 41, red team 4): made in the child's own pages, a step that kept
+    its gradients past the step and freed the model's own weights as it ended (``p.data =
+    torch.empty(0)``, the storage resized to 0) left 1.2-1.4 MiB more than it began with, as a
+    right step does, where its 36 MiB of gradients stayed. The mapping's pages stay while the
+    supervisor maps them: a step rebinding ``p.data`` leaves them in the child's resident set,
+    one that unmaps them leaves them in the job's cgroup; and the supervisor reads the weights
+    there after the step (``Read``): a step trained on weights of its own leaves them where
+    they began."""
+    with torch.no_grad():
+        for weight in weights:
+            weight.sum()
+
+
+class Read(supervise.Shared):
+    """The run's tensors in the shared mapping, read by the supervisor at each snapshot as
+    ``[whole…, seed, sampled…]``: every value of ``whole``, then the seed of the places it read
+    of ``sampled`` (``hookstep.places``, ``SAMPLES`` of each), then the values there. The seed
+    comes from the operating system's randomness at the first snapshot, in the supervisor (the
+    learner's process, forked before, never holds it). With nothing ``sampled``, ``whole``'s
+    values alone, as ``Shared`` reads them."""
+
+    SAMPLES = 64  # of each weight: 19 × 64 values a snapshot (the blocks' 18 layers and the head)
+
+    def __init__(self, whole: list[torch.Tensor], sampled: list[torch.Tensor]) -> None:
+        super().__init__([*whole, *sampled])
+        self.whole = len(whole)
+        self._seed: int | None = None
+        self._places: list[torch.Tensor] = []
+
+    def snapshot(self) -> list[float | None]:
+        read = flat(self.views[: self.whole]) if self.whole else []
+        sampled = self.views[self.whole :]
+        if not sampled:
+            return read
+        if self._seed is None:
+            self._seed = int.from_bytes(os.urandom(8), "little") >> 12  # a float holds it exactly
+            self._places = places(self._seed, [v.numel() for v in sampled], self.SAMPLES)
+        self.mirror()  # inline on CUDA: the tensors as they are now (a no-op on the CPU)
+        values = [v.detach().reshape(-1)[own] for v, own in zip(sampled, self._places, strict=True)]
+        return [*read, float(self._seed), *flat(values)]
 
 
 def _warm_up(params: dict[str, Any], loss_fn: Callable[..., torch.Tensor]) -> None:

@@ -40,13 +40,13 @@ MAX_STEPS = 2000
 SAMPLES = 256
 
 
-def places(seed: int, sizes: Iterable[int]) -> list[torch.Tensor]:
+def places(seed: int, sizes: Iterable[int], samples: int = SAMPLES) -> list[torch.Tensor]:
     """The places ``Sampled`` reads, within each parameter of ``sizes`` values, drawn from
-    ``seed``: every place of a small one, ``SAMPLES`` of a larger one (sorted, no repeats).
+    ``seed``: every place of a small one, ``samples`` of a larger one (sorted, no repeats).
     The same in the supervisor and in the checks, which rebuild them from the seed."""
     generator = torch.Generator().manual_seed(seed)
     return [
-        torch.arange(n) if n <= SAMPLES else torch.randint(n, (SAMPLES,), generator=generator).unique()
+        torch.arange(n) if n <= samples else torch.randint(n, (samples,), generator=generator).unique()
         for n in sizes
     ]
 
