@@ -1,3 +1,4 @@
+from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -20,7 +21,7 @@ from app.offline.idempotency import key_of
 from app.security import TEXT_PATTERN
 from app.submissions import present, queue, service, watch
 from app.submissions.editor import phrases
-from app.submissions.figures import figures
+from app.submissions.figures import Figures, figures
 from app.submissions.models import Mode, Status, Submission
 from app.submissions.schemas import SubmissionCreated, SubmissionId, SubmissionIn, SubmissionOut
 from app.submissions.workers import grading_notice
@@ -105,7 +106,7 @@ def exercise_page(
         request,
         "exercise.html",
         {
-            **_status_context(request, session, learner, latest),
+            **_status_view(request, session, learner, latest).context(),
             "course": course,
             "lesson": lesson,
             "exercise": exercise,
@@ -178,11 +179,7 @@ def submit_form(
         response = render(
             request,
             "_submission_status.html",
-            {
-                **_status_context(request, session, learner, None),
-                "announce": True,
-                "error": str(e) if isinstance(e, Throttled) else busy_message(),
-            },
+            StatusView().context(announce=True, error=str(e) if isinstance(e, Throttled) else busy_message()),
             status_code=429,
         )
         if isinstance(e, Throttled):
@@ -211,7 +208,7 @@ def submission_page(
             "course": course,
             "exercise": exercise,
             "lesson": course.lesson(exercise.lesson) if exercise else None,
-            **_status_context(request, session, learner, submission),
+            **_status_view(request, session, learner, submission).context(),
         },
     )
 
@@ -257,61 +254,70 @@ def _wait_url(request: Request, submission: Submission) -> str:
     return f"{path}?seen={submission.status}&key={watch.key(request.app.state.settings, submission.id)}"
 
 
-def _status_context(
+@dataclass(frozen=True)
+class StatusView:
+    """What _submission_status.html (and _verdict.html inside it) shows of one submission, or of
+    none yet: the status or verdict, the attempt's number for this learner and exercise, and after
+    a pass the way on and the reference solution (also offered, with a warning, after several
+    failed tries). ``context()`` is the templates' context."""
+
+    submission: Submission | None = None
+    error: str | None = None
+    announce: bool = False
+    history_oob: list[Submission] | None = None
+    queue_position: int | None = None
+    elapsed: int | None = None  # whole seconds running
+    figures: Figures = field(default_factory=Figures)
+    attempts: service.Attempts | None = None
+    place: present.Place | None = None
+    solution: str | None = None
+    failing_line: int | None = None
+    verdict: dict[str, Any] = field(default_factory=dict)
+    pass_meaning: str = ""
+    wait_url: str | None = None
+
+    def context(self, **changes: Any) -> dict[str, Any]:
+        view = replace(self, **changes)
+        return {f.name: getattr(view, f.name) for f in fields(view)}
+
+
+def _status_view(
     request: Request, session: Session, learner: Learner, submission: Submission | None
-) -> dict[str, Any]:
-    """The context of _submission_status.html: the status or verdict, the attempt's number for
-    this learner and exercise, and after a pass the way on and the reference solution (also
-    offered, with a warning, after several failed tries)."""
-    context: dict[str, Any] = {
-        "submission": submission,
-        "error": None,
-        "announce": False,
-        "history_oob": None,
-        "queue_position": None,
-        "elapsed": None,
-        "figures": [],
-        "attempts": None,
-        "place": None,
-        "solution": None,
-        "failing_line": None,
-        "verdict": {},
-        "pass_meaning": "",
-        "wait_url": None,
-    }
+) -> StatusView:
     if submission is None:
-        return context
+        return StatusView()
     verdict = present.verdict_of(submission)  # rendered once, in the reader's language
     attempts = service.attempts(session, learner, submission.exercise)
     exercise = request.app.state.course.exercise(submission.exercise)
     final = Status(submission.status).final
-    context |= {
-        "queue_position": _queue_order(request.app).position(session, submission),
-        "elapsed": service.elapsed_seconds(submission),
-        "attempts": attempts,
-        "verdict": verdict,
-        "figures": figures(verdict) if final else [],
-        "failing_line": present.failing_line(verdict) if final else None,
-        "place": present.place(request.app.state.course, exercise) if exercise else None,
-        "pass_meaning": present.pass_meaning(exercise) if submission.status == Status.PASSED else "",
-        "wait_url": None if final else _wait_url(request, submission),
-    }
     graded = submission.mode == Mode.SUBMIT
-    if (
+    offered = (
         exercise
         and final
         and graded
         and (submission.status == Status.PASSED or attempts.failures >= service.SHOW_SOLUTION_AFTER)
-    ):
-        context["solution"] = present.solution(exercise, request.state.lang)
-    return context
+    )
+    return StatusView(
+        submission=submission,
+        queue_position=_queue_order(request.app).position(session, submission),
+        elapsed=service.elapsed_seconds(submission),
+        attempts=attempts,
+        verdict=verdict,
+        figures=figures(verdict) if final else Figures(),
+        failing_line=present.failing_line(verdict) if final else None,
+        place=present.place(request.app.state.course, exercise) if exercise else None,
+        pass_meaning=present.pass_meaning(exercise) if submission.status == Status.PASSED else "",
+        wait_url=None if final else _wait_url(request, submission),
+        solution=present.solution(exercise, request.state.lang) if offered and exercise else None,
+    )
 
 
 def _status(request: Request, session: Session, learner: Learner, submission: Submission, *, announce: bool):
-    context = {**_status_context(request, session, learner, submission), "announce": announce}
+    history = None
     if announce and Status(submission.status).final and "/exercises/" in here(request):
-        context["history_oob"] = service.history(session, learner, submission.exercise)
-    return render(request, "_submission_status.html", context)
+        history = service.history(session, learner, submission.exercise)
+    view = _status_view(request, session, learner, submission)
+    return render(request, "_submission_status.html", view.context(announce=announce, history_oob=history))
 
 
 # ---------------------------------------------------------------- API
