@@ -225,7 +225,8 @@ class _Reads:
     places it drew, relative to their size there (the most of any reading); the adapter as it
     was placed (the last ``pooled`` reading, whole); and after each step, the pool's extent,
     the places read and the numbers there. Every reading's extent is within the numbers the
-    layout placed: the harness writes no other number of the pool."""
+    layout placed: the harness writes no other number of the pool. The start is the last
+    placing before the first step (a later one is a tensor the program added after)."""
 
     def __init__(self, seen: dict, run: _Run, used: int) -> None:
         labels = _labels(seen)
@@ -250,7 +251,7 @@ class _Reads:
             gap = tensors.norm(tensors.vector(base).nan_to_num() - first) / tensors.norm(first)
             self.moved = max(self.moved, gap)
             values = tensors.vector(numbers)
-            if label == "pooled":
+            if label == "pooled" and not self.after:  # placed before the first step
                 self.start = torch.cat([values, torch.zeros(used - extent, dtype=torch.float64)])
             elif label == "step":
                 assert idx is not None

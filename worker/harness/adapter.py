@@ -124,6 +124,10 @@ class _Read(supervise.Shared):
         self._places: list[torch.Tensor] = []
         self.whole = True
 
+    def mirror(self) -> None:
+        """Nothing to copy: ``snapshot`` reads the weights' places where they are (on CUDA,
+        64 MiB copied at every reading otherwise), and ``_Pool.publish`` copies the adapter."""
+
     def at(self, label: str) -> None:
         self.whole = label in WHOLE
 
@@ -133,8 +137,13 @@ class _Read(supervise.Shared):
         if self._seed is None:
             self._seed = int.from_bytes(os.urandom(8), "little") >> 12  # a float holds it exactly
             self._places = places(self._seed, [v.numel() for v in self.views[:-1]])
-        self.mirror()  # inline on CUDA: the weights as they are now (a no-op on the CPU)
-        base = [v.detach().reshape(-1)[own] for v, own in zip(self.views[:-1], self._places, strict=True)]
+        # the weights' places: in the mapping on the CPU (the supervisor's own objects still
+        # point there, whatever the child does with its copies); inline on CUDA, on the device
+        weights = self.tensors[:-1]
+        base = [
+            t.detach().reshape(-1)[own.to(t.device)].cpu()
+            for t, own in zip(weights, self._places, strict=True)
+        ]
         pool = self.views[-1]
         nonzero = torch.nonzero(pool != 0)  # NaN counts as not zero
         extent = int(nonzero[-1]) + 1 if len(nonzero) else 0
