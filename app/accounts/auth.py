@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import secrets
 from base64 import urlsafe_b64encode
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated
 from urllib.parse import urlencode
@@ -65,29 +66,33 @@ def session_cookie(secure: bool) -> str:
     return f"__Host-{SESSION_COOKIE}" if secure else SESSION_COOKIE
 
 
-def set_session_cookie(request: Request, response: Response, token: str) -> None:
+def _our_cookie(
+    request: Request, response: Response, name: Callable[[bool], str], value: str | None, max_age: int = 0
+) -> None:
+    """Set one of the accounts' cookies (``value``) or delete it (None): httponly, SameSite=Lax,
+    and over HTTPS Secure, under its ``__Host-`` name."""
     secure = is_https(request)
-    response.set_cookie(
-        session_cookie(secure),
-        token,
-        max_age=int(SESSION_LIFETIME.total_seconds()),
-        httponly=True,
-        samesite="lax",
-        secure=secure,
-    )
+    if value is None:
+        response.delete_cookie(name(secure), httponly=True, samesite="lax", secure=secure)
+    else:
+        response.set_cookie(
+            name(secure), value, max_age=max_age, httponly=True, samesite="lax", secure=secure
+        )
+
+
+def set_session_cookie(request: Request, response: Response, token: str) -> None:
+    _our_cookie(request, response, session_cookie, token, int(SESSION_LIFETIME.total_seconds()))
 
 
 def clear_session_cookie(request: Request, response: Response) -> None:
-    secure = is_https(request)
-    response.delete_cookie(session_cookie(secure), httponly=True, samesite="lax", secure=secure)
+    _our_cookie(request, response, session_cookie, None)
 
 
 def forget_browser(request: Request, response: Response) -> None:
     """Whoever uses this browser next starts afresh (sign-out, a deleted account): no session, a
     new visitor, and no drafts kept by the page."""
     clear_session_cookie(request, response)
-    secure = is_https(request)
-    response.delete_cookie(visitor_cookie(secure), httponly=True, samesite="lax", secure=secure)
+    _our_cookie(request, response, visitor_cookie, None)
     response.headers["Clear-Site-Data"] = '"storage"'
 
 
@@ -108,21 +113,12 @@ def remember_device(request: Request, response: Response, user: User) -> None:
     """This browser signed in to `user`'s account: from now on its sign-ins there do not wait
     for failures elsewhere (app/accounts/service.py), and once the account is deleted it is told
     so. Kept at sign-out: it is the way back in."""
-    secure = is_https(request)
     payload = f"{user.id}.{int(utcnow().timestamp())}.{secrets.token_urlsafe(18)}"
-    response.set_cookie(
-        device_cookie(secure),
-        f"{payload}.{_device_mac(request, payload)}",
-        max_age=YEAR,
-        httponly=True,
-        samesite="lax",
-        secure=secure,
-    )
+    _our_cookie(request, response, device_cookie, f"{payload}.{_device_mac(request, payload)}", YEAR)
 
 
 def forget_device(request: Request, response: Response) -> None:
-    secure = is_https(request)
-    response.delete_cookie(device_cookie(secure), httponly=True, samesite="lax", secure=secure)
+    _our_cookie(request, response, device_cookie, None)
 
 
 def known_device(request: Request) -> Device | None:
