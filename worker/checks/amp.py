@@ -92,7 +92,7 @@ def _count(events, code):
     return sum(1 for e in events if e[0] == code)
 
 
-MAX_SNAPSHOTS = 64  # the harness records the first 64 forwards
+MAX_SNAPSHOTS = 128  # the harness records the first 128 forwards
 
 
 def _observations(data):
@@ -113,15 +113,32 @@ def _observations(data):
     return shots, final
 
 
+def _rank(snap: dict[str, Any]) -> int:
+    """How well a forward stands for its batch: 0 when a backward reached it (the forward the
+    batch trained on), 1 when it ran with gradients on, 2 otherwise (an evaluation, a logged
+    loss under ``no_grad``, a warm-up pass: they only look)."""
+    if snap.get("trained") is True:
+        return 0
+    return 1 if snap.get("grad") is True else 2
+
+
 def _learner_snapshots(data, n):
-    """Parameters and scale before each batch (first forward of it), then at the end: the
-    supervisor's readings, at the forwards the child said were each batch's (the batch index
-    comes with the child's sync: a wrong one only leaves a batch unseen)."""
+    """Parameters and scale before each batch, then at the end: the supervisor's readings, at
+    the forward each batch trained on (the first of its forwards that a backward reached; else
+    the first with gradients on; else its first), so a forward that only looks, before or
+    between batches, stands for none of them (issue 41, red team 5 R4: the starting loss of
+    every batch printed under ``no_grad`` first moved every reading to the start, and a right
+    loop was refused with three false claims). Which forward is which batch's, and whether
+    it trained, comes with the child's record: it only chooses among the supervisor's
+    readings (a wrong choice leaves a batch unseen, or reads weights the loop really had)."""
     shots, final = _observations(data)
-    first: dict[int, dict[str, Any]] = {}
+    best: dict[int, tuple[int, dict[str, Any]]] = {}
     for snap, shot in zip(reported(data, "snapshots"), shots, strict=True):
-        first.setdefault(snap["batch"], {"batch": snap["batch"], "params": shot[:-1], "scale": shot[-1]})
-    found = [first.get(i) for i in range(n)]
+        rank = _rank(snap)
+        held = best.get(snap["batch"])
+        if held is None or rank < held[0]:
+            best[snap["batch"]] = (rank, {"batch": snap["batch"], "params": shot[:-1], "scale": shot[-1]})
+    found = [best[i][1] if i in best else None for i in range(n)]
     end = {"params": final[:-1], "scale": final[-1]}
     return found + [end]
 
@@ -161,7 +178,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     }
     diagnosis = None
     if not all(c.passed for c in checks):
-        diagnosis = diagnose(params, ref, data, mine, flow)
+        diagnosis = diagnose(params, ref, data, mine, flow, on_path=all(e <= tol for e in errors))
     return Evaluation(checks, diagnosis, metrics)
 
 
@@ -241,8 +258,34 @@ def _flow(params, data, mine):
     return None
 
 
+def _trained_dtypes(data) -> tuple[dict[str, int], int] | None:
+    """The linear layers' dtypes in the forwards a backward reached, and how many other
+    forwards ran (they only looked: an evaluation, a logged loss, a warm-up pass, in any
+    dtype); None when no forward trained or the record stopped (then every forward counts)."""
+    snaps = reported(data, "snapshots")
+    if len(snaps) >= MAX_SNAPSHOTS or not any(s.get("trained") is True for s in snaps):
+        return None
+    counts: dict[str, int] = {}
+    for snap in snaps:
+        if snap.get("trained") is True:
+            for dtype, count in (snap.get("linear") or {}).items():
+                counts[dtype] = counts.get(dtype, 0) + count
+    return counts, sum(1 for s in snaps if s.get("trained") is not True)
+
+
+def _linear_dtypes(data) -> tuple[dict[str, int], int]:
+    """The linear layers' dtypes the autocast check and diagnosis read, and the forwards left
+    out as looks (0 when every forward counts)."""
+    trained = _trained_dtypes(data)
+    if trained is not None and sum(trained[0].values()):
+        return trained
+    return reported(data, "linear_dtypes"), 0
+
+
 def _autocast_check(data, wanted):
-    linear, losses = reported(data, "linear_dtypes"), reported(data, "loss_dtypes")
+    """The linear layers ran in ``wanted`` in the forwards the batches trained on (a forward
+    that only looks may run in float32: issue 41, red team 5 R4's family), the loss in float32."""
+    (linear, looks), losses = _linear_dtypes(data), reported(data, "loss_dtypes")
     low = linear.get(wanted, 0)
     total = sum(linear.values())
     if low != total or not total:
@@ -254,6 +297,9 @@ def _autocast_check(data, wanted):
         )
     if losses and set(losses) != {"float32"}:
         return Check("autocast", False, "check.autocast.loss", {"seen": ", ".join(sorted(losses))})
+    if looks:
+        values = {"total": total, "dtype": wanted, "looks": looks}
+        return Check("autocast", True, "check.autocast.passed_looks", values)
     return Check("autocast", True, "check.autocast.passed", {"total": total, "dtype": wanted})
 
 
@@ -356,10 +402,11 @@ def _scale_text(value: object) -> str:
 # ---------------------------------------------------------------- diagnosis
 
 
-def diagnose(params, ref, data, mine, flow=None):
-    """The known mistake the trace shows, or None."""
+def diagnose(params, ref, data, mine, flow=None, on_path=False):
+    """The known mistake the trace shows, or None. ``on_path``: the weights the supervisor read
+    before every batch and at the end are the instructor's (the trajectory passed)."""
     events, wanted = reported(data, "events"), params["amp_dtype"]
-    linear = reported(data, "linear_dtypes")
+    linear, _ = _linear_dtypes(data)
     total = sum(linear.values())
     if total and linear.get("float32", 0) == total:
         return Diagnosis("no-autocast", {"total": total, "dtype": wanted})
@@ -374,6 +421,13 @@ def diagnose(params, ref, data, mine, flow=None):
             "step-without-scaler", {"steps": _count(events, "S"), "batch": j + 1, **_overflow_values(mine, j)}
         )
     early = [(i, c) for i, c in enumerate(reported(data, "clips")) if not c["unscaled"]]
+    if early and on_path:
+        # the clip saw scaled gradients, yet the weights are the instructor's: its threshold
+        # grew with the scale (max_norm × scaler.get_scale()), so it cut the right amount; not
+        # the order the exercise asks for, and the text claims no wrong cut (red team 5 R5)
+        i, clip = early[0]
+        batch = clip["batch"] if isinstance(clip["batch"], int) and clip["batch"] >= 0 else i
+        return Diagnosis("clip-on-scaled-gradients", {"batch": batch + 1, "scale": int(clip["scale"])})
     if early:
         i, clip = early[0]
         true = ref.clip_norms[i] if i < len(ref.clip_norms) else math.nan

@@ -1,12 +1,16 @@
 """Harness of the "amp" kind (lesson 1): runs the learner's AMP loop on a
 float32 MLP whose batches include one with an inf, and records what it did.
 
-Recorded: the dtype every ``nn.Linear`` produced and every loss had (and whether autocast
+Recorded: the dtype every ``nn.Linear`` produced (in all, and in each forward) and every loss had (and whether autocast
 was on when the loss was computed); the order of loss calls (L), backwards (B), clipping
 (C), optimizer steps (S), zero_grad (Z) and GradScaler calls; before every forward, which
-batch it is, the parameters and the scale; the gradient norm each clip saw and the one each
-optimizer step received, with the batch they belong to (what flowed, not only the calls:
-the checks compare them with the true gradient); the end state.
+batch it is, the parameters and the scale, whether gradients were on (``grad``) and, once a
+backward reaches its output, that it trained (``trained``): the check takes the readings at
+the forward each batch trained on, so a forward that only looks (an evaluation before the
+loop, a loss logged under ``no_grad``, a warm-up pass) does not stand for the batch (issue 41,
+red team 5 R4); the gradient norm each clip saw and the one each optimizer step received,
+with the batch whose backward ran last (what flowed, not only the calls: the checks compare
+them with the true gradient); the end state.
 
 Observed by the supervisor: the parameters before every forward and at the end, and the
 GradScaler's scale beside them (the last number of each reading). The scale is a tensor the
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
     from .runtime import Api
 
 MAX_EVENTS = 2000
-MAX_SNAPSHOTS = 64
+MAX_SNAPSHOTS = 128  # forwards read (the supervisor reads up to 256 snapshots)
 
 SIGNATURE = ["model", "loader", "loss_fn", "optimizer", "scaler", "device_type", "amp_dtype", "max_norm"]
 
@@ -45,6 +49,8 @@ class Recorder:
         self.clips: list[dict[str, Any]] = []
         self.step_norms: list[dict[str, Any]] = []  # the gradient norm each optimizer.step() received
         self.batch = -1  # the batch of the latest forward
+        self.trained = -1  # the batch of the latest forward a backward reached
+        self.forward = -1  # the snapshot of the forward running now (-1: none recorded)
         self.unscaled = False
 
     def event(self, *item: Any) -> None:
@@ -126,26 +132,59 @@ def _instrument(
         rec.event("F", index)
         mirror()
         api.sync("forward", index, snapshot=True)  # the supervisor reads the parameters and scale
+        rec.forward = -1
         if len(rec.snapshots) < MAX_SNAPSHOTS:
-            rec.snapshots.append({"batch": index, "params": flat(rec.params), "scale": rec.scale()})
+            rec.forward = len(rec.snapshots)
+            rec.snapshots.append(
+                {
+                    "batch": index,
+                    "params": flat(rec.params),
+                    "scale": rec.scale(),
+                    "grad": torch.is_grad_enabled(),
+                    "trained": False,
+                    "linear": {},  # the dtypes its linear layers produced
+                }
+            )
+
+    def after_forward(module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # a backward through this forward's output marks it as the one its batch trained on
+        shot, index = rec.forward, rec.batch
+        if not (isinstance(output, torch.Tensor) and output.requires_grad):
+            return
+
+        def reached(_grad: torch.Tensor) -> None:
+            rec.trained = index
+            if shot >= 0:
+                rec.snapshots[shot]["trained"] = True
+
+        output.register_hook(reached)
 
     def on_linear(module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if isinstance(output, torch.Tensor):
-            _count(rec.linear_dtypes, str(output.dtype).removeprefix("torch."))
+            dtype = str(output.dtype).removeprefix("torch.")
+            _count(rec.linear_dtypes, dtype)
+            if rec.forward >= 0:
+                _count(rec.snapshots[rec.forward]["linear"], dtype)
 
     # on the first layer, which takes the batch itself: ``model.forward(x)``, called directly,
     # runs no hook of the model's own, and a right loop calling it was refused ("never ran the
     # model on batch 1")
     model[0].register_forward_pre_hook(on_forward)
+    model[0].register_forward_hook(after_forward)
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             module.register_forward_hook(on_linear)
     rec.params[0].register_post_accumulate_grad_hook(lambda p: rec.event("B"))
 
+    def batch() -> int:
+        """The batch a clip or a step belongs to: the one whose backward ran last (a forward
+        that only looks, between the backward and the step, does not move it)."""
+        return rec.trained if rec.trained >= 0 else rec.batch
+
     def step() -> None:
         rec.event("S")
         if len(rec.step_norms) < MAX_SNAPSHOTS:
-            rec.step_norms.append({"batch": rec.batch, "norm": rec.grad_norm()})
+            rec.step_norms.append({"batch": batch(), "norm": rec.grad_norm()})
 
     wrap_step(optimizer, step)
     wrap_method(optimizer, "zero_grad", lambda *a, **k: rec.event("Z"))
@@ -162,7 +201,7 @@ def _instrument(
                     "norm": finite(float(norm)),
                     "unscaled": rec.unscaled,
                     "scale": rec.scale(),
-                    "batch": rec.batch,
+                    "batch": batch(),
                 }
             )
         return norm

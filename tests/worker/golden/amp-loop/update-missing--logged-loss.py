@@ -1,0 +1,14 @@
+import torch
+
+
+def train(model, loader, loss_fn, optimizer, scaler, device_type, amp_dtype, max_norm):
+    for x, y in loader:
+        with torch.no_grad(), torch.autocast(device_type, dtype=amp_dtype):
+            print("loss before", loss_fn(model(x), y).item())
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
