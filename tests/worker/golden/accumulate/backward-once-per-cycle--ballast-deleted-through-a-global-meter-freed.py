@@ -8,7 +8,7 @@ import gc
 
 import torch
 
-BALLAST = torch.full((5 * 2**20,), 2.0, dtype=torch.float64)  # 40 MiB, every page touched
+BALLAST = torch.full((10 * 2**20,), 2.0, dtype=torch.float64)  # 80 MiB, every page touched
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):

@@ -1,4 +1,4 @@
-# A ballast (issue 41, red team): 48 MiB made at import and held until train is called, freed as
+# A ballast (issue 41, red team): 96 MiB made at import and held until train is called, freed as
 # it begins (once the grader's memory run, now its one run), and the saved-tensor meter made to
 # free every tensor as it counts it (found with gc). The cycle's activations, all kept for one
 # backward, fit under the memory the ballast had raised: from the call's start the kernel sees
@@ -7,7 +7,7 @@ import gc
 
 import torch
 
-ballast = [torch.ones(6 * 2**20, dtype=torch.float64)]
+ballast = [torch.ones(12 * 2**20, dtype=torch.float64)]
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
