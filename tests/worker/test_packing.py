@@ -50,44 +50,76 @@ def test_pack_puts_whole_documents_in_order_and_marks_the_boundaries():
     assert rows.docs.tolist() == [[0, 0, 0, 1, 1, -1], [0, 0, 0, 0, -1, -1]]
 
 
+SEED = 12345.0  # the seed of the places the supervisor read (every place: the tiny model's tensors are small)
+MIB = 1 << 20
+# the kernel's count of the run (issue 41, red team 5): one run, the model's rows' logits counted
+COUNTED = {**PARAMS, "kernel_memory": True}
+
+
 def _start():
-    model, _ = sequences.packing(PARAMS)
-    return tensors.flat(model.parameters()).tolist()
+    return check.trajectory(PARAMS)[0]
 
 
-def _data(after, rows=None, forwards=None):
-    """A trace whose supervisor read ``after`` (the parameters after each batch) and counted one
-    call of the model per batch, on ``rows`` rows each (the packed count unless given)."""
-    before = [_start(), *[a.tolist() for a in after[:-1]]]
+def _after():
+    return check.trajectory(PARAMS)[1:]
+
+
+def _data(after, rows=None, forwards=None, *, fetched_first=False, rise=None, held=MIB):
+    """A trace whose supervisor read ``after`` (the parameters after each optimizer step) as
+    ``hookstep.Sampled`` reads them, each batch fetched before its step (all of them first where
+    ``fetched_first``), and counted one call of the model per batch, on ``rows`` rows each (the
+    packed count unless given). With ``rise``, the kernel's count of the run: the memory rose by
+    ``rise`` at its peak, ``held`` more than at the watch as it began."""
     rows = list(check.packed_rows(PARAMS)) if rows is None else rows
-    events = []
-    for i in range(len(before)):
-        events.append(["batch", i, float(i), i])
-        if i < len(rows):  # the hook sends the call's token positions: rows of row_len
-            events.append(["forward", rows[i] * PARAMS["row_len"], float(i) + 0.5, -1])
-    final = after[-1].tolist()
+    snaps = [[SEED, *a.tolist()] for a in after]
+    batches = [["batch", i, float(i), -1] for i in range(PARAMS["n_batches"])]
+    calls = [["forward", r * PARAMS["row_len"], float(i) + 0.5, -1] for i, r in enumerate(rows)]
+    steps = [["step", i, float(i) + 0.7, i] for i in range(len(after))]
+    if fetched_first:
+        events = [*batches, *calls, *steps]
+    else:
+        n = max(len(batches), len(calls), len(steps))
+        events = [e for i in range(n) for part in (batches, calls, steps) for e in part[i : i + 1]]
     count = len(rows) if forwards is None else forwards
     observed = {
         "mode": "fork",
-        "counts": {"batch": len(before), "forward": count},
+        "counts": {"batch": len(batches), "forward": count, "step": len(after)},
         "events": events,
-        "snapshots": before,
-        "final_params": final,
+        "snapshots": snaps,
+        "final_params": snaps[-1] if snaps else [],
         "interfered": None,
     }
-    return {"final_params": final, "observed": observed}
+    if rise is not None:
+        base = 300 * MIB
+        observed["snapshots"] = [*snaps, snaps[-1]]
+        observed["events"] = [["memory-start", -1, 0.1, -1], *events, ["memory-end", -1, 9.0, len(snaps)]]
+        observed["counts"] |= {"memory-start": 1, "memory-end": 1}
+        observed["memory"] = [
+            ["watch-memory", -1, base, base, -1, -1],
+            ["memory-start", -1, base + held, base + held, -1, -1],
+            ["memory-end", -1, base + held, base + held + rise, -1, -1],
+        ]
+        observed["memory_lowered"] = 0
+    return {"observed": observed}
 
 
 def test_a_loop_that_trains_each_document_as_if_alone_on_packed_rows_passes():
-    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS)), "cpu")
+    result = check.evaluate(PARAMS, _data(_after()), "cpu")
     assert result.passed, result.checks
     assert result.diagnosis is None
     assert result.metrics["model_rows"] == list(check.packed_rows(PARAMS))
 
 
+def test_a_loop_that_packs_every_batch_first_is_read_after_each_step():
+    """Red team 5: read at the next batch's fetch, the solution packing every batch first (a
+    list comprehension over the loader) was read before it stepped; read at the step, it passes."""
+    result = check.evaluate(PARAMS, _data(_after(), fetched_first=True), "cpu")
+    assert result.passed, result.checks
+
+
 @pytest.mark.parametrize("name", sorted(check.MISTAKES))
 def test_each_mistake_is_named_by_the_trajectory_it_gives(name):
-    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS, name)), "cpu")
+    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS, name)[1:]), "cpu")
     assert not result.passed
     assert result.checks[0].message == "check.packed-trajectory.failed"
     assert result.diagnosis is not None and result.diagnosis.id == name
@@ -95,7 +127,7 @@ def test_each_mistake_is_named_by_the_trajectory_it_gives(name):
 
 def test_one_document_per_row_trains_right_and_fails_on_its_rows():
     rows = [PARAMS["docs_per_batch"]] * PARAMS["n_batches"]
-    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS), rows=rows), "cpu")
+    result = check.evaluate(PARAMS, _data(_after(), rows=rows), "cpu")
     assert [c.passed for c in result.checks] == [True, False]
     assert result.diagnosis.id == "one-document-per-row"
     assert result.diagnosis.values["rows"] == PARAMS["docs_per_batch"]
@@ -105,9 +137,8 @@ def test_documents_in_padded_slots_of_one_long_row_fail_on_their_positions():
     """Not packed, though one row: each document in a slot of its own padded to row_len, the
     slots end to end (red team, issue 41: it passed when only rows were counted)."""
     slots = [PARAMS["docs_per_batch"] * PARAMS["row_len"]] * PARAMS["n_batches"]
-    data = _data(check.trajectory(PARAMS))
-    events = data["observed"]["events"]
-    forwards = [e for e in events if e[0] == "forward"]
+    data = _data(_after())
+    forwards = [e for e in data["observed"]["events"] if e[0] == "forward"]
     for event, positions in zip(forwards, slots, strict=True):
         event[1] = positions
     result = check.evaluate(PARAMS, data, "cpu")
@@ -116,77 +147,51 @@ def test_documents_in_padded_slots_of_one_long_row_fail_on_their_positions():
     assert result.diagnosis.id == "one-document-per-row"
 
 
-def test_a_call_per_document_fails_on_the_supervisor_s_count_whatever_rows_it_said():
+def test_a_call_for_show_on_less_than_a_row_fails_unnamed():
+    """Red team 5: a loop that never packs, with one call of the embedding on a (1, 1) dummy per
+    batch: the report fails it (not whole rows), and names no mistake it did not show."""
+    data = _data(_after())
+    for event in data["observed"]["events"]:
+        if event[0] == "forward":
+            event[1] = 1
+    result = check.evaluate(PARAMS, data, "cpu")
+    assert [c.passed for c in result.checks] == [True, False] and result.diagnosis is None
+
+
+def test_a_call_per_document_fails_on_the_count_whatever_rows_it_said():
     n = PARAMS["docs_per_batch"] * PARAMS["n_batches"]
-    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS), rows=[1] * n), "cpu")
+    result = check.evaluate(PARAMS, _data(_after(), rows=[1] * n), "cpu")
     assert not result.passed
     assert result.checks[1].message == "check.packed-rows.calls"
     # a model never called (its submodules used by hand) is no pass either
-    assert not check.evaluate(PARAMS, _data(check.trajectory(PARAMS), rows=[]), "cpu").passed
+    assert not check.evaluate(PARAMS, _data(_after(), rows=[]), "cpu").passed
 
 
 def test_a_loop_that_trains_nothing_fails_unnamed():
-    still = [torch.tensor(_start(), dtype=torch.float64)] * PARAMS["n_batches"]
+    still = [_start()] * PARAMS["n_batches"]
     result = check.evaluate(PARAMS, _data(still), "cpu")
     assert not result.passed and result.diagnosis is None
 
 
-def test_a_short_run_is_not_a_pass():
-    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS)[:1]), "cpu")
+def test_a_short_run_or_an_extra_step_is_not_a_pass():
+    result = check.evaluate(PARAMS, _data(_after()[:1]), "cpu")
     assert not result.passed
     assert result.checks[0].values == {"batches": 1, "expected": 2}
+    result = check.evaluate(PARAMS, _data([*_after(), _after()[-1]]), "cpu")
+    assert not result.passed
+    assert result.checks[0].values == {"batches": 3, "expected": 2}
 
 
-def test_reported_parameters_that_differ_from_the_observed_ones_are_interference():
-    data = _data(check.trajectory(PARAMS))
-    data["final_params"] = [v * 1.001 for v in data["final_params"]]
+@pytest.mark.parametrize("shot", [[], [0.5, 1.0], "x", [SEED, 1.0, 2.0]])
+def test_parameters_read_in_another_shape_are_interference(shot):
+    data = _data(_after())
+    data["observed"]["snapshots"][1] = shot
     with pytest.raises(Interfered):
         check.evaluate(PARAMS, data, "cpu")
-    data["final_params"] = None
-    with pytest.raises(Interfered):
-        check.evaluate(PARAMS, data, "cpu")
-
-
-# the memory run (issue 41): the hook's positions are the program's report, so a pass on packed
-# rows rests on the kernel's count of the process on a batch of many short documents
-MEMORY = {
-    **PARAMS,
-    "memory_vocab": 64,
-    "memory_row_len": 16,
-    "memory_min_doc": 2,
-    "memory_max_doc": 5,
-    "memory_docs": 8,
-}
-MIB = 1 << 20
-
-
-def _with_memory_run(rise, *, held=MIB, trained=True, fetched=1):
-    """``_data`` of a right maths run, then a memory run whose layers the supervisor read at its
-    end (after one right SGD step, or left where they started) and whose memory rose by ``rise``
-    at its peak, ``held`` more than at the watch as it began."""
-    data = _data(check.trajectory(PARAMS))
-    seen = data["observed"]
-    layers = check.memory_step(MEMORY) if trained else check.memory_start(MEMORY)
-    seen["snapshots"].append(seen["final_params"] + layers.tolist())
-    seen["events"].append(["memory-end", -1, 9.0, len(seen["snapshots"]) - 1])
-    seen["counts"]["memory-batch"] = fetched
-    base = 300 * MIB
-    seen["memory"] = [
-        ["watch-memory", -1, base, base, -1, -1],
-        ["memory-start", -1, base + held, base + held, -1, -1],
-        ["memory-end", -1, base + held, base + held + rise, -1, -1],
-    ]
-    seen["memory_lowered"] = 0
-    return data
-
-
-def test_the_memory_runs_scenario_packs_into_few_rows_of_many():
-    packed, docs = check.memory_rows(MEMORY)
-    assert docs == MEMORY["memory_docs"] and packed < docs / 2
 
 
 @pytest.mark.parametrize(
-    ("rise", "held", "trained", "message"),
+    ("rise", "held", "right", "message"),
     [
         (0.4, MIB, True, "check.packed-rows.passed"),  # packed rows: a few rows of logits
         (2.0, MIB, True, "check.packed-rows.kernel"),  # a row per document, whatever the hook said
@@ -194,26 +199,22 @@ def test_the_memory_runs_scenario_packs_into_few_rows_of_many():
         (0.4, MIB, False, "check.packed-rows.untrained"),  # a run that did not train has no figure
     ],
 )
-def test_the_packed_rows_line_rests_on_the_memory_run(rise, held, trained, message):
-    row = MEMORY["memory_row_len"] * MEMORY["memory_vocab"] * 8
-    data = _with_memory_run(int(rise * MEMORY["memory_docs"] * row), held=held, trained=trained)
+def test_the_packed_rows_line_rests_on_the_kernel_s_count_of_the_one_run(rise, held, right, message):
+    row = PARAMS["row_len"] * PARAMS["vocab"] * 8
+    after = _after() if right else [_start()] * PARAMS["n_batches"]
+    data = _data(after, rise=int(rise * PARAMS["docs_per_batch"] * row), held=held)
     if message == "check.packed-rows.held":  # freed as the run began: the mark stays where it was
         data["observed"]["memory"][2][3] = data["observed"]["memory"][1][3] = 300 * MIB + held
-    result = check.evaluate(MEMORY, data, "cpu")
-    assert result.checks[0].passed  # the maths run is right in every case
+    result = check.evaluate(COUNTED, data, "cpu")
+    assert result.checks[0].passed == right
     assert result.checks[1].message == message, result.checks[1]
     assert result.checks[1].passed == (message == "check.packed-rows.passed")
     if message == "check.packed-rows.kernel":
         assert result.diagnosis is not None and result.diagnosis.id == "one-document-per-row"
 
 
-def test_a_memory_run_that_fetched_nothing_has_no_figure():
-    result = check.evaluate(MEMORY, _with_memory_run(0, fetched=0), "cpu")
-    assert result.checks[1].message == "check.packed-rows.untrained"
-
-
 def test_without_a_watched_child_the_packed_rows_line_is_the_programs_word():
-    data = _data(check.trajectory(PARAMS))
+    data = _data(_after())
     data["observed"]["mode"] = "inline"
-    result = check.evaluate(MEMORY, data, "cpu")
+    result = check.evaluate(COUNTED, data, "cpu")
     assert result.passed and result.checks[1].message == "check.packed-rows.reported"

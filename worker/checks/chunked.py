@@ -47,23 +47,26 @@ from worker.harness.protocol import reported
 
 # relative parameter error, against how far the reference moved the parameters read: the chunks'
 # sum differs from the whole loss in float32's order of additions (measured: 0 to 2.5e-7 for right
-# loops in six styles); a chunk weighed wrong, padding counted or the last chunk left out is off
-# by 0.08, 0.15 and 0.57
-TOLERANCE = {"cpu": 1e-3, "cuda": 1e-3}
+# loops in six styles, 1.8e-6 for a hand-written softmax gradient); a chunk weighed wrong, padding
+# counted or the last chunk left out is off by 0.08, 0.15 and 0.57, and the whole softmax kept at
+# once in float16 (31 MiB, under the memory line) by 6.5e-5: 2e-5 refuses it (red team 5)
+TOLERANCE = {"cpu": 2e-5, "cuda": 1e-3}
 # a known mistake is named when the learner's parameters follow its recomputed trajectory this close
 NAMED = 1e-3
 # The run's memory as the kernel counts the process's rise (1,000 tokens × 16,384 words: one
-# chunk of 256 rows' logits 16 MiB, the whole logits 62.5 MiB), measured on the CPU under
-# `treino check`: right loops 52.4-54.3 MiB (checkpointed chunks, each chunk's own backward,
-# log-softmax and gather, reentrant checkpoint, the profiler, a logging thread), half-size chunks
-# 28.4, and 68.5-68.6 where a loop keeps the last chunk's logits (or log-probabilities) in a
-# variable into the next chunk (each chunk's own backward: right, one chunk more at the peak);
-# chunks 1.25x as large 64.8, 1.5x 76.8, 2x 100.2, every chunk's graph kept 94. A tidy right
-# loop holds about three of a chunk's logits at its peak (the logits, their log-softmax and its
-# gradient), four with a stale one, and a few MiB besides; the line, 72 MiB, sits between that
-# and chunks half again as large (four and a half)
+# chunk of 128 rows' logits 8 MiB, the whole logits 62.5 MiB), measured on the CPU under
+# `treino check` (red team 5): the solution 28.7-28.8 MiB, batches taken first 28.7, each chunk's
+# own backward keeping the last chunk's logits into the next 36.2; the whole logits in one lean
+# buffer (softmax and its gradient in place, lm_head never called) 67.0, chunks of 256 held the
+# usual way 52.4. A tidy right loop holds about three of a chunk's logits at its peak (the
+# logits, their log-softmax and its gradient), four with a stale one, and a few MiB besides; the
+# line, 8 MiB + 4.5 chunks = 44 MiB, sits well under one copy of the whole logits (chunks of 256
+# in the last round's scenario put a lean whole copy, 67-70 MiB, under its 72 MiB line). It bounds
+# bytes, not rows: a loop that holds one buffer per chunk instead of three fits chunks up to
+# about four times ``chunk_size`` under it (a lean Function on chunks of 256 rose 25.0 MiB);
+# lm_head's report fails such chunks where it sees them, nothing else does
 KERNEL_BASE = 8 << 20
-KERNEL_CHUNKS = 4.0
+KERNEL_CHUNKS = 4.5
 # What a loop may hold from before its run, since the supervisor began to watch (as the learner's
 # file was loaded; the harness pages torch's code in before that): the learner's module, torch's
 # lazily made state (measured: 0.25 MiB over the rise for the solution). A loop that holds memory
@@ -166,7 +169,7 @@ def prepare(params: dict, device: str) -> None:
         trajectory(params, name)
 
 
-def _read(shot: object, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def read_sampled(shot: object, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """A snapshot of ``hookstep.Sampled``: the places it read (into the parameters flattened one
     after another), rebuilt from its seed, and the values there. The supervisor's own reading;
     one of another shape was not made by it."""
@@ -180,12 +183,19 @@ def _read(shot: object, sizes: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return found, tensors.vector(shot[1:])
 
 
-def _after(seen: dict, sizes: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The parameters after each batch, as the supervisor read them (places, values): before the
-    next batch, and once the loop returned."""
-    before = snapshots(seen, "batch")
-    ends = snapshots(seen, "memory-end") or [seen.get("final_params")]
-    return [_read(shot, sizes) for shot in [*before[1:], ends[0]]] if before else []
+Read = tuple[torch.Tensor, torch.Tensor]  # the places read (into the parameters flattened), the values
+
+
+def _after(seen: dict, sizes: list[int], expected: int) -> tuple[list[Read], int]:
+    """The parameters after each optimizer step, as the supervisor read them (places, values),
+    the first ``expected`` of them, and how many steps the loop took. Read at the step (red
+    team 5): read at the next batch's fetch, a right loop that took its batches first
+    (``list(loader)``, a prefetch) was read before it stepped."""
+    taken = int(seen["counts"].get("step", 0))
+    shots = snapshots(seen, "step")[:expected]
+    if len(shots) < min(taken, expected):
+        raise Interfered("shape", detail="a step's parameters were not read")
+    return [read_sampled(shot, sizes) for shot in shots], taken
 
 
 def _errors(after: list[tuple[torch.Tensor, torch.Tensor]], ref: Reference) -> list[float]:
@@ -211,11 +221,11 @@ def _well_formed(data: dict) -> None:
 
 
 def _trajectory_check(
-    params: dict, after: list[tuple[torch.Tensor, torch.Tensor]], tol: float
+    params: dict, after: list[tuple[torch.Tensor, torch.Tensor]], taken: int, tol: float
 ) -> tuple[Check, list[float]]:
     ref = trajectory(params)
-    if len(after) != len(ref.params) - 1:
-        counts = {"batches": len(after), "expected": len(ref.params) - 1}
+    if taken != len(ref.params) - 1 or len(after) != taken:
+        counts = {"batches": taken, "expected": len(ref.params) - 1}
         return Check("chunked-trajectory", False, "check.chunked-trajectory.batches", counts), []
     errors = _errors(after, ref)
     bad = next((t for t, e in enumerate(errors) if not e <= tol), None)
@@ -329,8 +339,8 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     _well_formed(data)
     ref = trajectory(params)
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
-    after = _after(seen, ref.sizes)
-    trajectory_check, errors = _trajectory_check(params, after, tol)
+    after, taken = _after(seen, ref.sizes, len(ref.params) - 1)
+    trajectory_check, errors = _trajectory_check(params, after, taken, tol)
     checks = [trajectory_check]
     kernel = kernel_check(params, data, bool(errors) and errors[-1] <= tol)
     if kernel is not None:
@@ -339,7 +349,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     oversized = _oversized(params, calls)
     if oversized is not None:
         checks.append(oversized)
-    metrics: dict = {"batches": len(after)}
+    metrics: dict = {"batches": taken}
     if kernel is not None:  # drawn by the page as chunked.yaml's figure.logits says
         v = kernel.values
         metrics["charts"] = [
@@ -355,7 +365,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         ]
     diagnosis = None
     if not checks[0].passed:
-        diagnosis = _named_by_trajectory(params, after, calls) if len(after) == len(ref.params) - 1 else None
+        diagnosis = _named_by_trajectory(params, after, calls) if taken == len(ref.params) - 1 else None
     elif kernel is not None and not kernel.passed and not kernel.message.endswith("untrained"):
         diagnosis = _named_by_memory(params, calls)
     elif oversized is not None and oversized.values["rows"] >= oversized.values["tokens"]:

@@ -7,13 +7,22 @@ packed loop passes when the parameters after every batch, read by the sandbox's 
 that reference's: which holds only where no token attended another document, positions restarted
 with each one, and no padding or boundary label counted.
 
+The learner's loop runs once (red team 5: a program that told a small maths run from a second,
+wide memory run gave each document a padded row of its own where memory was not counted). The
+parameters after every optimizer step, as the supervisor read them (``hookstep.Sampled``: small
+tensors whole, large ones at places it drew after the fork), must be the reference's; then, where
+the exercise counts memory (``params["kernel_memory"]``), the process's memory over the run, as the
+kernel counted it, must rise by less than the logits of a row per document. The calls of the
+model's token embedding the child's hook reported (positions per call) only fail a loop: a loop
+that runs each document alone, unpadded, in a call of its own computes what packing computes in no
+more memory, and only that report tells it apart.
+
 Each known mistake is recomputed here on the rows the exercise describes (documents in order, a
 new row when the next one does not fit whole), and the one whose trajectory the learner's
 parameters follow is named.
 """
 
 import json
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -28,30 +37,27 @@ from worker.checks import (
     Diagnosis,
     Evaluation,
     Interfered,
-    agree,
     kernel_memory,
     observed,
     snapshots,
     tensors,
 )
-from worker.harness import packing as harness
+from worker.checks.chunked import Read, read_sampled
 from worker.harness import sequences
-from worker.harness.protocol import reported
 
 IGNORE = sequences.IGNORE_INDEX
 PAD = 0  # the token a row's end is padded with (its labels are IGNORE)
-# relative parameter error: packed rows and lone documents add the same terms in another order
-# (float64: ~1e-16); a document that saw another, or a row weighed apart, is off by ≥ 1e-3
+# parameter error at the places read, relative to how far the reference moved them there: packed
+# rows and lone documents add the same terms in another order (float64: ~1e-13); a document that
+# saw another, or a row weighed apart, is off by ≥ 1e-3
 TOLERANCE = {"cpu": 1e-9, "cuda": 1e-7}
 NAMED = 1e-6  # a known mistake is named when the parameters follow its recomputed trajectory this close
-# The memory run, as the kernel counts the process: its line, a share of the logits a row per
-# document takes (32 rows of 2 MiB; packed, 3), and what a right loop may hold from the load of
-# the learner's file (the maths run's leftovers, its module). Measured: see MEASURED below
+# The run's memory, as the kernel counts the process: its line, a share of the logits a row per
+# document takes (32 rows of 2 MiB a batch; packed, 3), and what a right loop may hold from the
+# load of the learner's file (its module, torch's lazily made state). Measured on the CPU under
+# `treino check`: see docs/security.md's row
 MEMORY_FACTOR = 1.0
 HELD = 8 << 20
-# the memory run's read layers against one SGD step on each document alone, relative to how far
-# that step moved them (float64: ~1e-13 for a right loop, padded rows included)
-MEMORY_TRAINED = 1e-6
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ def _trajectory(params: dict, name: str) -> list[torch.Tensor]:
     weights = list(model.parameters())
     optimizer = torch.optim.SGD(weights, lr=float(params["lr"]))
     length = int(params["row_len"])
-    after = []
+    after = [tensors.flat(weights)]
     for documents in batches:
         if name == "reference":
             loss = alone_loss(model, documents, length)
@@ -167,7 +173,8 @@ def _cached(key: str, name: str) -> list[torch.Tensor]:
 
 
 def trajectory(params: dict, name: str = "reference") -> list[torch.Tensor]:
-    """The parameters after each batch: each document alone (``reference``), or a known mistake."""
+    """The parameters at the start and after each batch: each document alone (``reference``), or
+    a known mistake."""
     with SEEDING:
         return _cached(json.dumps(params, sort_keys=True), name)
 
@@ -203,22 +210,36 @@ def _layout(params: dict) -> dict[str, int]:
 
 def prepare(params: dict, device: str) -> None:
     packed_rows(params)
-    if harness.memory_params(params) is not None:
-        memory_step(params)
     trajectory(params)
     for name in MISTAKES:
         trajectory(params, name)
 
 
-def _size(params: dict) -> int:
-    return len(trajectory(params)[0])
+@lru_cache(maxsize=8)
+def _sizes_cached(key: str) -> tuple[int, ...]:
+    params = json.loads(key)
+    model, _batches = sequences.packing(params)
+    return tuple(p.numel() for p in model.parameters())
 
 
-def _errors(after: list[torch.Tensor], ref: list[torch.Tensor]) -> list[float]:
-    return [tensors.norm(a - r) / tensors.norm(r) for a, r in zip(after, ref, strict=True)]
+def _sizes(params: dict) -> list[int]:
+    """Each parameter's values, in the order the supervisor reads them."""
+    with SEEDING:
+        return list(_sizes_cached(json.dumps(params, sort_keys=True)))
 
 
-def _named(params: dict, after: list[torch.Tensor]) -> Diagnosis | None:
+def _errors(after: list[Read], ref: list[torch.Tensor]) -> list[float]:
+    """Each step's distance from ``ref`` at the places read, relative to how far ``ref`` had
+    moved them from the start."""
+    start = ref[0]
+    errors = []
+    for (places, values), r in zip(after, ref[1:], strict=True):
+        travelled = max(tensors.norm(r[places] - start[places]), 1e-300)
+        errors.append(tensors.norm(values.nan_to_num() - r[places]) / travelled)
+    return errors
+
+
+def _named(params: dict, after: list[Read]) -> Diagnosis | None:
     """The known mistake whose recomputed trajectory the observed parameters follow."""
     found = []
     for name in MISTAKES:
@@ -230,22 +251,28 @@ def _named(params: dict, after: list[torch.Tensor]) -> Diagnosis | None:
     return Diagnosis(min(found)[1], _layout(params))
 
 
+def _after(seen: dict, params: dict, expected: int) -> tuple[list[Read], int]:
+    """The parameters after each optimizer step as the supervisor read them, the first
+    ``expected`` of them, and how many steps the loop took. Read at the step (red team 5): at
+    the next batch's fetch, a right loop that packed every batch first was read before it
+    stepped."""
+    taken = int(seen["counts"].get("step", 0))
+    shots = snapshots(seen, "step")[:expected]
+    if len(shots) < min(taken, expected):
+        raise Interfered("shape", detail="a step's parameters were not read")
+    return [read_sampled(shot, _sizes(params)) for shot in shots], taken
+
+
 def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     seen = observed(data)
-    final = reported(data, "final_params")
-    if not isinstance(final, list):
-        raise Interfered("shape", detail="the report has no parameters")
-    size = _size(params)
-    agree(final, seen["final_params"][:size], "parameters")
-    before = [b[:size] for b in snapshots(seen, "batch")]
-    ends = [*before[1:], seen["final_params"][:size]] if before else []
-    after = [tensors.vector(a).nan_to_num() for a in ends]
     ref = trajectory(params)
+    expected = len(ref) - 1
+    after, taken = _after(seen, params, expected)
     tol = TOLERANCE["cuda" if device.startswith("cuda") else "cpu"]
     diagnosis = None
     values: dict[str, Any]
-    if len(after) != len(ref):
-        values = {"batches": len(after), "expected": len(ref)}
+    if taken != expected or len(after) != taken:
+        values = {"batches": taken, "expected": expected}
         check = Check("packed-trajectory", False, "check.packed-trajectory.batches", values)
     else:
         errors = _errors(after, ref)
@@ -257,14 +284,11 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
             values = {"batch": bad + 1, "error": Sci(errors[bad])}
             check = Check("packed-trajectory", False, "check.packed-trajectory.failed", values)
             diagnosis = _named(params, after)
-    rows = _rows_check(params, seen, size)
-    if (
-        check.passed
-        and not rows.passed
-        and rows.message in ("check.packed-rows.failed", "check.packed-rows.kernel")
-    ):
+    rows = _rows_check(params, seen, check.passed)
+    more = rows.message == "check.packed-rows.failed" and rows.values["rows"] > rows.values["packed"]
+    if check.passed and (more or rows.message == "check.packed-rows.kernel"):
         diagnosis = Diagnosis("one-document-per-row", _one_per_row(params, seen, rows))
-    metrics: dict[str, Any] = {"batches": len(after), "documents_per_batch": int(params["docs_per_batch"])}
+    metrics: dict[str, Any] = {"batches": taken, "documents_per_batch": int(params["docs_per_batch"])}
     metrics |= _layout(params)
     length = int(params["row_len"])
     metrics["model_rows"] = [-(-p // length) for p in _positions(seen)][:64]
@@ -276,13 +300,13 @@ def _positions(seen: dict) -> list[int]:
     return [p for label, p, _ms, _shot in seen["events"] if label == "forward"]
 
 
-def _rows_check(params: dict, seen: dict, size: int) -> Check:
+def _rows_check(params: dict, seen: dict, trained: bool) -> Check:
     """Packed rows, not a row per document. The harness's hook sends each call's token
-    positions (a report: it fails a loop, never passes one): one call per batch, on at most as
-    many positions as the batch's packed rows hold. A pass rests on the memory run
-    (``params["memory_vocab"]``): the layers the supervisor read at its end are where one SGD
-    step on each document alone puts them, and the process's memory, as the kernel counted it,
-    rose by less than ``MEMORY_FACTOR`` of the logits a row per document would take (and
+    positions (a report: it fails a loop, never passes one): one call per batch, on whole rows
+    of ``row_len``, at most as many as the batch's documents fill packed.
+    A pass rests on the kernel's count of the run (``params["kernel_memory"]``): once the
+    parameters the supervisor read are the reference's (``trained``), the process's memory rose
+    by less than ``MEMORY_FACTOR`` of the logits a row per document takes in a batch (and
     ``HELD`` more from the learner's file's load). Without one (or on CUDA, where no child is
     watched) the line says it rests on the program's word."""
     expected = packed_rows(params)
@@ -293,33 +317,27 @@ def _rows_check(params: dict, seen: dict, size: int) -> Check:
     if count != len(expected) or len(calls) != count:
         return Check("packed-rows", False, "check.packed-rows.calls", values)
     over = next(
-        (i for i, (p, n) in enumerate(zip(calls, expected, strict=True)) if not 0 < p <= n * length), None
+        (
+            i
+            for i, (p, n) in enumerate(zip(calls, expected, strict=True))
+            if not (0 < p <= n * length and p % length == 0)
+        ),
+        None,
     )
     if over is not None:
         positions = calls[over]
         values |= {"batch": over + 1, "rows": -(-positions // length), "packed": expected[over]}
         values |= {"positions": positions, "row_len": length}
         return Check("packed-rows", False, "check.packed-rows.failed", values)
-    mem = harness.memory_params(params)
-    if mem is None or not kernel_memory.watched(seen):
+    if not params.get("kernel_memory") or not kernel_memory.watched(seen):
         return Check("packed-rows", True, "check.packed-rows.reported", values)
-    packed, docs = memory_rows(params)
-    row = mem["row_len"] * mem["vocab"] * 8  # one row's float64 logits
+    docs = int(params["docs_per_batch"])
+    row = length * int(params["vocab"]) * 8  # one row's float64 logits
     limit = int(MEMORY_FACTOR * docs * row)
-    values = {"docs": docs, "packed": packed, "row": row, "limit": limit, "held": limit + HELD}
+    values = {"docs": docs, "packed": max(expected), "row": row, "limit": limit, "held": limit + HELD}
     values |= {"rise": kernel_memory.rise(seen, "memory-start", "memory-end")}
     values |= {"since": kernel_memory.since_watch(seen, "memory-end")}
-    ref = memory_step(params)
-    ends = snapshots(seen, "memory-end")
-    fetched = seen["counts"].get("memory-batch", 0)
-    mine = tensors.vector(ends[0][size : size + ref.numel()]).nan_to_num() if ends else None
-    start = memory_start(params)
-    off = (
-        math.inf
-        if mine is None or mine.shape != ref.shape
-        else tensors.norm(mine - ref) / tensors.norm(ref - start)
-    )
-    if fetched < 1 or not off <= MEMORY_TRAINED:
+    if not trained:
         return Check("packed-rows", False, "check.packed-rows.untrained", values)
     if values["rise"] > limit:
         return Check("packed-rows", False, "check.packed-rows.kernel", values)
@@ -330,46 +348,11 @@ def _rows_check(params: dict, seen: dict, size: int) -> Check:
 
 def _one_per_row(params: dict, seen: dict, rows: Check) -> dict[str, Any]:
     """The explanation's figures: the first batch's rows where the hook's count said it, else
-    the memory run's."""
+    a row per document of the first batch."""
     if rows.message == "check.packed-rows.failed":
         return dict(rows.values)
-    packed, docs = memory_rows(params)
-    mem = harness.memory_params(params) or {}
-    return {"batch": 1, "rows": docs, "packed": packed, "positions": docs * mem.get("row_len", 0)}
-
-
-@lru_cache(maxsize=8)
-def _memory_cached(key: str) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
-    """The memory run's packed rows and documents, its read layers before and after one SGD step
-    on each document alone (float64, the CPU)."""
-    mem = json.loads(key)
-    model, batches = sequences.packing(mem)
-    layers = harness.read_layers(model)
-    before = tensors.flat(layers)
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(mem["lr"]))
-    alone_loss(model, batches[0], int(mem["row_len"])).backward()
-    optimizer.step()
-    return (len(pack(batches[0], int(mem["row_len"])).tokens), len(batches[0])), before, tensors.flat(layers)
-
-
-def _memory(params: dict) -> tuple[tuple[int, int], torch.Tensor, torch.Tensor]:
-    mem = harness.memory_params(params)
-    with SEEDING:
-        return _memory_cached(json.dumps(mem, sort_keys=True))
-
-
-def memory_rows(params: dict) -> tuple[int, int]:
-    """The memory run's batch: its rows packed as the exercise says, and its documents."""
-    return _memory(params)[0]
-
-
-def memory_start(params: dict) -> torch.Tensor:
-    return _memory(params)[1]
-
-
-def memory_step(params: dict) -> torch.Tensor:
-    """The memory run's read layers after its one step, each document trained alone."""
-    return _memory(params)[2]
+    docs, packed = int(params["docs_per_batch"]), packed_rows(params)[0]
+    return {"batch": 1, "rows": docs, "packed": packed, "positions": docs * int(params["row_len"])}
 
 
 def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:

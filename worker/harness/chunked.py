@@ -6,9 +6,11 @@ maths run from a wide memory run built the whole logits where memory was not cou
 ``n_batches`` batches of ``(tokens, labels)`` of a float32 ``TinyLM`` whose vocabulary is wide
 enough that one chunk's logits take MiB (``the_run``, built here: sequences' memory run is one
 batch without a short last chunk), with the plain SGD it is given. The supervisor reads the
-parameters as each batch is fetched and at the end (``hookstep.Sampled``: the biases whole, and
-of each weight the values at places it draws after the fork), and the kernel's figures of the
-process's memory between the run's two syncs: what a pass rests on. The child reports only the
+parameters after each of the optimizer's steps and at the end (``hookstep.Sampled``: the biases
+whole, and of each weight the values at places it draws after the fork), and the kernel's figures
+of the process's memory between the run's two syncs: what a pass rests on. Read at the step, not
+at the next fetch (red team 5): a right loop that takes its batches first (``list(loader)``, a
+prefetch) is read after each step as any other. The child reports only the
 calls of ``lm_head`` (rows, and whether backward was running): what names a mistake, or fails
 the loop, never what makes a pass.
 """
@@ -22,13 +24,16 @@ from torch.utils.checkpoint import checkpoint
 
 from . import childfilter, scenarios, sequences, supervise
 from .hookstep import Sampled
-from .instrument import name_limits
+from .instrument import name_limits, wrap_step
 
 if TYPE_CHECKING:
     from .protocol import Spec
     from .runtime import Api
 
 MAX_CALLS = 2000
+# the steps after which the supervisor reads the parameters: a run's batches and one more (a
+# loop that steps more often is refused on the count, which the supervisor keeps whole)
+READ_STEPS = 16
 
 
 def the_run(params: dict[str, Any]) -> tuple[sequences.TinyLM, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -78,8 +83,16 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
 
         def served() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             for i, batch in enumerate(batches):
-                api.sync("batch", i, snapshot=True)
+                api.sync("batch", i)
                 yield batch
+
+        steps = {"taken": 0}
+
+        def stepped(result: object) -> None:
+            # the parameters after this step, read by the supervisor: whatever order the loop
+            # fetched its batches in
+            api.sync("step", steps["taken"], snapshot=steps["taken"] < READ_STEPS)
+            steps["taken"] += 1
 
         with torch.no_grad():  # the shared pages in this process's page tables before the watch
             for p in weights:
@@ -95,6 +108,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "optimizer", "chunk_size"])
         optimizer = torch.optim.SGD(weights, lr=lr)
+        wrap_step(optimizer, after=stepped)
         loader = scenarios.ServedLoader(len(batches), served)
         api.sync("memory-start", snapshot=True)
         error = api.call(fn, [model, loader, optimizer, int(params["chunk_size"])])
