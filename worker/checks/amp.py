@@ -262,8 +262,8 @@ def _trained_dtypes(data) -> tuple[dict[str, int], int] | None:
     """The linear layers' dtypes in the forwards a backward reached, and how many other
     forwards ran (they only looked: an evaluation, a logged loss, a warm-up pass, in any
     dtype); None when no forward trained or the record stopped (then every forward counts)."""
-    snaps = reported(data, "snapshots")
-    if len(snaps) >= MAX_SNAPSHOTS or not any(s.get("trained") is True for s in snaps):
+    snaps = reported(data, "snapshots", [])
+    if not isinstance(snaps, list) or len(snaps) >= MAX_SNAPSHOTS or not any(s.get("trained") is True for s in snaps):
         return None
     counts: dict[str, int] = {}
     for snap in snaps:
