@@ -31,6 +31,7 @@ and the adapter the supervisor read, so a model changed by anything but that ada
 one, of another rank, trained by hand) fails.
 """
 
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -60,24 +61,36 @@ COLUMNS = 8  # columns of each recorded output (spread evenly): a report, it onl
 WHOLE = ("pooled", "memory-end")  # syncs at which the supervisor reads the pool whole
 
 
-def the_run(params: dict[str, Any]) -> tuple[nn.Sequential, list[scenarios.Batch], nn.Module]:
-    """The one run's base, its ``n_micro`` batches of ``micro_batch`` rows and the loss, seeded by
-    ``params["seed"]``: ``Linear(inputs, hidden)``, ``Tanh``, ``Linear(hidden, classes)``,
-    float64, without biases (a bias's gradient, a few KiB, is below what the kernel's count can
-    tell). The same here and in the checks."""
-    torch.manual_seed(int(params.get("seed", 0)))
+def _base(params: dict[str, Any]) -> nn.Sequential:
+    """The run's base, its weights not yet drawn (memory never touched): ``Linear(inputs,
+    hidden)``, ``Tanh``, ``Linear(hidden, classes)``, float64, without biases (a bias's gradient,
+    a few KiB, is below what the kernel's count can tell)."""
     d_in, hidden, classes = (int(params[k]) for k in ("inputs", "hidden", "classes"))
-    model = nn.Sequential(
-        nn.Linear(d_in, hidden, bias=False, dtype=torch.float64),
-        nn.Tanh(),
-        nn.Linear(hidden, classes, bias=False, dtype=torch.float64),
-    )
-    rows = int(params["micro_batch"])
-    batches = [
+    f64 = torch.float64
+    first = nn.Linear(d_in, hidden, bias=False, dtype=f64, device="meta")
+    model = nn.Sequential(first, nn.Tanh(), nn.Linear(hidden, classes, bias=False, dtype=f64, device="meta"))
+    return model.to_empty(device="cpu")
+
+
+def _draw(params: dict[str, Any], weights: Sequence[torch.Tensor]) -> list[scenarios.Batch]:
+    """The base's weights drawn in place (``U(±1/√fan_in)``, as ``nn.Linear`` starts them),
+    then the ``n_micro`` batches of ``micro_batch`` rows, seeded by ``params["seed"]``."""
+    torch.manual_seed(int(params.get("seed", 0)))
+    with torch.no_grad():
+        for w in weights:
+            bound = 1 / math.sqrt(w.shape[1])
+            w.uniform_(-bound, bound)
+    rows, d_in, classes = int(params["micro_batch"]), int(params["inputs"]), int(params["classes"])
+    return [
         (torch.randn(rows, d_in, dtype=torch.float64), torch.randint(0, classes, (rows,)))
         for _ in range(int(params["n_micro"]))
     ]
-    return model, batches, nn.CrossEntropyLoss()
+
+
+def the_run(params: dict[str, Any]) -> tuple[nn.Sequential, list[scenarios.Batch], nn.Module]:
+    """The one run's base, its batches and the loss: the same here and in the checks."""
+    model = _base(params)
+    return model, _draw(params, list(model.parameters())), nn.CrossEntropyLoss()
 
 
 def columns(classes: int) -> torch.Tensor:
@@ -204,13 +217,20 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     device = spec.get("device", "cpu")
     supervise.exact_malloc()  # before the base's blocks: the kernel's figures go by them
-    model, batches, loss_fn = the_run(params)
-    model = model.to(device)
-    batches = [(x.to(device), y.to(device)) for x, y in batches]
-    weights = list(model.parameters())
+    loss_fn: nn.Module = nn.CrossEntropyLoss()
+    if device == "cpu":  # the weights drawn where the supervisor reads them: 64 MiB not copied
+        model = _base(params)
+        weights = list(model.parameters())
+        read = _Read([*weights, torch.zeros(POOL, dtype=torch.float64)])
+        batches = _draw(params, weights)
+    else:
+        model, batches, loss_fn = the_run(params)
+        model = model.to(device)
+        batches = [(x.to(device), y.to(device)) for x, y in batches]
+        weights = list(model.parameters())
+        read = _Read([*weights, torch.zeros(POOL, dtype=torch.float64)])
     index = {id(p): i for i, p in enumerate(weights)}
     lr, rank = float(params["lr"]), int(params["rank"])
-    read = _Read([*weights, torch.zeros(POOL, dtype=torch.float64)])
     api._shared = read  # the base's weights, then the adapter's pool
 
     def reading(label: str) -> "supervise.Hook":
