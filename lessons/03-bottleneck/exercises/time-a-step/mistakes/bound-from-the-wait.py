@@ -23,9 +23,6 @@ def repeated(step, synchronize):
 def time_training(train_step, loader, synchronize):
     batches = iter(loader)
 
-    def loader_step():  # what the training loop does: fetch, then launch
-        train_step(next(batches))
-
     waited = []
 
     def loader_step():  # the wait in next() decides: an upper bound, not the verdict
