@@ -53,20 +53,22 @@ from worker.harness.protocol import reported
 TOLERANCE = {"cpu": 2e-5, "cuda": 1e-3}
 # a known mistake is named when the learner's parameters follow its recomputed trajectory this close
 NAMED = 1e-3
-# The run's memory as the kernel counts the process's rise (1,000 tokens × 16,384 words: one
-# chunk of 128 rows' logits 8 MiB, the whole logits 62.5 MiB), measured on the CPU under
-# `treino check` (red team 5): the solution 28.7-28.8 MiB, batches taken first 28.7, each chunk's
-# own backward keeping the last chunk's logits into the next 36.2; the whole logits in one lean
-# buffer (softmax and its gradient in place, lm_head never called) 67.0, chunks of 256 held the
-# usual way 52.4. A tidy right loop holds about three of a chunk's logits at its peak (the
-# logits, their log-softmax and its gradient), four with a stale one, and a few MiB besides; the
-# line, 8 MiB + 4.5 chunks = 44 MiB, sits well under one copy of the whole logits (chunks of 256
-# in the last round's scenario put a lean whole copy, 67-70 MiB, under its 72 MiB line). It bounds
-# bytes, not rows: a loop that holds one buffer per chunk instead of three fits chunks up to
-# about four times ``chunk_size`` under it (a lean Function on chunks of 256 rose 25.0 MiB);
-# lm_head's report fails such chunks where it sees them, nothing else does
+# The run's memory as the kernel counts the process's rise (a first batch of 2,000 tokens × 16,384
+# words: one chunk of 256 rows' logits 16 MiB, the whole logits 125 MiB; a second of 500), measured
+# on the CPU under `treino check`: right loops 52.4-54.3 MiB (checkpointed chunks, each chunk's own
+# backward, log-softmax and gather, reentrant checkpoint, the profiler, a logging thread; the
+# solution 52.7 at 2,000 tokens), half-size chunks 28.4, and 68.5-68.6 where a loop keeps the last
+# chunk's logits (or log-probabilities) in a variable into the next chunk (each chunk's own
+# backward: right, one chunk more at the peak); chunks 1.25x as large 64.8, 1.5x 76.8, 2x 100.2,
+# every chunk's graph kept 94. A tidy right loop holds about three of a chunk's logits at its peak
+# (the logits, their log-softmax and its gradient), four with a stale one, and a few MiB besides;
+# the line, 72 MiB, sits between that and chunks half again as large (four and a half). Red team
+# 5: on batches of 1,000 tokens the whole logits (62.5 MiB) in one lean buffer, softmax and its
+# gradient in place, rose 67-70 MiB, under the line; at 2,000 they take 125 MiB. The line bounds
+# bytes, not rows: a lean buffer per chunk instead of three fits chunks of 2 × ``chunk_size``
+# (40.6 MiB); lm_head's report fails such chunks where it sees them, nothing else does
 KERNEL_BASE = 8 << 20
-KERNEL_CHUNKS = 4.5
+KERNEL_CHUNKS = 4.0
 # What a loop may hold from before its run, since the supervisor began to watch (as the learner's
 # file was loaded; the harness pages torch's code in before that): the learner's module, torch's
 # lazily made state (measured: 0.25 MiB over the rise for the solution). A loop that holds memory

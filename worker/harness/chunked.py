@@ -38,20 +38,24 @@ READ_STEPS = 16
 
 def the_run(params: dict[str, Any]) -> tuple[sequences.TinyLM, list[tuple[torch.Tensor, torch.Tensor]]]:
     """The one run's float32 ``TinyLM`` (``vocab`` words, ``dim`` wide) and its ``n_batches``
-    batches of ``batch_size`` rows of ``seq_len`` tokens, each row but the last ending in 0 to
+    batches of ``batch_size`` rows of ``seq_len`` tokens (the last of ``last_batch_size`` rows
+    where given: a short batch after the wide one costs little and still shows a gradient
+    carried over), each row but the last ending in 0 to
     ``most_padding`` padding labels, seeded by ``params["seed"]``. The same here, in the
     supervisor, and in the checks."""
     torch.manual_seed(int(params.get("seed", 0)))
     vocab = int(params["vocab"])
     model = sequences.TinyLM(vocab, int(params["dim"]))
-    rows, length = int(params["batch_size"]), int(params["seq_len"])
-    padding = int(params.get("most_padding", 3))
-    batches = [sequences._batch(vocab, rows, length, padding) for _ in range(int(params["n_batches"]))]
+    length, padding, n = int(params["seq_len"]), int(params.get("most_padding", 3)), int(params["n_batches"])
+    rows = [int(params["batch_size"])] * n
+    rows[-1] = int(params.get("last_batch_size", rows[-1]))
+    batches = [sequences._batch(vocab, r, length, padding) for r in rows]
     return model, batches
 
 
 def logits_bytes(params: dict[str, Any], rows: int | None = None) -> int:
-    """The bytes of ``rows`` token positions' float32 logits (every position of a batch where None)."""
+    """The bytes of ``rows`` token positions' float32 logits (every position of a full batch
+    where None)."""
     if rows is None:
         rows = int(params["batch_size"]) * int(params["seq_len"])
     return rows * int(params["vocab"]) * 4

@@ -1,10 +1,10 @@
-# wrong (red team 5): the whole logits (62.5 MiB) in one buffer, softmax and its gradient in place,
-# lm_head never called (no report): the kernel's rise, ~67 MiB, is over the 44 MiB line.
+# wrong (red team 5): the whole logits (125 MiB on the first batch) in one buffer, softmax and
+# its gradient in place, lm_head never called (no report): the kernel's rise is far over 72 MiB.
 import torch
 
 
 class WholeLean(torch.autograd.Function):
-    """WRONG for this exercise: the WHOLE logits of the batch (1,000 x 16,384, 62.5 MiB) built at
+    """WRONG for this exercise: the WHOLE logits of the batch (2,000 x 16,384, 125 MiB) built at
     once in one buffer; softmax and its gradient computed in place in that buffer, the
     gradients of h, W and b taken in forward, the logits freed before backward."""
 

@@ -1,11 +1,11 @@
-# wrong (helper, red team 5): the whole softmax kept at once in float16 (31 MiB, under the memory
-# line); its gradients land ~7e-5 of a step off the whole loss's, outside the 2e-5 allowed.
+# wrong (helper, red team 5): the whole softmax kept at once in float16 (62.5 MiB on the first
+# batch, under the 72 MiB line); its gradients land ~7e-5 of a step off, outside the 2e-5 allowed.
 import torch
 
 
 class WholeProbsHalf(torch.autograd.Function):
-    """WRONG for this exercise: the whole batch's softmax (1,000 x 16,384) kept at once in float16
-    (31 MiB), each row block computed in float32 and stored; the gradients taken from it."""
+    """WRONG for this exercise: the whole batch's softmax (2,000 x 16,384) kept at once in float16
+    (62.5 MiB), each row block computed in float32 and stored; the gradients taken from it."""
 
     @staticmethod
     def forward(ctx, h, W, b, y):
