@@ -263,7 +263,9 @@ def _trained_dtypes(data) -> tuple[dict[str, int], int] | None:
     forwards ran (they only looked: an evaluation, a logged loss, a warm-up pass, in any
     dtype); None when no forward trained or the record stopped (then every forward counts)."""
     snaps = reported(data, "snapshots", [])
-    if not isinstance(snaps, list) or len(snaps) >= MAX_SNAPSHOTS or not any(s.get("trained") is True for s in snaps):
+    if not isinstance(snaps, list) or len(snaps) >= MAX_SNAPSHOTS:
+        return None
+    if not any(s.get("trained") is True for s in snaps):
         return None
     counts: dict[str, int] = {}
     for snap in snaps:
@@ -277,7 +279,7 @@ def _linear_dtypes(data) -> tuple[dict[str, int], int]:
     """The linear layers' dtypes the autocast check and diagnosis read, and the forwards left
     out as looks (0 when every forward counts)."""
     trained = _trained_dtypes(data)
-    if trained is not None and sum(trained[0].values()):
+    if trained is not None and any(trained[0].values()):
         return trained
     return reported(data, "linear_dtypes"), 0
 

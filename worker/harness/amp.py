@@ -1,11 +1,12 @@
 """Harness of the "amp" kind (lesson 1): runs the learner's AMP loop on a
 float32 MLP whose batches include one with an inf, and records what it did.
 
-Recorded: the dtype every ``nn.Linear`` produced (in all, and in each forward) and every loss had (and whether autocast
-was on when the loss was computed); the order of loss calls (L), backwards (B), clipping
-(C), optimizer steps (S), zero_grad (Z) and GradScaler calls; before every forward, which
-batch it is, the parameters and the scale, whether gradients were on (``grad``) and, once a
-backward reaches its output, that it trained (``trained``): the check takes the readings at
+Recorded: the dtype every ``nn.Linear`` produced (in all, and in each forward) and every loss
+had (and whether autocast was on when the loss was computed); the order of loss calls (L),
+backwards (B), clipping (C), optimizer steps (S), zero_grad (Z) and GradScaler calls; before
+every forward, which batch it is, the parameters and the scale, whether gradients were on
+(``grad``) and, once a backward reaches its output, that it trained (``trained``): the check
+takes the readings at
 the forward each batch trained on, so a forward that only looks (an evaluation before the
 loop, a loss logged under ``no_grad``, a warm-up pass) does not stand for the batch (issue 41,
 red team 5 R4); the gradient norm each clip saw and the one each optimizer step received,
