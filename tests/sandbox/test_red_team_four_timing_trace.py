@@ -14,7 +14,8 @@ read-the-gpu-trace could not tell from the right one.
   ``cudaHostAlloc`` calls with the GPU idle.
 
 The wrong programs run in every sandbox and both starts (fork and exec); the solutions still
-pass. The same programs are golden files (``tests/worker/golden/<exercise>/``).
+pass. read-the-gpu-trace's programs are golden files too (``tests/worker/golden/<exercise>/``),
+time-a-step's lie in ``red_team_four/`` beside this file.
 """
 
 import importlib.util
@@ -28,10 +29,15 @@ from worker.checks import gputrace as check
 from worker.harness import gputrace as model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "worker" / "golden"
+# time-a-step's programs live beside this file, not among the goldens: a golden's expected
+# diagnosis needs every figure within 35 %, which a loaded machine can push the loading run past
+# (1.31x seen before this change, 1.37x once with the golden pool running); here a wrong verdict
+# must fail, and is named bound-from-the-wait wherever the figures held
+HERE = Path(__file__).resolve().parent / "red_team_four"
 WRONG = {
     "bottleneck/time-a-step": [
-        "bound-from-the-wait--threshold-at-three-quarters.py",
-        "bound-from-the-wait--median-wait-share.py",
+        "wait-share-threshold-at-three-quarters.py",
+        "wait-share-median.py",
     ],
     "bottleneck/read-the-gpu-trace": [
         "fail--span-of-the-step-ranges.py",
@@ -44,7 +50,7 @@ CASES = [(slug, name) for slug, names in WRONG.items() for name in names]
 
 
 def _folder(slug: str) -> Path:
-    return GOLDEN / slug.split("/")[1]
+    return HERE if slug == "bottleneck/time-a-step" else GOLDEN / slug.split("/")[1]
 
 
 def _reader(path: Path):
@@ -121,6 +127,12 @@ def exercise(slug):
 def test_a_wrong_reading_does_not_pass(run, mode, slug, name):
     outcome = run((_folder(slug) / name).read_text(encoding="utf-8"))
     assert outcome.status == "failed", outcome.verdict
+    failed = [c["name"] for c in outcome.verdict["checks"] if c["status"] != "passed"]
+    if slug == "bottleneck/time-a-step":
+        assert "What bounds the loop" in failed, outcome.verdict
+        if failed == ["What bounds the loop"]:
+            assert outcome.verdict["diagnosis"]["id"] == "bound-from-the-wait", outcome.verdict
+        return
     wanted = name.split("--")[0]
     if wanted != "fail":
         assert (outcome.verdict["diagnosis"] or {}).get("id") == wanted, outcome.verdict
@@ -130,4 +142,12 @@ def test_a_wrong_reading_does_not_pass(run, mode, slug, name):
 @pytest.mark.parametrize("slug", list(WRONG), indirect=True)
 def test_the_solution_still_passes(run, mode, slug, exercise):
     outcome = run(Path(exercise.path, "solution.py").read_text(encoding="utf-8"))
+    assert outcome.status == "passed", outcome.verdict
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", ["bottleneck/time-a-step"], indirect=True)
+def test_an_honest_verdict_asking_half_the_step_saved_still_passes(run, mode, slug):
+    """The same-batch test with a high bar: the blocking run saves about 0.62 of its step."""
+    outcome = run((HERE / "honest-half-the-step-saved.py").read_text(encoding="utf-8"))
     assert outcome.status == "passed", outcome.verdict
