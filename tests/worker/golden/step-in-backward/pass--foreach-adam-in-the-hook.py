@@ -6,7 +6,7 @@ def train(model, loader, loss_fn, make_optimizer):
         opt = make_optimizer([p])
         opt.param_groups[0]["foreach"] = True
         optimizers.append(opt)
-    by_id = {id(p): opt for p, opt in zip(params, optimizers)}
+    by_id = {id(p): opt for p, opt in zip(params, optimizers, strict=True)}
 
     def step_now(p):
         by_id[id(p)].step()
