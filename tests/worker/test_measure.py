@@ -203,8 +203,20 @@ def test_the_solution_graded_on_this_cpu_has_spreads_and_still_passes(exercise, 
                 "Checkpointing's memory, as the system counted it",
             ],
         ),
-        ("checkpoint-ignored", ["Memory of all three at once, as the system counted it", "Checkpointing's memory, as the system counted it"]),
-        ("cast-instead-of-autocast", ["Memory of all three at once, as the system counted it", "Low precision's memory, as the system counted it"]),
+        (
+            "checkpoint-ignored",
+            [
+                "Memory of all three at once, as the system counted it",
+                "Checkpointing's memory, as the system counted it",
+            ],
+        ),
+        (
+            "cast-instead-of-autocast",
+            [
+                "Memory of all three at once, as the system counted it",
+                "Low precision's memory, as the system counted it",
+            ],
+        ),
     ],
 )
 def test_low_precision_and_checkpointing_pass_on_what_the_supervisor_and_the_system_saw(graded, name, failed):
