@@ -37,22 +37,22 @@ def verdicts(graded):
     return {shown: graded[key] for shown, key in keys.items()}
 
 
-def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_six(verdicts):
-    """The loop runs once, on the wide model (issue 41): three 1,024×1,024 layers, 6 parameters,
-    each weight's gradient 8 MiB; the plain loop holds all 24 MiB of them."""
+def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_all(verdicts):
+    """The loop runs once, on the wide model (issue 41): twelve 512×512 layers, 24 parameters,
+    each weight's gradient 2 MiB; the plain loop holds all 24 MiB of them."""
     verdict = verdicts["step-in-backward", "solution"]
     assert verdict["status"] == "passed"
     charts, facts, summaries = shown(verdict)
-    assert charts["gradients-alive"] == [("Yours", "1"), ("Plain loop", "6")]
-    assert charts["gradients"] == [("Yours", "8.0 MiB"), ("Plain loop", "24.0 MiB")]
-    assert facts["Optimizer step calls"] == "12"  # 6 parameters × 2 batches, each in its hook
+    assert charts["gradients-alive"] == [("Yours", "1"), ("Plain loop", "24")]
+    assert charts["gradients"] == [("Yours", "2.0 MiB"), ("Plain loop", "24.0 MiB")]
+    assert facts["Optimizer step calls"] == "48"  # 24 parameters × 2 batches, each in its hook
     assert summaries["gradients-alive"] == (
-        "At its busiest your loop held 1 gradient (8.0 MiB); the plain loop holds all 6 (24.0 MiB) "
+        "At its busiest your loop held 1 gradient (2.0 MiB); the plain loop holds all 24 (24.0 MiB) "
         "until its optimizer step."
     )
     charts, _facts, summaries = shown(verdict, "pt-BR")
-    assert charts["gradients"] == [("O seu", "8,0 MiB"), ("Loop comum", "24,0 MiB")]
-    assert "guardou 1 gradiente (8,0 MiB)" in summaries["gradients-alive"]
+    assert charts["gradients"] == [("O seu", "2,0 MiB"), ("Loop comum", "24,0 MiB")]
+    assert "guardou 1 gradiente (2,0 MiB)" in summaries["gradients-alive"]
 
 
 @pytest.mark.parametrize("name", ["starter", "grads-not-released"])
@@ -61,10 +61,10 @@ def test_step_in_backward_mistakes_hold_every_gradient_as_the_plain_loop(verdict
     assert verdict["status"] == "failed"
     assert verdict["diagnosis"]["id"] == {"starter": "step-after-backward"}.get(name, name)
     charts, facts, summaries = shown(verdict)
-    assert charts["gradients-alive"] == [("Yours", "6"), ("Plain loop", "6")]
+    assert charts["gradients-alive"] == [("Yours", "24"), ("Plain loop", "24")]
     assert charts["gradients"] == [("Yours", "24.0 MiB"), ("Plain loop", "24.0 MiB")]
-    assert facts["Optimizer step calls"] == {"starter": "2"}.get(name, "12")
-    assert summaries["gradients-alive"].startswith("Your loop held 6 gradients at once (24.0 MiB)")
+    assert facts["Optimizer step calls"] == {"starter": "2"}.get(name, "48")
+    assert summaries["gradients-alive"].startswith("Your loop held 24 gradients at once (24.0 MiB)")
 
 
 def test_train_an_adapter_shows_the_adapters_gradients_state_and_numbers(verdicts):
@@ -119,7 +119,7 @@ def test_step_in_backward_passes_on_the_memory_the_system_counted(verdicts):
     parameters the supervisor read are right in all three: a memory figure goes by them."""
     line = _kernel_line(verdicts["step-in-backward", "solution"])
     assert line["status"] == "passed", line
-    assert "three 1,024×1,024 layers (24.0 MiB of parameters)" in line["message"]
+    assert "12 layers of 512×512 (24.0 MiB of parameters)" in line["message"]
     for name in ("starter", "grads-not-released"):
         line = _kernel_line(verdicts["step-in-backward", name])
         assert line["status"] == "failed", line
