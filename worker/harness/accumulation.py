@@ -9,6 +9,7 @@ graph) for the checks' decomposition; and peak bytes saved for backward.
 """
 
 import copy
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -128,8 +129,17 @@ class RecordingLoss:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._scenario.loss_fn, name)
 
-    def __call__(self, output: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        loss = self._scenario.loss_fn(output, target, *args, **kwargs)
+    def _target(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call's second argument, the target, however it was passed: ``loss_fn(out, y)``,
+        ``loss_fn(input=out, target=y)``, ``loss_fn(out, targets=y)`` (the wrapped loss's own
+        names; a learner's right loop used them and was refused)."""
+        signature = inspect.signature(self._scenario.loss_fn.forward)
+        second = list(signature.parameters)[1]
+        return signature.bind(*args, **kwargs).arguments[second]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        loss = self._scenario.loss_fn(*args, **kwargs)  # by position or by its own keywords
+        target = self._target(args, kwargs)
         rec = self._rec
         mbs = _identify(self._scenario.micro_batches, target)
         index = -1
