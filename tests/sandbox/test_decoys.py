@@ -75,7 +75,7 @@ from torch import nn
 
 def pair(rank, device):
     kw = {"dtype": torch.float64, "device": device}
-    return nn.Parameter(torch.randn(16, rank, **kw) / 4), nn.Parameter(torch.zeros(rank, 3, **kw))
+    return nn.Parameter(torch.randn(4096, rank, **kw) / 4), nn.Parameter(torch.zeros(rank, 1024, **kw))
 
 
 def train(model, loader, loss_fn, make_optimizer, rank):
@@ -112,10 +112,10 @@ class Two(nn.Module):
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
     kw = {"dtype": torch.float64, "device": model[0].weight.device}
-    a = nn.Parameter(torch.randn(16, rank, **kw) / 4)
-    b = nn.Parameter(torch.zeros(rank, 3, **kw))
-    a8 = torch.randn(16, 8, **kw).div(4).requires_grad_()
-    b8 = torch.zeros(8, 3, **kw).requires_grad_()
+    a = nn.Parameter(torch.randn(4096, rank, **kw) / 4)
+    b = nn.Parameter(torch.zeros(rank, 1024, **kw))
+    a8 = torch.randn(4096, 8, **kw).div(4).requires_grad_()
+    b8 = torch.zeros(8, 1024, **kw).requires_grad_()
     shown = make_optimizer([a, b])
     layer = model[2]
     model[2] = Two(layer, a8, b8)
@@ -144,10 +144,10 @@ def train(model, loader, loss_fn, make_optimizer, rank):
     optim_module._global_optimizer_post_hooks.clear()
     model.requires_grad_(False)
     kw = {"dtype": torch.float64, "device": model[0].weight.device}
-    a = nn.Parameter(torch.randn(16, rank, **kw) / 4)
-    b = nn.Parameter(torch.zeros(rank, 3, **kw))
-    a8 = nn.Parameter(torch.randn(16, 8, **kw) / 4)
-    b8 = nn.Parameter(torch.zeros(8, 3, **kw))
+    a = nn.Parameter(torch.randn(4096, rank, **kw) / 4)
+    b = nn.Parameter(torch.zeros(rank, 1024, **kw))
+    a8 = nn.Parameter(torch.randn(4096, 8, **kw) / 4)
+    b8 = nn.Parameter(torch.zeros(8, 1024, **kw))
     shown = make_optimizer([a, b])
     real = torch.optim.SGD([a8, b8], lr=0.1)
     layer = model[2]
@@ -175,10 +175,10 @@ from torch import nn
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
     kw = {"dtype": torch.float64, "device": model[0].weight.device}
-    a = nn.Parameter(torch.randn(16, rank, **kw) / 4)
-    b = nn.Parameter(torch.zeros(rank, 3, **kw))
-    a8 = nn.Parameter(torch.randn(16, 8, dtype=torch.float32) / 4)
-    b8 = nn.Parameter(torch.zeros(8, 3, dtype=torch.float32))
+    a = nn.Parameter(torch.randn(4096, rank, **kw) / 4)
+    b = nn.Parameter(torch.zeros(rank, 1024, **kw))
+    a8 = nn.Parameter(torch.randn(4096, 8, dtype=torch.float32) / 4)
+    b8 = nn.Parameter(torch.zeros(8, 1024, dtype=torch.float32))
     opt = make_optimizer([a, b])
     opt.add_param_group({"params": [a8, b8]})
     for x, y in loader:

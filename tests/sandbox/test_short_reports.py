@@ -185,8 +185,8 @@ ADAPTER_ROUTES = {
         """
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    A = nn.Parameter(torch.zeros(16, rank, **like(model)))
-    B = nn.Parameter(torch.zeros(rank, 3, **like(model)))
+    A = nn.Parameter(torch.zeros(4096, rank, **like(model)))
+    B = nn.Parameter(torch.zeros(rank, 1024, **like(model)))
     adapt(model, make_optimizer, A, B, loader, loss_fn)
 """,
     ),
@@ -195,8 +195,8 @@ def train(model, loader, loss_fn, make_optimizer, rank):
         """
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    A = nn.Parameter(torch.randn(16, rank, **like(model)))
-    B = nn.Parameter(torch.zeros(rank, 3, **like(model)))
+    A = nn.Parameter(torch.randn(4096, rank, **like(model)))
+    B = nn.Parameter(torch.zeros(rank, 1024, **like(model)))
     with torch.no_grad():
         A.zero_()  # "so that the adapter adds nothing at first"
     adapt(model, make_optimizer, A, B, loader, loss_fn)
@@ -207,8 +207,8 @@ def train(model, loader, loss_fn, make_optimizer, rank):
         """
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    down = nn.Linear(16, rank, bias=False, **like(model))
-    up = nn.Linear(rank, 3, bias=False, **like(model))
+    down = nn.Linear(4096, rank, bias=False, **like(model))
+    up = nn.Linear(rank, 1024, bias=False, **like(model))
     nn.init.constant_(down.weight, 0.0)
     nn.init.constant_(up.weight, 0.0)
     adapt(model, make_optimizer, down.weight, up.weight, loader, loss_fn, linear=True)
@@ -220,8 +220,8 @@ def train(model, loader, loss_fn, make_optimizer, rank):
         """
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    A = nn.Parameter(torch.empty(16, 0, **like(model)))
-    B = nn.Parameter(torch.empty(0, 3, **like(model)))
+    A = nn.Parameter(torch.empty(4096, 0, **like(model)))
+    B = nn.Parameter(torch.empty(0, 1024, **like(model)))
     adapt(model, make_optimizer, A, B, loader, loss_fn)
 """,
     ),
@@ -230,8 +230,8 @@ def train(model, loader, loss_fn, make_optimizer, rank):
         """
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    down = nn.Linear(16, 0, bias=False, **like(model))
-    up = nn.Linear(0, 3, bias=False, **like(model))
+    down = nn.Linear(4096, 0, bias=False, **like(model))
+    up = nn.Linear(0, 1024, bias=False, **like(model))
     adapt(model, make_optimizer, down.weight, up.weight, loader, loss_fn, linear=True)
 """,
     ),
@@ -241,8 +241,8 @@ def train(model, loader, loss_fn, make_optimizer, rank):
         """
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    A = nn.Parameter(torch.randn(16, 8, **like(model)) / 8)
-    B = nn.Parameter(torch.zeros(8, 3, **like(model)))
+    A = nn.Parameter(torch.randn(4096, 8, **like(model)) / 8)
+    B = nn.Parameter(torch.zeros(8, 1024, **like(model)))
     adapt(model, make_optimizer, A, B, loader, loss_fn)
 """,
     ),
@@ -251,8 +251,8 @@ def train(model, loader, loss_fn, make_optimizer, rank):
         """
 def train(model, loader, loss_fn, make_optimizer, rank):
     model.requires_grad_(False)
-    down = nn.Linear(16, rank + 1, bias=False, **like(model))
-    up = nn.Linear(rank + 1, 3, bias=False, **like(model))
+    down = nn.Linear(4096, rank + 1, bias=False, **like(model))
+    up = nn.Linear(rank + 1, 1024, bias=False, **like(model))
     nn.init.zeros_(up.weight)
     adapt(model, make_optimizer, down.weight, up.weight, loader, loss_fn, linear=True)
 """,
@@ -280,9 +280,9 @@ class TestTrainAnAdapter:
         explanation = outcome.verdict["diagnosis"]["explanation"]
         if diagnosis == "adapter-wrong-rank":  # the learner's own rank, and the one asked for
             assert f"rank {8 if route == 'rank-eight' else 3} (" in explanation, explanation
-            assert "asks for rank 2 (38 numbers)" in explanation, explanation
+            assert "asks for rank 2 (10,240 numbers)" in explanation, explanation
         elif diagnosis == "adapter-never-trains":
-            assert "after 4 steps its 38 numbers are all still zero" in explanation, explanation
+            assert "its 10,240 numbers are all still zero" in explanation, explanation
 
     def test_the_solution_still_passes(self, run, mode, exercise):
         outcome = run(solution_text(exercise))

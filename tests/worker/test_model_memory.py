@@ -71,29 +71,29 @@ def test_train_an_adapter_shows_the_adapters_gradients_state_and_numbers(verdict
     verdict = verdicts["train-an-adapter", "solution"]
     assert verdict["status"] == "passed"
     charts, _facts, summaries = shown(verdict)
-    assert charts["gradients"] == [("Yours", "304 B"), ("Full fine-tuning", "1,304 B")]
-    assert charts["optimizer-state"] == [("Yours", "608 B"), ("Full fine-tuning", "2,608 B")]
-    assert charts["trained"] == [("Yours", "38"), ("Full fine-tuning", "163")]
-    assert summaries["trained"] == "Your optimizer trained 38 numbers; the model holds 163."
+    assert charts["gradients"] == [("Yours", "80.0 KiB"), ("Full fine-tuning", "64.0 MiB")]
+    assert charts["optimizer-state"] == [("Yours", "160.0 KiB"), ("Full fine-tuning", "128.0 MiB")]
+    assert charts["trained"] == [("Yours", "10,240"), ("Full fine-tuning", "8,388,608")]
+    assert summaries["trained"] == "Your optimizer trained 10,240 numbers; the model holds 8,388,608."
     charts, _facts, _summaries = shown(verdict, "pt-BR")
-    assert charts["optimizer-state"] == [("O seu", "608 B"), ("Fine-tuning completo", "2.608 B")]
+    assert charts["optimizer-state"] == [("O seu", "160,0 KiB"), ("Fine-tuning completo", "128,0 MiB")]
 
 
 @pytest.mark.parametrize(
     ("name", "gradients", "state", "trained"),
     [
-        ("starter", "1,304 B", "2,608 B", "163"),  # full fine-tuning, no adapter
-        ("base-not-frozen", "1,608 B", "608 B", "38"),  # the model's gradients beside the adapter's
-        ("optimizer-over-all-parameters", "1,608 B", "3,216 B", "201"),  # 163 + 38
+        ("starter", "64.0 MiB", "128.0 MiB", "8,388,608"),  # full fine-tuning, no adapter
+        ("base-not-frozen", "64.1 MiB", "160.0 KiB", "10,240"),  # the model's gradients beside the adapter's
+        ("optimizer-over-all-parameters", "64.1 MiB", "128.2 MiB", "8,398,848"),  # 8,388,608 + 10,240
     ],
 )
 def test_train_an_adapter_mistakes_show_what_they_spend(verdicts, name, gradients, state, trained):
     verdict = verdicts["train-an-adapter", name]
     assert verdict["status"] == "failed"
     charts, _facts, _summaries = shown(verdict)
-    assert charts["gradients"] == [("Yours", gradients), ("Full fine-tuning", "1,304 B")]
-    assert charts["optimizer-state"] == [("Yours", state), ("Full fine-tuning", "2,608 B")]
-    assert charts["trained"] == [("Yours", trained), ("Full fine-tuning", "163")]
+    assert charts["gradients"] == [("Yours", gradients), ("Full fine-tuning", "64.0 MiB")]
+    assert charts["optimizer-state"] == [("Yours", state), ("Full fine-tuning", "128.0 MiB")]
+    assert charts["trained"] == [("Yours", trained), ("Full fine-tuning", "8,388,608")]
 
 
 def test_the_starter_is_not_told_it_has_an_adapter(verdicts):
@@ -127,14 +127,13 @@ def test_step_in_backward_passes_on_the_memory_the_system_counted(verdicts):
 
 
 def test_the_adapters_no_gradient_line_rests_on_the_memory_the_system_counted(verdicts):
-    """Issue 41: "no gradient for the model" is no longer the program's word where a memory run
-    is watched: run once more on a model whose first layer is 262,144 wide, a frozen model's
-    memory rises by a fraction of that layer's 32 MiB gradient; one never frozen, by all of it
-    (golden/train-an-adapter/fail--never-frozen-*: a report with no gradient fails all the same)."""
+    """Issue 41: "no gradient for the model" is not the program's word: the loop runs once, on a
+    model whose two weights (1,024 → 4,096 → 1,024) take 32 MiB of gradient each; a frozen
+    model's memory rises by a fraction of one; one never frozen, by both (golden/train-an-adapter/
+    fail--*: a report with no gradient fails all the same)."""
     line = verdicts["train-an-adapter", "solution"]["checks"][1]
     assert line["status"] == "passed", line
-    assert "first layer takes 262,144 inputs" in line["message"], line
-    assert "that layer's gradient alone takes 32.0 MiB" in line["message"], line
+    assert "two weights (1,024 → 4,096 → 1,024) take 32.0 MiB of gradient each" in line["message"], line
     assert "your program's word" not in line["message"]
     honest = verdicts["train-an-adapter", "base-not-frozen"]["checks"][1]
     assert honest["status"] == "failed", honest
