@@ -13,7 +13,7 @@ itself, and a meter whose own figure disagrees with what it sent has been tamper
 import threading
 import types
 import weakref
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeVar
 
 import torch
@@ -29,32 +29,6 @@ RECOMPUTED = 2  # a forward recomputed by torch's checkpoint: it saved in the me
 Report = Callable[..., object]  # report(packed, freed[, note]): ``runtime.Api.meter_report``'s
 Key = tuple[int, int]  # a storage's address and size (``_storage_key``)
 _T = TypeVar("_T")
-
-
-def wide_scenario(
-    params: Mapping[str, Any],
-) -> tuple[torch.nn.Sequential, list[tuple[torch.Tensor, torch.Tensor]], torch.nn.CrossEntropyLoss] | None:
-    """The hookstep kind's memory run (``params["memory_width"]``), or None: three square
-    ``Linear`` layers that wide (float64, seeded apart), two batches of 8 rows, cross-entropy. Its
-    gradients are tens of MiB each, so the kernel's count of the process's memory tells one
-    gradient alive at a time from all of them (the maths run's are a few hundred bytes)."""
-    width = int(params.get("memory_width") or 0)
-    if not width:
-        return None
-    torch.manual_seed(int(params.get("seed", 0)) + 1)
-    layers = [torch.nn.Linear(width, width) for _ in range(3)]
-    model = torch.nn.Sequential(layers[0], torch.nn.Tanh(), layers[1], torch.nn.Tanh(), layers[2])
-    model = model.to(torch.float64)
-    # two batches: Adam makes its state at the first step, so in a run of one batch its state,
-    # not the gradients, sets the peak; in the second backward the state is there already and
-    # every gradient held at once shows above it
-    batches = [(torch.randn(8, width, dtype=torch.float64), torch.randint(0, width, (8,))) for _ in range(2)]
-    return model, batches, torch.nn.CrossEntropyLoss()
-
-
-def biases(model: Iterable[torch.nn.Module]) -> list[torch.Tensor]:
-    """The wide model's biases (``wide_scenario``), in order: what the supervisor reads of it."""
-    return [layer.bias for layer in model if isinstance(layer, torch.nn.Linear)]
 
 
 class _Held:

@@ -271,24 +271,3 @@ def release_params(params: Params) -> dict[str, Any] | None:
         return None
     rest = {k: v for k, v in params.items() if k not in ("memory_batch", "memory_release_width", "reference")}
     return {**rest, "width": width, "batch_size": 16, "n_batches": 1, "seed": int(params.get("seed", 0)) + 2}
-
-
-WIDE_BATCHES = 2  # the wide base's memory run: batches the supervisor counts as they are fetched
-
-
-def wide_base(params: Params) -> tuple[nn.Sequential, list[Batch], nn.Module] | None:
-    """train-an-adapter's memory run (``params["memory_width"]``), or None: the scenario's MLP
-    with a first layer that wide (``Linear(width, 16)``, ``Tanh``, ``Linear(16, 3)``, float64,
-    seeded apart) and two batches of 8 rows. Where the base is frozen, backward makes no gradient
-    for that layer; where it is not, its weight's gradient alone takes ``16 × width × 8`` bytes
-    (32 MiB at 262,144), what the kernel's count of the process tells from a frozen base (the
-    maths run's base holds 163 numbers, below what it can tell)."""
-    width = int(params.get("memory_width") or 0)
-    if not width:
-        return None
-    torch.manual_seed(int(params.get("seed", 0)) + 1)
-    model = nn.Sequential(nn.Linear(width, 16), nn.Tanh(), nn.Linear(16, 3)).to(torch.float64)
-    batches = [
-        (torch.randn(8, width, dtype=torch.float64), torch.randint(0, 3, (8,))) for _ in range(WIDE_BATCHES)
-    ]
-    return model, batches, nn.CrossEntropyLoss()

@@ -53,33 +53,6 @@ def chunked(params: dict, dtype: torch.dtype = torch.float64) -> tuple[TinyLM, l
     return model, batches
 
 
-def chunked_memory(params: dict) -> tuple[TinyLM, list] | None:
-    """The chunked loss's memory run, or None where the exercise has none: a float32 ``TinyLM``
-    with ``memory_vocab`` words and one batch of ``memory_rows`` × ``memory_seq_len`` tokens,
-    seeded apart, whose whole logits are tens of MiB: the kernel's count of the process's memory
-    tells them from one chunk's."""
-    if not params.get("memory_vocab"):
-        return None
-    torch.manual_seed(int(params.get("seed", 0)) + 1)
-    vocab = int(params["memory_vocab"])
-    model = TinyLM(vocab, int(params["memory_dim"]))
-    length = int(params["memory_seq_len"])
-    batch = _batch(vocab, int(params["memory_rows"]), length, length // 4)
-    return model, [batch]
-
-
-def memory_logits_bytes(params: dict) -> int:
-    """The bytes of the memory run's whole float32 logits: tokens × vocabulary × 4."""
-    tokens = int(params["memory_rows"]) * int(params["memory_seq_len"])
-    return tokens * int(params["memory_vocab"]) * 4
-
-
-def watched(model: TinyLM) -> list[torch.Tensor]:
-    """What the supervisor reads of the memory run's model: its mixing layer, which every
-    token's loss reaches through the hidden states (the lm_head is too large for a trace)."""
-    return [model.mix.weight, model.mix.bias]
-
-
 class PackedLM(nn.Module):
     """Token and position embeddings, one attention layer, ``lm_head``: ``model(tokens, positions,
     mask)`` with ``tokens`` and ``positions`` ``(rows, length)`` and ``mask`` ``(rows, length,
