@@ -5,9 +5,11 @@ the run's model (the wide model of ``harness.wide_scenario`` where the exercise 
 else the seeded float64 MLP), here on the CPU. The learner's loop runs once (issue 41: a program
 that could tell a small maths run from the wide memory run was wrong only where memory was not
 counted). It passes when the parameters after every batch, as the sandbox's supervisor read them
-(``harness.hookstep.Sampled``: the biases whole and each weight at places it drew after the fork),
-equal the reference's, and, with a memory run, the kernel's count of the process's memory held
-Adam's state and one gradient at a time. The steps and gradients the loop's process reported
+(``harness.hookstep.Sampled``: the biases whole and each weight at places it drew after the fork)
+as the next backward through the model began and at the end, equal the reference's (red team 6:
+read as each batch was fetched, a right loop that fetched ahead was read a batch early), and,
+with a memory run, the kernel's count of the process's memory held Adam's state and one gradient
+at a time. The steps and gradients the loop's process reported
 (every parameter stepped once per backward and inside it, at most one gradient alive) only name
 the mistake, or fail the loop.
 """
@@ -110,14 +112,16 @@ def _end_label(seen: dict) -> str | None:
 
 def _trajectory(ref: Reference, seen: dict, tol: float) -> tuple[Check, float]:
     """The parameters after each batch, as the supervisor read them, against the reference;
-    and the error of the last (infinity where they could not be read)."""
-    before = snapshots(seen, "batch")
+    and the error of the last (infinity where they could not be read). Read as each backward
+    began (what every step before it made; the first, the start) and at the end: a batch is a
+    backward, whatever order the loop fetched its batches in."""
+    before = snapshots(seen, "backward")
     end = _end_label(seen)
     last = snapshots(seen, end)[:1] if end is not None else [seen.get("final_params")]
     after = [*before[1:], *last]
     if len(before) != len(ref.params) - 1:
-        counts = {"batches": len(before), "expected": len(ref.params) - 1}
-        return Check("hook-trajectory", False, "check.hook-trajectory.batches", counts), math.inf
+        counts = {"backwards": len(before), "expected": len(ref.params) - 1}
+        return Check("hook-trajectory", False, "check.hook-trajectory.backwards", counts), math.inf
     errors = []
     for shot, r in zip(after, ref.params[1:], strict=True):
         places, values = _read(shot, ref.sizes)
@@ -132,8 +136,9 @@ def _trajectory(ref: Reference, seen: dict, tol: float) -> tuple[Check, float]:
 
 
 def _per_batch(data, ref):
-    """For each batch: how many steps each parameter got with its gradient, how many step calls
-    there were in all, and how many came while backward was not running."""
+    """For each batch (a backward: the steps in it, and those after it before the next began):
+    how many steps each parameter got with its gradient, how many step calls there were in all,
+    and how many came while backward was not running."""
     n = len(ref.params) - 1  # the start, then after each batch
     stepped = [[0] * ref.n_params for _ in range(n)]
     calls, outside = [0] * n, [0] * n

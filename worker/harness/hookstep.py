@@ -10,12 +10,19 @@ the wide memory run (by a width, or by counting its calls) did the wrong thing w
 not measured and the right thing where it was.
 
 ``make_optimizer(params)`` is the Adam the learner must use (one per parameter). The supervisor
-reads the parameters as each batch is fetched and at the end (``Sampled``: the biases whole, and
-of each weight the values at places it draws itself, after the fork). The child reports every
-optimizer step: the batch, whether backward was running, which of the optimizer's parameters had
-a gradient, and how many gradients (and bytes) were alive then; and how many were alive as each
-batch was fetched (after the previous backward). These name the mistake, or fail the loop; a
-pass rests on the parameters read and the memory counted.
+reads the parameters as each backward through the model begins (a ``backward`` sync, sent from a
+hook the harness registers on every parameter before the learner's file is loaded, so it runs
+before the learner's: no step of that backward has run yet) and at the end (``Sampled``: the
+biases whole, and of each weight the values at places it draws itself, after the fork): what every
+step before that backward made, whatever order the loop fetched its batches in (red team 6: read
+as each batch was fetched, a right loop that held the next batch, or took ``list(loader)``
+first, was read one batch early and refused). The child reports every optimizer step: the
+backward it belongs to (the one running, or the last one begun), whether backward was running,
+which of the optimizer's parameters had a gradient, and how many gradients (and bytes) were alive
+then; and how many were alive as each batch was fetched. These name the mistake, or fail the
+loop; a pass rests on the parameters read and the memory counted. What the learner's program can
+reach (``make_optimizer``'s closure, the hooks', the loader's) shares no name with what the
+harness reads after the call: rebinding or breaking them is reported, never raised here.
 """
 
 import copy
@@ -38,6 +45,8 @@ MAX_STEPS = 2000
 # a seed it draws once, after the fork (a wide weight holds 1,048,576: the trace could not hold
 # them all); a parameter this small is read whole
 SAMPLES = 256
+# a step the harness could not record, its own names rebound by the program (not the shape it writes)
+TAMPERED = "tampered"
 
 
 def places(seed: int, sizes: Iterable[int], samples: int = SAMPLES) -> list[torch.Tensor]:
@@ -141,7 +150,8 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
         steps: list[list[Any]] = []
         between: list[int] = []
-        state = {"batch": -1}
+        # the backward a step belongs to: the one running, or the last one begun
+        state = {"backward": -1, "task": -1}
 
         def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
             group = list(group)
@@ -150,24 +160,43 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
 
             def recorded() -> None:
                 if len(steps) < MAX_STEPS:
-                    alive, nbytes = _alive(weights)
-                    stepped = [i for i, p in zip(owned, group, strict=True) if p.grad is not None]
-                    backward = torch._C._current_autograd_node() is not None
-                    steps.append([state["batch"], backward, stepped, alive, nbytes])
+                    try:
+                        alive, nbytes = _alive(weights)
+                        stepped = [i for i, p in zip(owned, group, strict=True) if p.grad is not None]
+                        backward = torch._C._current_autograd_node() is not None
+                        steps.append([state["backward"], backward, stepped, alive, nbytes])
+                    except Exception:  # the harness's names rebound by the program: not its shape
+                        steps.append([TAMPERED])
 
             wrap_step(optimizer, recorded)
             return optimizer
 
+        def begun(p: torch.Tensor) -> None:
+            """The harness's hook on each parameter, before the learner's: at the first of a
+            backward, the supervisor reads the parameters every earlier step left."""
+            task = torch._C._current_graph_task_id()
+            if task != state["task"]:
+                state["task"] = task
+                state["backward"] += 1
+                api.sync("backward", state["backward"], snapshot=True)
+
         def served() -> Iterator[scenarios.Batch]:
             for i, batch in enumerate(batches):
-                between.append(_alive(weights)[0])
-                api.sync("batch", i, snapshot=True)
-                state["batch"] = i
+                try:
+                    between.append(_alive(weights)[0])
+                except Exception:  # the harness's names rebound by the program
+                    steps.append([TAMPERED])
+                api.sync("batch", i)
                 yield batch
 
+        # the harness's own names for what it reads after the call: no closure the program can
+        # reach shares them, so rebinding a closure's names cannot reach these
+        mine, my_steps, my_between = tuple(weights), steps, between
+        for p in mine:
+            p.register_post_accumulate_grad_hook(begun)  # before the learner's: it runs first
         if wide:
             with torch.no_grad():  # the shared pages in this process's page tables before the watch
-                for p in weights:
+                for p in mine:
                     p.sum()
             _warm_up(model, batches[0], loss_fn, lr)
             scenarios.settle()
@@ -182,14 +211,13 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         if wide:
             api.sync("memory-start", snapshot=True)
         error = api.call(fn, [model, loader, loss_fn, make_optimizer])
-        between.append(_alive(weights)[0])
         if wide:
             api.sync("memory-end", snapshot=True)
         data = {
-            "steps": steps,
-            "between": between,
-            "n_params": len(weights),
-            "grad_bytes": sum(p.numel() * p.element_size() for p in weights),
+            "steps": my_steps,
+            "between": [*my_between, _alive(mine)[0]],
+            "n_params": len(mine),
+            "grad_bytes": sum(p.numel() * p.element_size() for p in mine),
         }
         return data, error
 
