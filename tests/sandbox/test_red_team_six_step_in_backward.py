@@ -1,0 +1,192 @@
+"""Red team 6 (issue 41), step-in-backward: right loops that fetch ahead, and programs that rebind
+the harness's names.
+
+F1: the supervisor read the parameters as each batch was fetched and the steps were counted by
+the batch last fetched, so a right loop that held the next batch (a generator one batch ahead) or
+took ``list(loader)`` first was read a batch early ("0.36 (relative) away", "48 steps in one
+batch") and refused. The parameters are now read as each backward through the model begins (the
+harness's hook, registered before the learner's) and at the end; steps count per backward. F2: a
+``no_grad`` evaluation pass fetched more batches than the run has and was refused; it runs no
+backward. Wrong loops stay refused: every forward before any backward, a step a batch late.
+
+A program that rebinds or empties what ``make_optimizer``'s closure (or the loader's, or the
+harness's hooks') holds made the harness raise after the call: a grader fault. It is now the
+program's interference, or its error: never a pass, never ``grader-trouble``.
+
+Every program runs under both starts (conftest's PAIRS).
+"""
+
+import pytest
+
+from app.config import get_settings
+from app.lessons.course import load_course
+
+pytestmark = pytest.mark.slow  # real sandboxes, real torch
+
+HOOKS = """
+def hooks(model, make_optimizer):
+    optimizers = {p: make_optimizer([p]) for p in model.parameters()}
+
+    def step_now(p):
+        optimizers[p].step()
+        p.grad = None
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(step_now)
+"""
+
+PREFETCH_GENERATOR = (
+    HOOKS
+    + """
+def ahead(loader):
+    it = iter(loader)
+    held = next(it, None)
+    for following in it:
+        yield held
+        held = following
+    if held is not None:
+        yield held
+
+
+def train(model, loader, loss_fn, make_optimizer):
+    hooks(model, make_optimizer)
+    for x, y in ahead(loader):
+        loss_fn(model(x), y).backward()
+"""
+)
+
+LIST_FIRST_EVALUATION_AFTER = (
+    HOOKS
+    + """
+import torch
+
+
+def train(model, loader, loss_fn, make_optimizer):
+    hooks(model, make_optimizer)
+    batches = list(loader)
+    for x, y in batches:
+        loss_fn(model(x), y).backward()
+    with torch.no_grad():
+        print([loss_fn(model(x), y).item() for x, y in loader])
+"""
+)
+
+EVERY_FORWARD_FIRST = (
+    HOOKS
+    + """
+import torch
+
+
+def train(model, loader, loss_fn, make_optimizer):
+    hooks(model, make_optimizer)
+    losses = [loss_fn(model(x), y) for x, y in list(loader)]
+    for loss in losses:
+        loss.backward()
+"""
+)
+
+CLOSURE = """
+def cells(fn):
+    found = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        try:
+            found[name] = cell
+        except ValueError:
+            pass
+    return found
+"""
+
+WEIGHTS_REBOUND = (
+    HOOKS
+    + CLOSURE
+    + """
+def train(model, loader, loss_fn, make_optimizer):
+    cells(make_optimizer)["weights"].cell_contents = ["not a parameter"]
+    hooks(model, make_optimizer)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+"""
+)
+
+EVERY_CELL_REBOUND_AFTER = (
+    HOOKS
+    + CLOSURE
+    + """
+def train(model, loader, loss_fn, make_optimizer):
+    hooks(model, make_optimizer)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+    for fn in (make_optimizer, loader._serve):
+        for name, cell in cells(fn).items():
+            if name != "api":
+                cell.cell_contents = None
+"""
+)
+
+HOOK_STATE_REBOUND = (
+    HOOKS
+    + CLOSURE
+    + """
+def train(model, loader, loss_fn, make_optimizer):
+    p = next(model.parameters())
+    for hook in list(p._post_accumulate_grad_hooks.values()):
+        if "state" in hook.__code__.co_freevars:
+            cells(hook)["state"].cell_contents = {"task": "x", "backward": "y"}
+    hooks(model, make_optimizer)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+"""
+)
+
+LOADER_WEIGHTS_REBOUND = (
+    HOOKS
+    + CLOSURE
+    + """
+def train(model, loader, loss_fn, make_optimizer):
+    hooks(model, make_optimizer)
+    cells(loader._serve)["weights"].cell_contents = [object()]
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+"""
+)
+
+
+def _exercise(exercise_id):
+    found = load_course(get_settings().lessons_dir).exercise(exercise_id)
+    assert found is not None
+    return found
+
+
+class TestStepInBackward:
+    @pytest.fixture
+    def exercise(self):
+        """``run`` grades this exercise in this class."""
+        return _exercise("model-memory/step-in-backward")
+
+    @pytest.mark.parametrize(
+        "code", [PREFETCH_GENERATOR, LIST_FIRST_EVALUATION_AFTER], ids=["prefetch-generator", "list-first"]
+    )
+    def test_right_loops_that_fetch_ahead_pass(self, run, mode, code):
+        outcome = run(code)
+        assert outcome.status == "passed", outcome.verdict
+
+    def test_every_forward_before_any_backward_does_not_pass(self, run, mode):
+        outcome = run(EVERY_FORWARD_FIRST)
+        assert outcome.status in ("failed", "error"), outcome.verdict
+
+    @pytest.mark.parametrize(
+        "code",
+        [WEIGHTS_REBOUND, HOOK_STATE_REBOUND, LOADER_WEIGHTS_REBOUND],
+        ids=["weights-rebound", "hook-state-rebound", "loader-weights-rebound"],
+    )
+    def test_rebinding_the_harness_names_is_the_programs_fault(self, run, mode, code):
+        outcome = run(code)
+        assert outcome.status in ("failed", "error"), outcome.verdict
+        assert (outcome.verdict["diagnosis"] or {}).get("id") != "grader-trouble", outcome.verdict
+
+    def test_names_rebound_after_a_right_run_leave_the_harness_its_own(self, run, mode):
+        """Every name of make_optimizer's and the loader's closures set to None once the right loop
+        has run: what the harness reads after the call is its own, so it neither raises nor
+        refuses; the pass rests on what the supervisor read."""
+        outcome = run(EVERY_CELL_REBOUND_AFTER)
+        assert outcome.status == "passed", outcome.verdict
