@@ -93,12 +93,12 @@ HOOKSTEP_SOLUTION = {  # what `treino check model-memory/step-in-backward soluti
     "checks": [],
     "metrics": {
         "peak_alive_gradients": 1,
-        "reference_peak_alive_gradients": 4,
-        "peak_gradient_bytes": 768,
-        "reference_peak_gradient_bytes": 1304,
-        "optimizer_step_calls": 16,
+        "reference_peak_alive_gradients": 24,
+        "peak_gradient_bytes": 2097152,
+        "reference_peak_gradient_bytes": 25214976,
+        "optimizer_step_calls": 48,
         "device": "cpu",
-        "sandbox_ms": 108,
+        "sandbox_ms": 416,
     },
     "output": "",
 }
@@ -111,12 +111,12 @@ def test_lesson_5_draws_its_gradients_against_the_plain_loop(client, app):
     assert set(charts) == {"figure-gradients-alive", "figure-gradients"}
     alive, memory = charts["figure-gradients-alive"], charts["figure-gradients"]
     assert [th.get_text() for th in memory.select("th")] == ["Yours", "Plain loop"]
-    assert [td.get_text() for td in alive.select(".bar-value")] == ["1", "4"]
-    assert [td.get_text() for td in memory.select(".bar-value")] == ["768 B", "1,304 B"]
-    assert alive.select_one(".bar-yours .bar-fill")["width"] == "25.00"
+    assert [td.get_text() for td in alive.select(".bar-value")] == ["1", "24"]
+    assert [td.get_text() for td in memory.select(".bar-value")] == ["2.0 MiB", "24.0 MiB"]
+    assert alive.select_one(".bar-yours .bar-fill")["width"] == "4.17"
     assert memory.select_one(".bar-naive .bar-fill")["width"] == "100.00"
-    assert "held 1 gradient (768 B)" in alive.select_one(".figure-summary").get_text()
-    assert ("Optimizer step calls", "16") in [
+    assert "held 1 gradient (2.0 MiB)" in alive.select_one(".figure-summary").get_text()
+    assert ("Optimizer step calls", "48") in [
         (d.select_one("dt").get_text(), d.select_one("dd").get_text()) for d in verdict.select(".facts div")
     ]
 
