@@ -125,6 +125,7 @@ class RecordingLoss:
     def __init__(self, scenario: scenarios.Scenario, recorder: Recorder) -> None:
         self._scenario = scenario
         self._rec = recorder
+        self._signature = inspect.signature(scenario.loss_fn.forward)  # once, not at every call
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._scenario.loss_fn, name)
@@ -133,9 +134,8 @@ class RecordingLoss:
         """The call's second argument, the target, however it was passed: ``loss_fn(out, y)``,
         ``loss_fn(input=out, target=y)``, ``loss_fn(out, targets=y)`` (the wrapped loss's own
         names; a learner's right loop used them and was refused)."""
-        signature = inspect.signature(self._scenario.loss_fn.forward)
-        second = list(signature.parameters)[1]
-        return signature.bind(*args, **kwargs).arguments[second]
+        second = list(self._signature.parameters)[1]
+        return self._signature.bind(*args, **kwargs).arguments[second]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         loss = self._scenario.loss_fn(*args, **kwargs)  # by position or by its own keywords
