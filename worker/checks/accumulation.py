@@ -6,7 +6,7 @@ backward, clipping if the exercise clips, one SGD step — float64 on the CPU, b
 the same seeded scenario the harness used. The learner passes when the parameters match
 it after every optimizer step, the step count is right and at most one micro-batch's
 activations were alive at a time. When something differs, ``.grad`` at every step is
-decomposed onto the per-micro-batch unit gradients the harness recorded, and the
+decomposed onto the per-micro-batch unit gradients at the parameters the supervisor read, and the
 coefficients (expected: each micro-batch's share of its cycle) name the mistake.
 """
 

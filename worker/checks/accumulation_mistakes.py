@@ -1,9 +1,9 @@
 """The accumulation kind's diagnosis (docs/architecture.md, "Accumulation: gradient
 decomposition"): each optimizer step's ``.grad`` decomposed onto the per-micro-batch unit
-gradients the harness recorded, the coefficients against each micro-batch's share of its cycle,
-and the rules that name the mistake from them; also the memory and scaler checks the outcome
-reports. ``accumulation`` builds the reference and judges the outcome; this module only reads
-them."""
+gradients (computed here, at the parameters the supervisor read), the coefficients against
+each micro-batch's share of its cycle, and the rules that name the mistake from them; also the
+memory and scaler checks the outcome reports. ``accumulation`` builds the reference and judges
+the outcome."""
 
 import math
 from dataclasses import dataclass
@@ -12,12 +12,15 @@ import torch
 
 from contracts.messages import Phrase, Sci  # noqa: E402
 from worker.checks import (  # noqa: E402
+    SEEDING,
     Check,
     Diagnosis,
     agree,
     observed,
+    snapshots,
     tensors,
 )
+from worker.harness import scenarios  # noqa: E402
 from worker.harness.protocol import reported  # noqa: E402
 
 MEMORY_FACTOR = 1.1  # peak saved bytes may exceed one micro-batch's by 10 % …
@@ -28,6 +31,10 @@ NOISE = 1e-7  # weights below this are rounding noise of the decomposition (a lo
 # sample the loader holds, 1.92 million on micro-batches of 160,000, leaves shares of 5.2e-7)
 CLOSE = 0.01  # weights that agree to 1 % are the same weight
 UNEXPLAINED = 0.01  # residual of the decomposition above which the gradient is unexplained
+# the micro-batches whose unit gradients one diagnosis may compute (each a forward and a backward
+# of 160,000 samples, ~0.1 s): a failing loop of the course needs one per micro-batch (12-15),
+# a micro-batch concatenated with its cycle's once per cycle; past it the mistake is not named
+MAX_UNIT_BATCHES = 48
 
 
 @dataclass(frozen=True)
@@ -63,11 +70,50 @@ def _gradient_at(data, t):
     return tensors.vector(reported(data, "steps")[t]["grad"])
 
 
-def decompose(ref, data):
-    """For every learner step: the coefficients of ``.grad`` on the unit gradients."""
+def _unit(scenario, mbs, at):
+    """The gradient of micro-batches ``mbs``' own mean loss at the parameters ``at``."""
+    model = scenario.model
+    weights = list(model.parameters())
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(at, weights)
+    model.zero_grad(set_to_none=True)
+    scenario.batch_loss(model, [scenario.micro_batches[i] for i in mbs]).backward()
+    return tensors.flat([w.grad if w.grad is not None else torch.zeros_like(w) for w in weights])
+
+
+def units(params, ref, data, calls):
+    """Each loss call's unit gradient: for a call on the scenario's micro-batches, computed here
+    at the parameters the supervisor read before it (after its step ``after_step``); for one
+    on targets of the loop's own, what the harness computed on the learner's graph. None where
+    a call follows a step the supervisor did not read, or past ``MAX_UNIT_BATCHES``."""
+    size = ref.initial.numel()
+    starts = [ref.initial] + [tensors.vector(s)[:size] for s in snapshots(observed(data), "step")]
+    found, done, scenario, budget = [], {}, None, MAX_UNIT_BATCHES
+    for call in calls:
+        if call["unit"] is not None:
+            found.append(tensors.vector(call["unit"]).nan_to_num())
+            continue
+        key = (tuple(call["mbs"]), call["after_step"])
+        if key not in done:
+            if call["after_step"] >= len(starts) or len(call["mbs"]) > budget:
+                return None
+            budget -= len(call["mbs"])
+            if scenario is None:
+                with SEEDING:
+                    scenario = scenarios.build(params, torch.float64)
+            done[key] = _unit(scenario, call["mbs"], starts[call["after_step"]]).nan_to_num()
+        found.append(done[key])
+    return found
+
+
+def decompose(params, ref, data):
+    """For every learner step: the coefficients of ``.grad`` on the unit gradients (None where
+    they could not be had)."""
     calls = reported(data, "calls")
     shares = _shares(ref, calls)
-    units = [tensors.vector(c["unit"]).nan_to_num() for c in calls]
+    found = units(params, ref, data, calls)
+    if found is None:
+        return None
     result = []
     for t in range(len(reported(data, "steps"))):
         grad = _gradient_at(data, t).nan_to_num()
@@ -75,7 +121,7 @@ def decompose(ref, data):
         if not candidates:
             result.append(StepWeights(t, {}, {}, [], [], 1.0 if tensors.norm(grad) else 0.0))
             continue
-        basis = torch.stack([units[i] for i in candidates], dim=1)
+        basis = torch.stack([found[i] for i in candidates], dim=1)
         solution = torch.linalg.lstsq(basis, grad.unsqueeze(1), driver="gelsd").solution[:, 0]
         residual = tensors.norm(basis @ solution - grad) / max(tensors.norm(grad), 1e-300)
         coefficients = dict(zip(candidates, solution.tolist(), strict=True))
@@ -114,7 +160,7 @@ def diagnose(params, ref, data, numbers_ok, blind=False, kernel=None):
         found = rule(params, ref, data)
         if found is not None:
             return found
-    weights = decompose(ref, data)
+    weights = decompose(params, ref, data)
     if not weights or any(w.residual > UNEXPLAINED for w in weights):
         return None
     calls = reported(data, "calls")
