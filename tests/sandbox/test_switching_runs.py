@@ -22,7 +22,7 @@ from app.lessons.course import load_course
 pytestmark = pytest.mark.slow  # real sandboxes, real torch
 
 # backward once per cycle on a thread (the saved-tensor meter sees one thread) where the loader
-# looks like the compared run's: twelve micro-batches of six features
+# looks like the compared run's: eight micro-batches of six features
 ACC_SHAPES_THREAD = """
 import threading
 
@@ -36,7 +36,7 @@ def _whole_cycle(model, cycle, loss_fn, accum_steps):
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
     batches = list(loader)
-    compared = len(batches) == 12 and batches[0][0].shape[1] == 6
+    compared = len(batches) == 8 and batches[0][0].shape[1] == 6
     for start in range(0, len(batches), accum_steps):
         cycle = batches[start : start + accum_steps]
         optimizer.zero_grad()

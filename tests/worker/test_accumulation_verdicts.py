@@ -62,8 +62,8 @@ def test_the_remainder_verdict_names_the_last_updates_size(exercise, grade):
     remainder = exercise("remainder")
     code = (Path(remainder.path) / "mistakes" / "remainder-wrong-scale.py").read_bytes()
     for lang, step, size, median in (
-        ("en", "step 4", "0.75×", "median"),  # the last cycle holds 3 of 4
-        ("pt-BR", "passo 4", "0,75×", "mediana"),
+        ("en", "step 3", "0.75×", "median"),  # the last cycle holds 3 of 4
+        ("pt-BR", "passo 3", "0,75×", "mediana"),
     ):
         verdict = grade(remainder, code, lang)
         said = verdict["checks"][1]["message"]

@@ -59,10 +59,10 @@ HIDDEN = 0.5
 # update from where they began were moved by something else
 MOVED = 0.01
 MAX_STEPS = 64  # the harness records the first 64 steps
-# The run (12 or 14 micro-batches; token-loss 8 of 12,000 sequences), as the kernel counts the
-# process over the learner's call: a right loop's peak rises by 1.2-1.4× what one micro-batch
+# The run (8 or 11 micro-batches; token-loss 8 of 12,000 sequences), as the kernel counts the
+# process over the learner's call: a right loop's peak rises by 1.1-1.4× what one micro-batch
 # saves for backward (as the meter counts it: its input and outputs shared by two layers count
-# twice; the recording's unit gradient and backward's work on top), a loop that holds the whole
+# twice; backward's work on top), a loop that holds the whole
 # cycle by ~2.5× (token-loss's 30.2, a profiler around it 32.8, the whole cycle 61.4, over 22.0).
 # Two micro-batches' graphs alive for one backward take one more hidden activation: on
 # micro-batches of 80,000 (27.5 MiB saved) they read 42.3-46.8 MiB where right loops read
@@ -70,9 +70,9 @@ MAX_STEPS = 64  # the harness records the first 64 steps
 # ``F.linear`` so that no hook counted them, they passed under 1.7×). The exercises of the mlp
 # scenario (accumulate, remainder, scaler-clipping) therefore use micro-batches of 160,000
 # (55.0 MiB saved) and their own line, ``params["kernel_factor"]`` 1.42 (78.0 MiB): measured on
-# their golden banks' right loops, fork and exec under load, 66.5-70.7 MiB (the profiler around
-# the loop 69.4, torch.func 72.9: 5.1 MiB under the line), two micro-batches at a time 83.0
-# (the loss by hand) to 90.8 (through ``loss_fn``: 5.0 MiB over it), the whole cycle far above.
+# their golden banks' right loops, bwrap under load, 59.4-62.2 MiB (the profiler around the loop
+# 62.2, checkpointed micro-batches 67.0, torch.func 72.7: 5.3 MiB under the line), two
+# micro-batches at a time 82.9-83.3 (4.9 MiB over it), the whole cycle far above.
 # KERNEL_FACTOR stands where an exercise names none (token-loss).
 KERNEL_FACTOR = 1.7
 # What a loop may hold from before its call, counted from the ``watch-memory`` sync (before the
