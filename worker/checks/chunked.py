@@ -8,8 +8,9 @@ wide memory run built the whole logits where memory was not counted). It passes 
 parameters after every batch, as the sandbox's supervisor read them (``hookstep.Sampled``: the
 biases whole and each weight at places it drew after the fork), are where the reference puts
 them, and the process's memory, as the kernel counted it, rose by less than what chunks of
-``chunk_size`` rows need (``KERNEL_BASE`` + ``KERNEL_CHUNKS`` × one chunk's logits): less than
-chunks half again as large need.
+``chunk_size`` rows need, their cross-entropy written any right way (``KERNEL_BASE`` +
+``KERNEL_CHUNKS`` × one chunk's logits: room for a hand-written one's intermediates, red team 6),
+far under the first batch's whole logits.
 
 Mistakes are named by what the supervisor saw: each known wrong loss is recomputed here (trusted
 code, the same scenario) and the one whose trajectory the learner's parameters follow is named.
@@ -54,21 +55,25 @@ TOLERANCE = {"cpu": 2e-5, "cuda": 1e-3}
 # a known mistake is named when the learner's parameters follow its recomputed trajectory this close
 NAMED = 1e-3
 # The run's memory as the kernel counts the process's rise (a first batch of 2,000 tokens × 16,384
-# words: one chunk of 256 rows' logits 16 MiB, the whole logits 125 MiB; a second of 500), measured
-# on the CPU under `treino check`: right loops 52.4-54.3 MiB (checkpointed chunks, each chunk's own
-# backward, log-softmax and gather, reentrant checkpoint, the profiler, a logging thread; the
-# solution 52.7 at 2,000 tokens), half-size chunks 28.4, and 68.5-68.6 where a loop keeps the last
-# chunk's logits (or log-probabilities) in a variable into the next chunk (each chunk's own
-# backward: right, one chunk more at the peak); chunks 1.25x as large 64.8, 1.5x 76.8, 2x 100.2,
-# every chunk's graph kept 94. A tidy right loop holds about three of a chunk's logits at its peak
-# (the logits, their log-softmax and its gradient), four with a stale one, and a few MiB besides;
-# the line, 72 MiB, sits between that and chunks half again as large (four and a half). Red team
-# 5: on batches of 1,000 tokens the whole logits (62.5 MiB) in one lean buffer, softmax and its
-# gradient in place, rose 67-70 MiB, under the line; at 2,000 they take 125 MiB. The line bounds
-# bytes, not rows: a lean buffer per chunk instead of three fits chunks of 2 × ``chunk_size``
-# (40.6 MiB); lm_head's report fails such chunks where it sees them, nothing else does
+# words: one chunk of 128 rows' logits 8 MiB, the whole logits 125 MiB, 15.6 chunks' worth; a
+# second of 500), measured on the CPU under `treino check`. How many chunks' logits a right loop
+# holds at its peak depends on how it writes the cross-entropy, not on a mistake: F.cross_entropy
+# under checkpoint, log_softmax and gather or nll_loss, 28.6-29.3 MiB (about three, and 4.6 MiB
+# besides); a max-exp-log by hand 29.3 checkpointed, 36.8 with each chunk's own backward; a
+# one-hot target 37.0 checkpointed; logsumexp minus the label's logit (through lm_head, a matmul
+# on its weight, a float() upcast, a boolean mask), checkpointed or each chunk's own backward,
+# 44.7-47.8 (five); a log-softmax by hand (logits - logsumexp, then gather) or a one-hot target,
+# each chunk's own backward with the last chunk's tensors still in their variables, 52.6 (six).
+# The wrong ones: every chunk's graph kept for one backward 139.9 (F.cross_entropy) and 161.5 (by
+# hand), every chunk's logits in a list 268.5, the whole logits 377.5-627.8. The line, 8 MiB + 8
+# chunks' logits = 72 MiB, is 19 MiB over the most a right loop held and 53 MiB under the whole
+# logits alone. Red team 6: on chunks of 256 rows (16 MiB) and a line of 8 MiB + 4 chunks', the
+# hand-written loops rose 84.6-101.0 MiB and were refused, and no line parted them from the
+# whole logits (125 MiB) by a margin there. The line bounds bytes, not rows: F.cross_entropy holds half what
+# a hand-written loss does, so its chunks of 1.5 × or 2 × ``chunk_size`` fit under it too;
+# lm_head's report fails such chunks where it sees them, nothing else does
 KERNEL_BASE = 8 << 20
-KERNEL_CHUNKS = 4.0
+KERNEL_CHUNKS = 8.0
 # What a loop may hold from before its run, since the supervisor began to watch (as the learner's
 # file was loaded; the harness pages torch's code in before that): the learner's module, torch's
 # lazily made state (measured: 0.25 MiB over the rise for the solution). A loop that holds memory
@@ -309,15 +314,20 @@ def _named_by_trajectory(params: dict, after: list, calls: list) -> Diagnosis | 
     return Diagnosis(name, {"rows": rows, "ratio": round(ratio, 2)})
 
 
-def _named_by_memory(params: dict, calls: list) -> Diagnosis | None:
-    """The memory mistake the reported calls of ``lm_head`` show (the rise already failed the
-    kernel's check)."""
+def _named_by_memory(params: dict, calls: list, rise: int) -> Diagnosis | None:
+    """The memory mistake the reported calls of ``lm_head`` show, where the kernel's figure
+    (``rise``, which already failed the check) bears it out. ``graph-kept-across-chunks`` only
+    where the rise reached the first batch's whole logits: every chunk's saved log-softmax (or
+    logits) alive until one backward adds up to them. A call of ``lm_head`` only in forward is
+    also what a right loop that runs each chunk's own backward reports (red team 6: a
+    hand-written cross-entropy per chunk, each chunk's backward at once, was named so on a rise
+    of 100.5-103 MiB, under the 125 MiB of the whole logits): the report alone names nothing."""
     tokens = int(params["batch_size"]) * int(params["seq_len"])
     forward = [r for _run, r, backward in calls if not backward]
     again = [r for _run, r, backward in calls if backward]
     if forward and max(forward) >= tokens:
         return Diagnosis("whole-logits-built", {"rows": max(forward), "tokens": tokens})
-    if forward and not again:
+    if forward and not again and rise >= harness.logits_bytes(params):
         return Diagnosis("graph-kept-across-chunks", {"chunks": len(forward), "rows": max(forward)})
     return None
 
@@ -369,7 +379,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
     if not checks[0].passed:
         diagnosis = _named_by_trajectory(params, after, calls) if taken == len(ref.params) - 1 else None
     elif kernel is not None and not kernel.passed and not kernel.message.endswith("untrained"):
-        diagnosis = _named_by_memory(params, calls)
+        diagnosis = _named_by_memory(params, calls, int(kernel.values["rise"]))
     elif oversized is not None and oversized.values["rows"] >= oversized.values["tokens"]:
         diagnosis = Diagnosis(
             "whole-logits-built", {"rows": oversized.values["rows"], "tokens": oversized.values["tokens"]}
