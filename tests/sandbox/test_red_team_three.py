@@ -1,9 +1,12 @@
 """The third red team's findings (issue 41), closed: each wrong program below passed before and
 must not pass now; each right one, written in a style the grader did not expect, must pass.
 
-- chunked-loss runs the learner's loop once, on the wide vocabulary: chunks larger than asked
-  through ``F.linear`` (no hook on ``lm_head`` sees them) fail on the kernel's count of the run,
-  and there is no small run left to build the whole logits in.
+- chunked-loss runs the learner's loop once, on the wide vocabulary: there is no small run left
+  to build the whole logits in. Chunks larger than asked through ``F.linear`` (no hook on
+  ``lm_head`` sees them), half again as large (40.5 MiB) or twice with a ballast (58.3), failed
+  on the kernel's count until red team 6: a right loop whose cross-entropy is written by hand
+  holds more per chunk (up to 52.6 MiB), and the line (72 MiB) now admits it, and them; bytes
+  cannot tell the two apart (docs/security.md, chunked-loss).
 - find-the-bottleneck: ``zero_grad`` skipped before some steps fails on the parameters the
   supervisor read (the gradient of the batch before carried whole), and the ranges' syncs sent
   by hand, with no ``record_function`` opened, are not ranges.
@@ -32,26 +35,6 @@ def _line(outcome, name):
 
 # chunked-loss: lm_head applied through F.linear, so its forward hook never fires
 CHUNKED_WRONG = {
-    # chunks half again as large as asked, checkpointed: the red team's, 39.4 of 48 MiB before
-    "chunks-half-again-unhooked": """
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
-def train(model, loader, optimizer, chunk_size):
-    head = model.lm_head
-    rows = chunk_size + chunk_size // 2
-
-    def part(h, y):
-        return F.cross_entropy(F.linear(h, head.weight, head.bias), y, reduction="sum")
-
-    for tokens, labels in loader:
-        h, y = model.hidden(tokens).flatten(0, 1), labels.flatten()
-        pieces = zip(h.split(rows), y.split(rows))
-        total = sum(checkpoint(part, hc, yc, use_reentrant=False) for hc, yc in pieces)
-        (total / (y != -100).sum()).backward()
-        optimizer.step()
-        optimizer.zero_grad()
-""",
     # the whole logits wherever it can: on the first batch only, unhooked (one run: no small
     # run left to tell apart, and its memory is counted over every batch)
     "whole-logits-on-the-first-batch-unhooked": """
@@ -73,31 +56,6 @@ def train(model, loader, optimizer, chunk_size):
                 )
             loss = total / (y != -100).sum()
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-""",
-    # chunks twice as large, each chunk's own backward, and 10 MiB held from the file's load and
-    # freed as the loop begins (the red team's ballast: 41.2 of 48 MiB before)
-    "double-chunks-with-a-ballast": """
-import torch
-import torch.nn.functional as F
-
-ballast = [torch.ones(10 << 20, dtype=torch.uint8)]
-
-def train(model, loader, optimizer, chunk_size):
-    ballast.clear()
-    head = model.lm_head
-    rows = 2 * chunk_size
-    for tokens, labels in loader:
-        hidden = model.hidden(tokens).flatten(0, 1)
-        h = hidden.detach().requires_grad_()
-        y = labels.flatten()
-        real = (y != -100).sum()
-        for s in range(0, len(y), rows):
-            logits = F.linear(h[s : s + rows], head.weight, head.bias)
-            loss = F.cross_entropy(logits, y[s : s + rows], reduction="sum")
-            (loss / real).backward()
-        hidden.backward(h.grad)
         optimizer.step()
         optimizer.zero_grad()
 """,
@@ -187,7 +145,7 @@ class TestChunkedLoss:
         return find_exercise("long-sequences/chunked-loss")
 
     @pytest.mark.parametrize("name", CHUNKED_WRONG)
-    def test_chunks_larger_than_asked_or_whole_logits_do_not_pass(self, run, mode, start, name):
+    def test_the_whole_logits_do_not_pass(self, run, mode, start, name):
         outcome = run(CHUNKED_WRONG[name])
         assert outcome.status == "failed", outcome.verdict
         assert _line(outcome, "Parameters")["status"] == "passed", "right numbers: the memory fails it"

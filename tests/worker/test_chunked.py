@@ -78,15 +78,6 @@ def test_a_loop_that_follows_the_whole_loss_within_the_memory_budget_passes():
     assert values["yours"] == LIMIT // 2 and values["whole"] == harness.logits_bytes(PARAMS)
 
 
-def test_the_line_is_what_chunks_of_chunk_size_need_not_half_again_as_large():
-    """Measured: a right loop holds three chunks' logits, four where it keeps the last one in a
-    variable, and a few MiB besides; the whole logits, even in one buffer, far above."""
-    params = {**PARAMS, "vocab": 16384, "chunk_size": 256, "batch_size": 8, "seq_len": 250}
-    chunk = 256 * 16384 * 4
-    assert 3 * chunk + 6 * MIB < check.limit(params) < 4.5 * chunk + 4 * MIB
-    assert check.limit(params) + check.HELD < harness.logits_bytes(params) / 1.5
-
-
 def test_a_short_last_batch_is_built_where_the_exercise_asks_for_one():
     _model, batches = harness.the_run({**PARAMS, "last_batch_size": 1})
     assert [tuple(x.shape) for x, _y in batches] == [(3, 5), (1, 5)]
