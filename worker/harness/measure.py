@@ -13,10 +13,11 @@ the rounds interleaved across the configurations, so that a slow moment of a sha
 falls on all of them, not on one), samples, the peak memory of the run
 (CUDA: ``torch.cuda.max_memory_allocated`` above what was allocated before the call; CPU:
 the peak bytes of live tensors, ``memory.LiveTensorMeter``, in a second, unclocked run), the
-dtypes the blocks' ``Linear`` layers computed in, and whether a block ran again during
-backward (a recomputation). The first timed run of each configuration trains a model some of whose
-parameters live in the shared mapping (``graded``, ``read_of``): the supervisor reads them as the run ends
-(a ``config-end`` sync), and the checks hold them to float32's and autocast's arithmetic,
+dtypes the blocks' ``Linear`` layers computed in, and which blocks ran again during
+backward (recomputations: where checkpointing is asked, every block but the last must). The
+first timed run of each configuration trains a model some of whose parameters live in the
+shared mapping (``graded``, ``read_of``): the supervisor reads them as the run ends (a
+``config-end`` sync), and the checks hold them to float32's and autocast's arithmetic,
 recomputed: what the precision check's pass rests on (issue 41: the probe's dtypes, in the
 child, were rewritten through its hooks); the probe's records only name the mistake. Then
 one correctness run: the accumulation configuration on the "accumulation" kind's float64
@@ -138,16 +139,19 @@ class Probe:
         self.dtypes: set[str] = set()
         self.weights: set[str] = set()
         self.recomputed, self.trained = False, False
-        for block in model.blocks:
-            block.register_forward_pre_hook(self._block)
+        self.blocks = len(model.blocks)
+        self.recomputed_blocks: set[int] = set()  # which blocks ran again in backward
+        for number, block in enumerate(model.blocks):
+            block.register_forward_pre_hook(functools.partial(self._block, number))
             next(block.parameters()).register_post_accumulate_grad_hook(self._trained)
             for layer in block.modules():
                 if isinstance(layer, nn.Linear):
                     layer.register_forward_hook(self._linear)
 
-    def _block(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+    def _block(self, number: int, module: nn.Module, args: tuple[Any, ...]) -> None:
         if torch._C._current_autograd_node() is not None:
             self.recomputed = True
+            self.recomputed_blocks.add(number)
 
     def _trained(self, param: torch.Tensor) -> None:
         self.trained = True
@@ -375,6 +379,8 @@ def _configurations(
             "dtypes": sorted(probe.dtypes),
             "weights": sorted(probe.weights),
             "recomputed": probe.recomputed,
+            "recomputed_blocks": sorted(probe.recomputed_blocks),
+            "blocks": probe.blocks,
             "blocks_trained": probe.trained,
             "micro_batch": len(loader[0][1]),
             "step_ms": clock.times,
