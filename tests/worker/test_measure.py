@@ -13,31 +13,18 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from contracts.messages import render
 from tests.worker.test_golden import assert_answer
-from worker.checks import accumulation, measure
+from worker.checks import measure
 
 TRACES = Path(__file__).parent / "traces" / "measure-h200"
 CONFIGS = ["fp32", "low", "accum", "checkpoint", "all"]
 ROWS = ["measure_fp32", "measure_low", "measure_accum", "measure_checkpoint", "measure_all"]
 
 
-EXERCISE = (
-    Path(__file__).parents[2] / "lessons" / "04-gpu-memory" / "exercises" / "measure-it" / "exercise.yaml"
-)
-
-
 def load(name):
     data = json.loads((TRACES / f"{name}.json").read_text())
-    # the traces' correctness runs predate the "mlp" scenario's inputs drawn in float32 (e3e027c):
-    # another batch, so another large-batch reference. The H200 ran the solution's accumulation
-    # in float64 as the reference does (the trace matched it to its tolerance then); the run is
-    # the reference's trajectory now, as a right loop's on that scenario
-    ref = accumulation.reference(yaml.safe_load(EXERCISE.read_text())["check"]["params"]["reference"])
-    steps = [t.tolist() for t in ref.trajectory]
-    data["reference_run"] = {"steps": steps, "final_params": steps[-1]}
     events = [
         ["step", CONFIGS.index(c), 0.0, -1]
         for c, config in data["configs"].items()

@@ -73,8 +73,7 @@ def _mlp(params: Params, dtype: torch.dtype) -> Scenario:
     n_micro, micro = int(params["n_micro"]), int(params["micro_batch"])
     activation = ACTIVATIONS[params.get("activation", "tanh")]()
     model = nn.Sequential(nn.Linear(6, 16), activation, nn.Linear(16, 3)).to(dtype)
-    # drawn in float32 (2.3x quicker than float64's draw: 0.10 s for 1.92 million rows)
-    x = torch.randn(n_micro * micro, 6).to(dtype)
+    x = torch.randn(n_micro * micro, 6, dtype=dtype)
     y = torch.randint(0, 3, (n_micro * micro,))
     batches = [(x[i : i + micro].clone(), y[i : i + micro].clone()) for i in range(0, n_micro * micro, micro)]
     return Scenario(model, batches, nn.CrossEntropyLoss(), tokens=False)
