@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from contracts.languages import LANGS
-from contracts.messages import Sci, catalogue, number, render
+from contracts.messages import Phrase, Sci, catalogue, number, render
 from contracts.verdict import STATUSES
 from tests.worker.conftest import GOLDEN
 
@@ -42,6 +42,16 @@ def test_numbers_follow_the_language():
     values = {"ratio": 4.0, "coefficient": 1.0, "share": 0.25, "k": 4}
     assert "4,00×" in render("diagnosis.loss-not-scaled.explanation", "pt-BR", values)
     assert "4.00×" in render("diagnosis.loss-not-scaled.explanation", "en", values)
+
+
+def test_a_loss_left_undivided_with_a_short_last_cycle_is_told_what_that_cycle_is_divided_by():
+    """remainder: dividing every loss by accum_steps, the short cycle too, is its next mistake."""
+    short = Phrase("divide.short_cycle", {"k": 4, "left": 3})
+    values = {"ratio": 4.0, "coefficient": 1.0, "share": 0.25, "k": short}
+    en = render("diagnosis.loss-not-scaled.explanation", "en", values)
+    assert "divide each loss by accum_steps (4, and by 3 in the short last cycle)" in en
+    pt = render("diagnosis.loss-not-scaled.explanation", "pt-BR", values)
+    assert "por accum_steps (4, e por 3 no último ciclo, mais curto)" in pt
     assert number(7232, "pt-BR") == "7.232"
     assert number([4, 4, 1], "en") == "4, 4, 1"
 

@@ -256,8 +256,11 @@ def _scale_mistake(params, ref, data, weights):
             return None
         ratio = sum(shares) / len(shares)
         if _same([ratio], float(k)):
+            left = len(ref.cycles[-1])  # a short last cycle (remainder) is divided by what it holds
+            divisor = k if left == k else Phrase("divide.short_cycle", {"k": k, "left": left})
             return Diagnosis(
-                "loss-not-scaled", {"ratio": ratio, "k": k, "coefficient": coefficients[0], "share": 1 / k}
+                "loss-not-scaled",
+                {"ratio": ratio, "k": divisor, "coefficient": coefficients[0], "share": 1 / k},
             )
         return Diagnosis("wrong-scale", {"ratio": ratio, "k": k, "divisor": k / ratio})
     for w in weights:
