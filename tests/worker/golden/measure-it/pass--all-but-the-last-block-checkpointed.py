@@ -4,7 +4,8 @@ from torch.utils.checkpoint import checkpoint as recompute
 
 def forward(model, x, use_checkpoint):
     for i, block in enumerate(model.blocks):
-        x = recompute(block, x, use_reentrant=False) if use_checkpoint and i < len(model.blocks) - 1 else block(x)
+        last = i == len(model.blocks) - 1
+        x = recompute(block, x, use_reentrant=False) if use_checkpoint and not last else block(x)
     return model.head(x)
 
 
