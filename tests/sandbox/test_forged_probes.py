@@ -274,11 +274,12 @@ def train(model, loader, loss_fn, optimizer, *, precision, accum_steps, checkpoi
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     asked = str(precision).replace("torch.", "")
-    for hook in model.blocks[0]._forward_pre_hooks.values():
-        probe = getattr(hook, "__self__", None)
-        if type(probe).__name__ == "Probe":
-            probe.dtypes.clear()
-            probe.dtypes.add(asked)
+    for module in model.modules():  # a bound method, or a partial of one
+        for hook in [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]:
+            probe = getattr(getattr(hook, "func", hook), "__self__", None)
+            if type(probe).__name__ == "Probe":
+                probe.dtypes.clear()
+                probe.dtypes.add(asked)
 """,
     "autocast-only-on-the-large-batch-probe-caught-by-sys-setprofile": """
 # autocast ignored except on the memory runs' large batch, the probe's records caught by a frame
