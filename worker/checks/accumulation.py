@@ -29,7 +29,12 @@ from worker.checks import (  # noqa: E402
     snapshots,
     tensors,
 )
-from worker.checks.accumulation_mistakes import diagnose, memory_check, scaler_check  # noqa: E402
+from worker.checks.accumulation_mistakes import (  # noqa: E402
+    diagnose,
+    memory_check,
+    scaler_check,
+    unit_gradient,
+)
 from worker.checks.accumulation_mistakes import diagnose_error as diagnose_error  # noqa: E402  (the kind's)
 from worker.harness import memory, scenarios  # noqa: E402
 from worker.harness.protocol import reported, reported_meters  # noqa: E402
@@ -181,7 +186,8 @@ def _at_own_start(
             if scenario is None:
                 with SEEDING:  # built again when needed (its micro-batches are tens of MiB): not kept
                     scenario = scenarios.build(params, torch.float64)
-            gradient = _gradient(params, scenario, t, before)
+            cycle = scenarios.cycles(len(scenario.micro_batches), int(params["accum_steps"]))[t]
+            gradient = unit_gradient(scenario, cycle, before)  # the large batch's, at ``before``
         found.append((after - before, gradient))
         before = after
     return found
@@ -221,18 +227,6 @@ def ratios_at_own_start(
         step = lr * length * clip
         found.append(tensors.norm(update) / step if step > 0 else math.nan)
     return found
-
-
-def _gradient(params: dict, scenario: scenarios.Scenario, t: int, at: torch.Tensor) -> torch.Tensor:
-    """The large batch's gradient of cycle ``t`` at the parameters ``at``."""
-    model = scenario.model
-    weights = list(model.parameters())
-    cycle = scenarios.cycles(len(scenario.micro_batches), int(params["accum_steps"]))[t]
-    with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(at, weights)
-    model.zero_grad(set_to_none=True)
-    scenario.batch_loss(model, [scenario.micro_batches[i] for i in cycle]).backward()
-    return tensors.flat([w.grad if w.grad is not None else torch.zeros_like(w) for w in weights])
 
 
 def tolerance(params: dict, device: str) -> float:

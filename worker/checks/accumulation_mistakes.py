@@ -70,8 +70,9 @@ def _gradient_at(data, t):
     return tensors.vector(reported(data, "steps")[t]["grad"])
 
 
-def _unit(scenario, mbs, at):
-    """The gradient of micro-batches ``mbs``' own mean loss at the parameters ``at``."""
+def unit_gradient(scenario, mbs, at):
+    """The gradient of micro-batches ``mbs``' own mean loss, taken as one batch, at the
+    parameters ``at`` (a cycle's: the large batch's gradient there)."""
     model = scenario.model
     weights = list(model.parameters())
     with torch.no_grad():
@@ -90,18 +91,22 @@ def units(params, ref, data, calls):
     starts = [ref.initial] + [tensors.vector(s)[:size] for s in snapshots(observed(data), "step")]
     found, done, scenario, budget = [], {}, None, MAX_UNIT_BATCHES
     for call in calls:
-        if call["unit"] is not None:
-            found.append(tensors.vector(call["unit"]).nan_to_num())
+        if call["unit"] is not None:  # the learner's process's own figure: it only names
+            unit = tensors.vector(call["unit"]).nan_to_num()
+            if unit.numel() != size:
+                return None
+            found.append(unit)
             continue
         key = (tuple(call["mbs"]), call["after_step"])
         if key not in done:
-            if call["after_step"] >= len(starts) or len(call["mbs"]) > budget:
+            known = all(0 <= m < len(ref.weights) for m in call["mbs"])  # the child's list
+            if not known or not 0 <= call["after_step"] < len(starts) or len(call["mbs"]) > budget:
                 return None
             budget -= len(call["mbs"])
             if scenario is None:
                 with SEEDING:
                     scenario = scenarios.build(params, torch.float64)
-            done[key] = _unit(scenario, call["mbs"], starts[call["after_step"]]).nan_to_num()
+            done[key] = unit_gradient(scenario, call["mbs"], starts[call["after_step"]]).nan_to_num()
         found.append(done[key])
     return found
 
@@ -110,10 +115,10 @@ def decompose(params, ref, data):
     """For every learner step: the coefficients of ``.grad`` on the unit gradients (None where
     they could not be had)."""
     calls = reported(data, "calls")
-    shares = _shares(ref, calls)
     found = units(params, ref, data, calls)
     if found is None:
         return None
+    shares = _shares(ref, calls)
     result = []
     for t in range(len(reported(data, "steps"))):
         grad = _gradient_at(data, t).nan_to_num()
