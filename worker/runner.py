@@ -193,11 +193,24 @@ class Worker:
 
     @contextmanager
     def _waker(self):
-        """A wait() that returns on NOTIFY (PostgreSQL), on stop, or after the poll interval."""
+        """A wait() that returns on NOTIFY (PostgreSQL), on a write to the database's files
+        (SQLite: ``queue.Written``), on stop, or after the poll interval."""
         poll = self.settings.poll_seconds
         url = make_url(self.settings.database_url)
         if url.get_backend_name() != "postgresql":
-            yield lambda: self.stopping.wait(poll)
+            written = queue.Written.of(url)
+            if written is None:
+                yield lambda: self.stopping.wait(poll)
+                return
+
+            def look() -> None:
+                deadline = time.monotonic() + poll
+                while not written.changed() and not self.stopping.is_set():
+                    if (left := deadline - time.monotonic()) <= 0:
+                        return
+                    self.stopping.wait(min(left, queue.WRITTEN_SECONDS))
+
+            yield look
             return
         import psycopg
 

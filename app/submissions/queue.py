@@ -16,12 +16,16 @@ lost its lease cannot overwrite the verdict another worker wrote.
 **Telling who waits** is the database's, one way: on PostgreSQL a trigger sends NOTIFY on
 ``CHANNEL`` with the row's id when a submission is inserted or its status changes (migrations
 0007 and 0014; delivered at commit, whoever wrote it). Workers listen to start on a new job at
-once, the web's watcher (app/submissions/watch.py) to answer a waiting page. On SQLite both read
-the rows every poll instead. The row stays the truth: a lost notification only delays.
+once, the web's watcher (app/submissions/watch.py) to answer a waiting page. SQLite has no
+NOTIFY: both watch the database's files instead (``Written``: every commit, whoever wrote it,
+changes the size or the time of its write-ahead log), a few microseconds each ``WRITTEN_SECONDS``,
+and read the rows when they changed, and every poll besides. The row stays the truth: a lost
+notification only delays.
 """
 
 import json
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +46,49 @@ from contracts.verdict import Record, trouble
 
 CHANNEL = "treino_status"  # the triggers of migrations 0007 and 0014 send on it
 MAX_PLACES = 10_000  # a queue longer than this shows no place for the jobs beyond it
+WRITTEN_SECONDS = 0.01  # how often a waiter on SQLite looks at the database's files
+
+
+class Written:
+    """Whether an SQLite database was written since the last look: the size and modification
+    time of its file and of its write-ahead log (a commit appends to the log; a checkpoint
+    rewrites the file), read with ``stat``. What a waiter on SQLite looks at every
+    ``WRITTEN_SECONDS`` instead of reading the rows: a change it reports may be anyone's write
+    (the waiter's own among them), so the rows are read then; a write it missed cannot be one
+    made after the last look, which any later look sees."""
+
+    def __init__(self, database: str) -> None:
+        self.paths = (database, f"{database}-wal")
+        self.last = self._stamp()
+
+    def _stamp(self) -> tuple[tuple[int, int] | None, ...]:
+        stamps: list[tuple[int, int] | None] = []
+        for path in self.paths:
+            try:
+                st = os.stat(path)
+            except OSError:  # not made yet, or the log checkpointed away
+                stamps.append(None)
+            else:
+                stamps.append((st.st_mtime_ns, st.st_size))
+        return tuple(stamps)
+
+    def changed(self) -> bool:
+        now = self._stamp()
+        if now == self.last:
+            return False
+        self.last = now
+        return True
+
+    @classmethod
+    def of(cls, database_url: Any) -> "Written | None":
+        """A watch on ``database_url``'s files, or None where there is nothing to watch: not
+        SQLite (PostgreSQL notifies), or a database in memory."""
+        from sqlalchemy.engine import make_url
+
+        url = make_url(database_url) if isinstance(database_url, str) else database_url
+        if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+            return None
+        return cls(url.database)
 
 
 class AlreadyActive(Exception):

@@ -4,8 +4,11 @@ database connection per waiter.
 One watcher per web process reads, in one query, the status of every submission someone is
 waiting for, and wakes those whose status is no longer the one they saw. On PostgreSQL it reads
 when the status trigger's NOTIFY comes (app/submissions/queue.py; one listening connection for the whole
-process) and every SAFETY_SECONDS besides; on SQLite every TICK_SECONDS. The row stays the
-truth: a notification lost while the listener reconnects only delays a verdict, never loses it.
+process) and every SAFETY_SECONDS besides; on SQLite when the database's files were written
+(``queue.Written``, looked at every ``WRITTEN_SECONDS``) and every SAFETY_SECONDS besides; where
+there is neither (a database in memory, a listener that failed) every TICK_SECONDS. The row
+stays the truth: a notification lost while the listener reconnects only delays a verdict, never
+loses it.
 The watcher runs while someone waits and stops when no one does.
 """
 
@@ -22,7 +25,7 @@ from sqlalchemy.engine import Engine, make_url
 from app.config import Settings
 from app.db import make_engine
 from app.submissions.models import Submission
-from app.submissions.queue import CHANNEL
+from app.submissions.queue import CHANNEL, WRITTEN_SECONDS, Written
 
 TICK_SECONDS = 0.1
 SAFETY_SECONDS = 2.0
@@ -70,16 +73,27 @@ class Watch:
             if not waiters:
                 self.waiting.pop(submission_id, None)
 
+    def close(self) -> None:
+        """Close the watcher's own connection (the process's end; a test's)."""
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
     async def _run(self) -> None:
         thread = CapacityLimiter(1)  # one read at a time, on a thread beside the routes' ones
         listener = None
         if self.url.get_backend_name() == "postgresql":
             listener = asyncio.get_running_loop().create_task(self._listen())
+        written = Written.of(self.url) if listener is None else None
         try:
             while self.waiting:
                 listening = listener is not None and not listener.done()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), SAFETY_SECONDS if listening else TICK_SECONDS)
+                if written is not None:
+                    await self._look(written)
+                else:
+                    tick = SAFETY_SECONDS if listening else TICK_SECONDS
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), tick)
                 self._wake.clear()
                 try:
                     ids = list(self.waiting)
@@ -98,6 +112,16 @@ class Watch:
         finally:
             if listener is not None:
                 listener.cancel()
+
+    async def _look(self, written: Written) -> None:
+        """Until the database's files were written, a new waiter came, or SAFETY_SECONDS passed."""
+        deadline = asyncio.get_running_loop().time() + SAFETY_SECONDS
+        while not written.changed() and not self._wake.is_set():
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(left, WRITTEN_SECONDS))
 
     def _statuses(self, ids: list[int]) -> dict[int, str]:
         if self._engine is None:  # its own connection: never one a route is waiting for

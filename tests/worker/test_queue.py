@@ -328,10 +328,9 @@ def test_sigterm_lets_the_current_job_finish_then_exits(sessions, database_url):
     assert [r.status for r in rows] == ["failed", "queued"], "finished one, left the next queued"
 
 
-@pytest.mark.postgres
-def test_notify_wakes_an_idle_worker_before_its_poll_interval(postgres_url):
-
-    worker = Worker(_settings(postgres_url, poll_seconds=60), grade=fake_verdict, course=COURSE)
+def test_a_write_wakes_an_idle_worker_before_its_poll_interval(database_url):
+    """NOTIFY on PostgreSQL; on SQLite the write seen on the database's files (queue.Written)."""
+    worker = Worker(_settings(database_url, poll_seconds=60), grade=fake_verdict, course=COURSE)
     polled, poll = threading.Event(), worker.run_once
 
     def run_once() -> bool:
@@ -344,13 +343,14 @@ def test_notify_wakes_an_idle_worker_before_its_poll_interval(postgres_url):
     thread.start()
     try:  # LISTEN comes before the first poll: once that found nothing, only NOTIFY wakes it
         assert polled.wait(30), "the worker never polled"
-        engine = make_engine(postgres_url)
+        engine = make_engine(database_url)
         factory = sessionmaker(engine, expire_on_commit=False)
+        time.sleep(0.3)  # idle: past the looks that follow its own first poll
         [job_id] = _enqueue(factory, 1)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and _rows(factory)[0].status != "passed":
             time.sleep(0.05)
-        assert _rows(factory)[0].status == "passed", "not woken by NOTIFY within 20 s (poll is 60 s)"
+        assert _rows(factory)[0].status == "passed", "not woken by the write within 20 s (poll is 60 s)"
         engine.dispose()
     finally:
         worker.stop()
@@ -437,3 +437,35 @@ def test_fresh_addresses_cannot_jump_ahead_of_a_waiting_learner(sessions, monkey
     wait = _simulate_flood(sessions, monkeypatch, lambda n: f"203.0.113.{n + 1}")
     print(f"honest learner's wait with a fresh IPv4 address per attacking job: {wait:.1f} s")
     assert wait <= 60.0 + 0.2 - 9.0, wait  # A1 runs 1..61 s; the honest job is next
+
+
+def test_a_waiting_page_is_answered_by_the_write_not_by_its_safety_read(database_url):
+    """The web's watcher (app/submissions/watch.py) answers a wait when the worker's write lands:
+    NOTIFY on PostgreSQL, the database's files on SQLite; its reads without either come only
+    every SAFETY_SECONDS, so an answer well within that is the wake's."""
+    import asyncio
+
+    from app.submissions import watch
+
+    engine = make_engine(database_url)
+    factory = sessionmaker(engine, expire_on_commit=False)
+    [job_id] = _enqueue(factory, 1)
+    watcher = watch.Watch(database_url)
+
+    async def scenario() -> tuple[str | None, float]:
+        waiting = asyncio.create_task(watcher.changed(job_id, "queued", timeout=30))
+        await asyncio.sleep(0.5)  # the first read found it queued; now only a wake reads again
+        assert not waiting.done(), waiting.done() and waiting.result()
+        with factory.begin() as session:
+            session.get(Submission, job_id).status = "running"
+        written = time.monotonic()
+        status = await waiting
+        return status, time.monotonic() - written
+
+    try:
+        status, took = asyncio.run(scenario())
+    finally:
+        watcher.close()
+        engine.dispose()
+    assert status == "running"
+    assert took < watch.SAFETY_SECONDS / 2, f"answered {took:.2f} s after the write"
