@@ -94,8 +94,13 @@ def text(key: str, lang: str) -> str:
     return entry[language(lang)]
 
 
+def _counted(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class _Filler(string.Formatter):
-    """Fills a catalogue text: ``{n}`` is the number localised, ``{n:time|times}`` the word that
+    """Fills a catalogue text: ``{n}`` is the number localised, ``{n:bytes}`` a size, ``{n:.2}``
+    the number with that many decimals (``{n:.0}``: none), ``{n:time|times}`` the word that
     agrees with it by the language's plural rule (pt-BR: 0 and 1 take the singular)."""
 
     def __init__(self, lang: str) -> None:
@@ -104,11 +109,17 @@ class _Filler(string.Formatter):
     def format_field(self, value: Any, format_spec: str) -> str:
         if format_spec == "bytes":
             return size(value, self.lang)
+        if format_spec[:1] == "." and format_spec[1:].isdigit() and _counted(value):
+            digits = "0" * int(format_spec[1:])
+            return format_decimal(value, format=f"#,##0.{digits}", locale=_locale(self.lang))
         if "|" not in format_spec:
             return number(value, self.lang)
         one, other = format_spec.split("|", 1)
-        counted = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        return one if counted and Locale.parse(_locale(self.lang)).plural_form(abs(value)) == "one" else other
+        return (
+            one
+            if _counted(value) and Locale.parse(_locale(self.lang)).plural_form(abs(value)) == "one"
+            else other
+        )
 
 
 def render(key: str, lang: str, values: dict[str, Any] | None = None) -> str:

@@ -11,7 +11,7 @@
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,28 +58,127 @@ class Record(TypedDict):
 
 
 BarKind = Literal["yours", "reference", "naive"]
-Unit = Literal["bytes", "times", "count"]
+# how a chart's numbers are written: bytes (B, KiB, MiB), a ratio (4.00×), a count (1,024),
+# milliseconds (2.30 ms), a fine value (1.0873: four decimals, as losses are read)
+Unit = Literal["bytes", "times", "count", "ms", "fine"]
+# where bars start: at zero (the ratios are the point), or just below the smallest value (small
+# differences of large values show; the page says where the bars start)
+Scale = Literal["zero", "lowest"]
+# when the chart is drawn: always, or only where it shows a difference (else it is said as a
+# fact): some two values differ by more than one part in a thousand ("differ"), at all
+# ("unequal"), or as the learner's language writes them ("texts")
+Shown = Literal["always", "differ", "unequal", "texts"]
 
 
 class BarRecord(TypedDict):
-    label: str  # catalogue key figure.<chart>.<label>: the bar's name
+    label: str  # message key of the bar's name (a chart of the first form: figure.<chart>.<label>)
     kind: BarKind  # how it is drawn: the learner's, what it is measured against, the naive way
-    value: float
+    value: float | None  # None: no finite value (written "—", no bar)
+    name: NotRequired[str]  # a name shown as it is (a dtype's), instead of the label's text
+    values: NotRequired[dict[str, Any]]  # what the label's text quotes (encoded)
+    low: NotRequired[float]  # the spread of a median: drawn over the bar, written under it
+    high: NotRequired[float]
+
+
+class FactRecord(TypedDict):
+    """A figure said, not drawn: a label (message key) and either a number in ``unit`` or a text
+    (message key) with the values it quotes."""
+
+    label: str
+    unit: NotRequired[Unit]
+    value: NotRequired[float]
+    text: NotRequired[str]
+    values: NotRequired[dict[str, Any]]
 
 
 class ChartRecord(TypedDict):
     """A bar chart a check kind declares in its metrics (``metrics["charts"]``), drawn by the
-    page for any kind: its texts are the kind's own (figure.<id>.title, .note, and .summary,
-    which quotes each bar's value by its label), its numbers written in ``unit``."""
+    page for any kind, each chart a table with its summary sentence.
 
-    id: str
+    Its texts are message keys of the kind's own catalogue (messages.d/<kind>.yaml): ``title``,
+    ``note`` and ``summary`` (each a list of keys, joined by a space; empty: none), quoting
+    ``values`` and each bar's value by the last part of its label's key. Where ``shown`` says the
+    bars show no difference, the chart is said as a fact: its title, and the text ``fact`` (or the
+    first bar's value). A chart of the first form (no ``title``) has keys figure.<id>.title,
+    .note, .summary and figure.<id>.<label>."""
+
+    id: str  # the figure on the page (figure-<id>)
     unit: Unit
     bars: list[BarRecord]
+    title: NotRequired[str]
+    note: NotRequired[list[str]]
+    summary: NotRequired[list[str]]
+    values: NotRequired[dict[str, Any]]  # encoded (messages.encode)
+    scale: NotRequired[Scale]
+    shown: NotRequired[Shown]
+    fact: NotRequired[str]
 
 
-def chart(id: str, unit: Unit, bars: Iterable[tuple[str, BarKind, float]]) -> ChartRecord:
-    """A declared bar chart (``ChartRecord``) for a kind's metrics, under ``"charts"``."""
-    return {"id": id, "unit": unit, "bars": [{"label": b[0], "kind": b[1], "value": b[2]} for b in bars]}
+def bar(label: str, kind: str, value: float | None, **more: Any) -> BarRecord:
+    """One bar: ``more`` may give ``name``, ``values`` (encoded here), ``low`` and ``high``."""
+    out: BarRecord = {"label": label, "kind": kind, "value": value}  # type: ignore[typeddict-item]
+    if "values" in more:
+        more = {**more, "values": encode(more["values"])}
+    out.update(more)  # type: ignore[typeddict-item]
+    return out
+
+
+def chart(
+    id: str,
+    unit: str,
+    bars: Iterable[tuple[str, str, float | None] | BarRecord],
+    texts: str | None = None,
+    **more: Any,
+) -> ChartRecord:
+    """A declared bar chart (``ChartRecord``) for a kind's metrics, under ``"charts"``: each bar
+    a ``BarRecord`` or (label, kind, value). Without ``texts``, of the first form (figure.<id>.*
+    keys, as chunked-loss stores them); with it, its keys are ``texts``.title, ``texts``.note,
+    ``texts``.summary, unless ``more`` names others (``note``, ``summary``: a key or a list;
+    ``values`` encoded here). A unit or a kind of bar the page does not know raises ValueError."""
+    drawn = [b if isinstance(b, dict) else {"label": b[0], "kind": b[1], "value": b[2]} for b in bars]
+    if unit not in get_args(Unit) or any(b["kind"] not in get_args(BarKind) for b in drawn):
+        raise ValueError(f"chart {id}: a unit or a kind of bar the page does not draw")
+    out: ChartRecord = {"id": id, "unit": unit, "bars": drawn}  # type: ignore[typeddict-item]
+    if texts is None:
+        return out
+    out["title"] = more.pop("title", f"{texts}.title")
+    for part in ("note", "summary"):
+        keys = more.pop(part, f"{texts}.{part}")
+        out[part] = [keys] if isinstance(keys, str) else list(keys)
+    if "values" in more:
+        more["values"] = encode(more["values"])
+    out.update(more)  # type: ignore[typeddict-item]
+    return out
+
+
+def fact(label: str, value: float | None = None, unit: str = "count", **said: Any) -> FactRecord:
+    """A figure said as a fact: ``value`` in ``unit``, or ``said`` as ``text`` (a key) and its
+    ``values``."""
+    if "text" in said:
+        return {"label": label, "text": said["text"], "values": encode(said.get("values") or {})}
+    return {"label": label, "unit": unit, "value": float(value or 0)}  # type: ignore[typeddict-item]
+
+
+def clear_winner(timings: Sequence[tuple[float, float, float]]) -> int | None:
+    """Which of these (median, low, high) timings was clearly the fastest: the one with the
+    lowest median, if the top of its spread is below the bottom of every other's; None when the
+    spreads overlap (the difference is within the noise) or there is nothing to beat."""
+    if len(timings) < 2:
+        return None
+    best = min(range(len(timings)), key=lambda i: timings[i][0])
+    top = timings[best][2]
+    return best if all(top < low for i, (_m, low, _h) in enumerate(timings) if i != best) else None
+
+
+def declared(metrics: Mapping[str, Any]) -> tuple[list[ChartRecord], list[FactRecord]]:
+    """The charts and facts a verdict's metrics declare. Metrics stored before their kind
+    declared any (neither ``charts`` nor ``facts``) are read as declared once, by
+    ``contracts.old_charts``: an old submission keeps its figures."""
+    if "charts" in metrics or "facts" in metrics:
+        return list(metrics.get("charts") or []), list(metrics.get("facts") or [])
+    from contracts import old_charts
+
+    return old_charts.declared(metrics)
 
 
 def check_record(name: str, passed: bool, message: str, values: dict[str, Any]) -> CheckRecord:
@@ -191,7 +290,11 @@ class Metrics(BaseModel):
     reference_peak_activation_bytes: int | None = None
     charts: list[dict[str, Any]] | None = Field(
         default=None,
-        description="Bar charts the kind declares: `{id, unit, bars: [{label, kind, value}]}`",
+        description="Bar charts the kind declares (`ChartRecord`): `{id, unit, bars: [{label, kind, "
+        "value}], title, note, summary, values}`, its texts message keys",
+    )
+    facts: list[dict[str, Any]] | None = Field(
+        default=None, description="Figures the kind says without a chart (`FactRecord`)"
     )
 
 

@@ -5,7 +5,8 @@ the worker measured on (its CPU, or the GPU by name)."""
 import pytest
 
 from app import i18n
-from app.submissions.figures import clear_winner, figures
+from app.submissions.figures import figures
+from contracts.verdict import clear_winner
 
 CONFIGS = ["fp32", "low", "accum", "checkpoint", "all"]
 
