@@ -18,10 +18,12 @@ on its own: every figure is compared with what the supervisor made and saw.
 """
 
 import bisect
+import math
 import statistics
 from typing import Any
 
 from contracts.messages import Phrase
+from contracts.verdict import ChartRecord, chart
 from worker.checks import Check, Diagnosis, Evaluation, Interfered, agree, observed
 
 TOLERANCE = 0.35  # of the true figure; measured (2 cores, loaded): honest loops 0.97–1.17×, a
@@ -368,20 +370,52 @@ def diagnose(runs: list[dict], min_syncs: int) -> Diagnosis | None:
     return None
 
 
+FIGURE = "figure.timing"  # the texts of the kind's charts: messages.d/timing.yaml
+
+
 def _metrics(runs: list[dict]) -> dict[str, Any]:
+    measured = _measured_runs(runs)
     return {
-        "timing_runs": [
-            {
-                "scenario": r["scenario"],
-                "step_ms": r["answer"].get("step_ms"),
-                "true_step_ms": round(r["step_ms"], 2),
-                "same_batch_ms": r["answer"].get("same_batch_ms"),
-                "true_same_batch_ms": round(r["kernel_ms"], 2),
-                "syncs": r["syncs"],
-            }
-            for r in runs
-        ]
+        "timing_runs": measured,
+        "charts": [_chart(run) for run in measured if _charted(run)],
+        "facts": [],
     }
+
+
+def _ms(value: Any) -> bool:
+    """A time the page can draw: a finite number (a learner's answer may be anything)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _charted(run: dict) -> bool:
+    return _ms(run.get("step_ms")) and _ms(run.get("true_step_ms"))
+
+
+def _chart(run: dict) -> ChartRecord:
+    """A run as the page draws it (``contracts.verdict``'s declared chart, bars from zero): its
+    time per step as the learner measured it beside what the grader's device really took, with
+    the loader and on one batch."""
+    rows = [("yours", "step_ms", "yours"), ("truth", "true_step_ms", "reference")]
+    rows += [("yours-same", "same_batch_ms", "yours"), ("truth-same", "true_same_batch_ms", "reference")]
+    bars = [
+        (f"{FIGURE}.{label}", kind, run[k]) for label, k, kind in rows if isinstance(run.get(k), int | float)
+    ]
+    title = f"{FIGURE}.{'device' if run['scenario'] == 'device' else 'loading'}.title"
+    return chart(f"timing-{run['scenario']}", "ms", bars, FIGURE, title=title)
+
+
+def _measured_runs(runs: list[dict]) -> list[dict[str, Any]]:
+    return [
+        {
+            "scenario": r["scenario"],
+            "step_ms": r["answer"].get("step_ms"),
+            "true_step_ms": round(r["step_ms"], 2),
+            "same_batch_ms": r["answer"].get("same_batch_ms"),
+            "true_same_batch_ms": round(r["kernel_ms"], 2),
+            "syncs": r["syncs"],
+        }
+        for r in runs
+    ]
 
 
 def diagnose_error(params: dict, data: dict | None, error: dict) -> Diagnosis | None:
