@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from contracts.messages import Phrase, Sci
+from contracts.verdict import ChartRecord, chart
 from worker.checks import (
     SEEDING,
     Check,
@@ -342,12 +343,37 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "optimizer_state_bytes": max([s["state_bytes"] for s in steps] + [0]),
         "full_optimizer_state_bytes": model_numbers * 16,
     }
+    metrics |= {"charts": _charts(metrics), "facts": []}
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = _diagnose(moved, graded, in_optimizer, base_state, start_size, bool(shapes))
         if diagnosis is None and rank is not None:
             diagnosis = _diagnose_adapter(rank, asked, dims, moved_by, reads, stepped)
     return Evaluation(checks, diagnosis, metrics)
+
+
+FIGURE = "figure.adapter"  # the texts of the kind's charts: messages.d/adapter.yaml
+
+
+def _charts(metrics: dict[str, Any]) -> list[ChartRecord]:
+    """What the page draws (``contracts.verdict``'s declared charts): the learner's loop against
+    full fine-tuning, in gradient bytes, optimizer state and numbers trained (bars from zero)."""
+    return [
+        chart(
+            chart_id,
+            unit,
+            [
+                (f"{FIGURE}.{texts}.yours", "yours", metrics[yours]),
+                (f"{FIGURE}.{texts}.full", "naive", metrics[full]),
+            ],
+            f"{FIGURE}.{texts}",
+        )
+        for chart_id, texts, unit, yours, full in (
+            ("gradients", "gradients", "bytes", "peak_gradient_bytes", "full_gradient_bytes"),
+            ("optimizer-state", "state", "bytes", "optimizer_state_bytes", "full_optimizer_state_bytes"),
+            ("trained", "trained", "count", "trained_parameters", "model_parameters"),
+        )
+    ]
 
 
 def _close(rows: list[list[Any]], expected: torch.Tensor, tol: float) -> bool:

@@ -22,6 +22,7 @@ from functools import lru_cache
 import torch
 
 from contracts.messages import Sci
+from contracts.verdict import chart, fact
 from worker.checks import (
     SEEDING,
     Check,
@@ -211,10 +212,32 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "reference_peak_gradient_bytes": ref.grad_bytes,
         "optimizer_step_calls": sum(calls),
     }
+    metrics |= _figures(alive, alive_bytes, ref, sum(calls))
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = _diagnose(ref, calls, outside, alive)
     return Evaluation(checks, diagnosis, metrics)
+
+
+FIGURE = "figure.hookstep"  # the texts of the kind's charts: messages.d/hookstep.yaml
+
+
+def _figures(alive: int, alive_bytes: int, ref: Reference, calls: int) -> dict[str, list]:
+    """What the page draws (``contracts.verdict``'s declared charts): the gradients alive at once
+    and their bytes against the plain loop's, which holds them all until its step (always drawn: a
+    loop that holds as many is the lesson's point too), and the optimizer's step calls."""
+    fewer = f"{FIGURE}.alive.{'fewer' if alive < ref.n_params else 'as-many'}"
+    counted = [(f"{FIGURE}.alive.yours", "yours", alive), (f"{FIGURE}.alive.plain", "naive", ref.n_params)]
+    sized = [
+        (f"{FIGURE}.gradients.yours", "yours", alive_bytes),
+        (f"{FIGURE}.gradients.plain", "naive", ref.grad_bytes),
+    ]
+    values = {"size": alive_bytes, "all_size": ref.grad_bytes}
+    charts = [
+        chart("gradients-alive", "count", counted, f"{FIGURE}.alive", summary=fewer, values=values),
+        chart("gradients", "bytes", sized, f"{FIGURE}.gradients"),
+    ]
+    return {"charts": charts, "facts": [fact("fact.hookstep.step-calls", calls)]}
 
 
 def kernel_check(params: dict, data: dict, device: str, trained: bool) -> Check | None:
