@@ -24,10 +24,12 @@ import math
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import torch
 
 from contracts.messages import Phrase, Sci
+from contracts.verdict import BarRecord, ChartRecord, bar, chart, clear_winner
 from worker.checks import (
     SEEDING,
     Check,
@@ -520,10 +522,93 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
             per_step = config["samples"] / config["steps"]
             metrics[f"{name}_samples_per_s"] = round(per_step * 1000 / max(ms, 1e-9))
             metrics[f"{name}_peak_bytes"] = config["peak"]
+    charted = {  # as the metrics round them
+        name: (
+            metrics[f"{name}_ms_per_step"],
+            metrics.get(f"{name}_ms_low", 0.0),
+            metrics.get(f"{name}_ms_high", 0.0),
+            metrics.get(f"{name}_timed_steps", 0),
+            metrics[f"{name}_peak_bytes"],
+        )
+        for name in CONFIGS
+        if f"{name}_ms_per_step" in metrics
+    }
+    metrics |= {"charts": _charts(charted, metrics), "facts": []}
     diagnosis = None
     if not all(c.passed for c in checks):
         diagnosis = diagnose(checks, data)
     return Evaluation(checks, diagnosis, metrics)
+
+
+FIGURE = "figure.measure"  # the texts of the kind's charts: messages.d/measure.yaml
+
+
+def _charts(
+    timed: dict[str, tuple[float, float, float, int, int]], metrics: dict[str, Any]
+) -> list[ChartRecord]:
+    """What the page draws (``contracts.verdict``'s declared charts), bars from zero, the ratios
+    being the lesson: each configuration's median step with the middle half of its steps, the
+    clearly fastest (``clear_winner``) drawn as the learner's, and its peak memory, the
+    smallest so drawn. A configuration is named by its dtype where it is one."""
+    rows = [(name, *timed[name]) for name in CONFIGS if name in timed]
+    if not rows:
+        return []
+    low = str(metrics.get("low_precision") or "bfloat16")
+    names = {"fp32": "float32", "low": low}
+
+    def label(name: str, kind: str, value: float, **more: Any) -> BarRecord:
+        if name in names:
+            return bar(f"{FIGURE}.{name}", kind, value, name=names[name], **more)
+        return bar(f"{FIGURE}.{name}", kind, value, **more)
+
+    def said(name: str) -> Any:
+        return names.get(name) or Phrase(f"{FIGURE}.{name}")
+
+    gpu = metrics.get("measured_on")
+    where = "gpu" if isinstance(gpu, str) and gpu and gpu != "cpu" else "cpu"
+    spread = all(timed_steps for *_rest, timed_steps, _peak in rows)
+    best = min(range(len(rows)), key=lambda i: rows[i][1])
+    values: dict[str, Any] = {"gpu": gpu, "label": said(rows[best][0]), "ms": rows[best][1]}
+    if not spread:  # a trace from before the step times: one timed run per configuration
+        time = chart(
+            "configurations-time",
+            "ms",
+            [label(name, "reference", ms) for name, ms, *_rest in rows],
+            f"{FIGURE}.time",
+            note=f"{FIGURE}.time.once-{where}",
+            summary=f"{FIGURE}.time.once",
+            values=values,
+        )
+    else:
+        winner = clear_winner([(ms, lo, hi) for _name, ms, lo, hi, *_rest in rows])
+        summary = "fastest" if winner is not None else "overlap" if len(rows) > 1 else "alone"
+        if summary == "overlap":
+            rival = min((i for i in range(len(rows)) if i != best), key=lambda i: rows[i][2])
+            values["other"] = said(rows[rival][0])
+        bars = [
+            label(name, "yours" if i == winner else "reference", ms, low=lo, high=hi)
+            for i, (name, ms, lo, hi, *_rest) in enumerate(rows)
+        ]
+        values["n"] = min(n for *_rest, n, _peak in rows)
+        time = chart(
+            "configurations-time",
+            "ms",
+            bars,
+            f"{FIGURE}.time",
+            note=f"{FIGURE}.time.{where}",
+            summary=f"{FIGURE}.time.{summary}",
+            values=values,
+        )
+    small = min(range(len(rows)), key=lambda i: rows[i][-1])
+    memory = chart(
+        "configurations-memory",
+        "bytes",
+        [label(row[0], "yours" if i == small else "reference", row[-1]) for i, row in enumerate(rows)],
+        f"{FIGURE}.memory",
+        note=f"{FIGURE}.memory.{'gpu' if metrics.get('peak_measure') == 'max_memory_allocated' else 'cpu'}",
+        values={"label": said(rows[small][0]), "peak": rows[small][-1]},
+    )
+    return [time, memory]
 
 
 def diagnose(checks, data):
