@@ -18,6 +18,7 @@ from functools import lru_cache
 import torch
 
 from contracts.messages import Sci  # noqa: E402
+from contracts.verdict import ChartRecord, FactRecord, bar, chart, fact  # noqa: E402
 from worker.checks import (  # noqa: E402
     SEEDING,
     Check,
@@ -389,6 +390,7 @@ def evaluate(params: dict, data: dict, device: str) -> Evaluation:
         "forwards": reported(data, "forwards"),
         "backwards": reported(data, "backwards"),
     }
+    metrics |= _figures(taken, peak if kernel is None or not blind else None, expected, median, ref)
     if params.get("max_norm") is not None:
         metrics["clip_calls"] = reported(data, "clips_total")
     diagnosis = None
@@ -427,7 +429,87 @@ def summarize(params: dict, data: dict) -> dict:
         "forwards": int(reported(data, "forwards")),
         "backwards": int(reported(data, "backwards")),
         "losses": losses,
+        **_figures(taken, int(meter["peak"]), losses=losses),
     }
+
+
+FIGURE = "figure.accumulation"  # the texts of the kind's charts: messages.d/accumulation.yaml
+
+
+def _figures(
+    steps: int,
+    peak: int | None,
+    expected: int | None = None,
+    median: float | None = None,
+    ref: Reference | None = None,
+    losses: list[float | None] | None = None,
+) -> dict[str, list]:
+    """What the page draws of a run (``contracts.verdict``'s declared charts and facts): the loss
+    after each step (a plain run), the steps and each update's size against the large batch's, the
+    peak activation memory against one micro-batch's and the whole large batch's."""
+    charts: list[ChartRecord] = []
+    facts: list[FactRecord] = []
+    if losses:
+        first, last, n = losses[0], losses[-1], len(losses) - 1
+        said = {"first": first, "last": last, "n": n} if n and first is not None and last is not None else {}
+        charts.append(
+            chart(
+                "losses",
+                "fine",
+                [bar(f"{FIGURE}.losses.start", "yours", first)]
+                + [
+                    bar(f"{FIGURE}.losses.after", "yours", v, values={"n": i})
+                    for i, v in enumerate(losses)
+                    if i
+                ],
+                f"{FIGURE}.losses",
+                scale="lowest",
+                summary=[f"{FIGURE}.losses.summary"] if said else [],
+                values=said,
+            )
+        )
+    if expected is None:  # a plain run: what it did, with nothing to set it against
+        facts.append(fact(f"{FIGURE}.steps.title", steps))
+    else:  # a chart only where the steps differ: 3 against 3 is said
+        yours, large = (
+            (f"{FIGURE}.steps.yours", "yours", steps),
+            (f"{FIGURE}.steps.reference", "reference", expected),
+        )
+        charts.append(
+            chart(
+                "steps",
+                "count",
+                [yours, large],
+                f"{FIGURE}.steps",
+                note=[],
+                shown="unequal",
+                fact=f"{FIGURE}.steps.same",
+            )
+        )
+    if median is not None:  # 1.00× against 1.00× is said
+        bars = [
+            (f"{FIGURE}.update.yours", "yours", round(median, 4)),
+            (f"{FIGURE}.update.reference", "reference", 1.0),
+        ]
+        charts.append(
+            chart("update", "times", bars, f"{FIGURE}.update", shown="texts", fact=f"{FIGURE}.update.same")
+        )
+    if peak is not None and ref is None:
+        facts.append(fact(f"{FIGURE}.memory.title", peak, "bytes"))
+    elif peak is not None and ref is not None:
+        micro, whole = ref.micro_peak, ref.cycle_peak
+        more = bool(micro) and abs(peak - micro) > 0.001 * max(peak, micro)
+        bars = [
+            (f"{FIGURE}.memory.yours", "yours", peak),
+            (f"{FIGURE}.memory.micro", "reference", micro),
+            (f"{FIGURE}.memory.naive", "naive", whole),
+        ]
+        summary = [f"{FIGURE}.memory.{'more' if more else 'same'}", f"{FIGURE}.memory.whole"]
+        values = {"times": peak / micro if micro else 0.0}
+        charts.append(
+            chart("memory", "bytes", bars, f"{FIGURE}.memory", summary=summary, values=values, shown="differ")
+        )
+    return {"charts": charts, "facts": facts}
 
 
 def _round_sci(x: float) -> float | None:
