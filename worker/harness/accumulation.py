@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import childfilter, memory, scenarios, supervise
+from . import childfilter, memory, scenarios, sharing, supervise
 from .instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 if TYPE_CHECKING:
@@ -287,36 +287,52 @@ def _warm_up(
     del loss, objective, model, weights, optimizer
 
 
+def prepare(params: dict[str, Any], dtype: torch.dtype) -> "sharing.Layout":
+    """The supervisor's part, device-free: the layout of the parameters the child's set-up will
+    hand over, from the scenario's model built on the CPU without its micro-batches (a few
+    hundred bytes: nothing the child inherits weighs in its memory's figures)."""
+    probe = scenarios.build({**params, "n_micro": 0}, dtype)
+    return sharing.layout(probe.model.parameters())
+
+
 def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
-    """The scenario is built here, in the supervisor, and its parameters shared; the rest runs
-    in the child (``learner``). One run, graded for its numbers and its memory alike (issue 41):
-    a loop cannot behave one way where the parameters are compared and another where memory is
-    counted. Where the exercise says so (``params["kernel_memory"]``) its micro-batches are
-    large enough that the kernel's count of the process tells one micro-batch's activations
+    """The supervisor prepares (``prepare``: the layout it will read); the child builds the
+    scenario (``set_up``, before the learner's file is loaded), hands its parameters over and
+    runs the learner's loop (``learner``). One run, graded for its numbers and its memory alike
+    (issue 41): a loop cannot behave one way where the parameters are compared and another where
+    memory is counted. Where the exercise says so (``params["kernel_memory"]``) its micro-batches
+    are large enough that the kernel's count of the process tells one micro-batch's activations
     alive from a whole cycle's, and the supervisor reads that count from before the learner's
     file loads (``supervise.WATCH``) and around the call (``memory-start``, ``memory-end``)."""
     params = job["params"]
     dtype = getattr(torch, params.get("dtype", "float64"))
     device = job.get("device", "cpu")
     counted = bool(params.get("kernel_memory"))
-    if counted:
-        supervise.exact_malloc()  # before the scenario's tensors: the kernel's count follows them
-    scenario = scenarios.build(params, dtype)
-    model = scenario.model.to(device)
-    batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
-    scenario.micro_batches = batches
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
-    scaler = _scaler(params, device) if params.get("scaler") else None
-    rec = Recorder(model, scaler)
-    initial = flat(rec.params)
+    layout = prepare(params, dtype)
     # where the kernel's count grades memory, the meter only names mistakes, so the child may
     # start threads (the profiler's), never a process, which the kernel would count apart;
     # elsewhere the meter is what memory rests on: one thread
     processes = childfilter.prepare_processes() if counted else None
-    api.share(rec.params)
+
+    def set_up() -> tuple[Any, ...]:
+        """The child's, before any of the learner's code: the seeded scenario on ``device``,
+        its parameters handed to the supervisor."""
+        if counted:
+            supervise.exact_malloc()  # before the scenario's tensors: the kernel's count follows them
+        scenario = scenarios.build(params, dtype)
+        model = scenario.model.to(device)
+        batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
+        scenario.micro_batches = batches
+        optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
+        scaler = _scaler(params, device) if params.get("scaler") else None
+        rec = Recorder(model, scaler)
+        initial = flat(rec.params)
+        api.hand_off(rec.params)
+        return scenario, model, batches, optimizer, scaler, rec, initial
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
-        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
+        scenario, model, batches, optimizer, scaler, rec, initial = set_up()
+        forked = processes is not None and not api.inline
         if processes is not None and forked:
             childfilter.stack(processes)
         if counted:  # the code a loop runs is the same on a slice of a micro-batch
@@ -334,8 +350,8 @@ def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         names = params.get("signature", DEFAULT_SIGNATURE)
         if counted:
             # the objects collected and frozen first: a collection of the learner's would copy
-            # their pages, shared with the supervisor, and count them (exec start: a right loop
-            # calling gc.collect() read 100 MiB from the load, 51 once settled)
+            # their pages and count them (exec start: a right loop calling gc.collect() read
+            # 100 MiB from the load, 51 once settled)
             scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
         name_limits(alone=api.alone or forked, kernel=processes is not None)
@@ -367,4 +383,4 @@ def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         return data, error
 
     # without the kernel's count, the meter sees this thread of this process only
-    return api.supervise(learner, alone=processes is None)
+    return api.supervise(learner, alone=processes is None, layout=layout, device=device)

@@ -6,12 +6,14 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .protocol import Sync, Word
 
 if TYPE_CHECKING:
+    import torch
+
     from .observer import Observer
 
 HEADER = struct.Struct("!I")
@@ -42,6 +44,27 @@ def recv_exact(sock: socket.socket, n: int) -> bytes | None:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def recv_exact_fds(sock: socket.socket, n: int, max_fds: int) -> tuple[bytes | None, list[int]]:
+    """``recv_exact``, with the descriptors passed along (``SCM_RIGHTS``) with its first bytes:
+    the supervisor's read of the hand-off's header alone. More than ``max_fds`` descriptors (the
+    kernel closes those that do not fit) is interference."""
+    first, fds, flags, _ = socket.recv_fds(sock, n, max_fds + 1)
+    if flags & socket.MSG_CTRUNC or len(fds) > max_fds:
+        for fd in fds:
+            os.close(fd)
+        raise Interference("protocol", message="share-refused", reason="descriptors", sent=len(fds))
+    if not first:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    rest = recv_exact(sock, n - len(first)) if len(first) < n else b""
+    if rest is None:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return first + rest, fds
 
 
 def _refuse_constant(name: str) -> NoReturn:
@@ -77,13 +100,38 @@ class Link:
             message["meter"] = [int(v) for v in meter]
         if self._sock is None:
             assert self._observer is not None  # inline: the observer is this process's
-            if self._observer.shared is not None:
-                self._observer.shared.mirror()
+            mirror = getattr(self._observer.shared, "mirror", None)  # inline: ``observer.Shared``
+            if mirror is not None:
+                mirror()
             self._observer.sync(dict(message))
             return
         send(self._sock, json.dumps(message).encode())
         if label not in UNANSWERED and recv_exact(self._sock, 1) != Word.ANSWER:
             os._exit(70)  # the supervisor is gone: nothing left to report to
+
+    def share(self, tensors: Iterable["torch.Tensor"]) -> None:
+        """The hand-off (``sharing``): the parameters' storage given to the supervisor, once, by
+        the harness's ``set_up`` before the learner's file is loaded; waits until the supervisor
+        has checked and mapped it. Inline (CUDA), this process's observer mirrors them
+        (``observer.Shared``) after the same check."""
+        tensors = list(tensors)
+        if self._sock is None:
+            assert self._observer is not None
+            self._observer.hand_off_inline(tensors)
+            return
+        from . import sharing
+
+        message, fds = sharing.export(tensors)
+        payload = json.dumps(message).encode()
+        wire = HEADER.pack(len(payload)) + payload
+        try:
+            sent = socket.send_fds(self._sock, [wire], fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._sock.sendall(wire[sent:])
+        if recv_exact(self._sock, 1) != Word.ANSWER:
+            os._exit(70)  # the supervisor is gone, or refused it
 
     def meter(self, number: int, packed: int, freed: int, note: int = 0) -> None:
         """Meter ``number``'s running counts (bytes in, bytes out), sent as they change, with

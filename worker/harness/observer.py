@@ -15,6 +15,8 @@ from .link import Interference
 if TYPE_CHECKING:
     import torch
 
+    from .sharing import Layout, Reader
+
 MAX_SNAPSHOTS = 256
 MAX_EVENTS = 4096
 MAX_METERS = 64
@@ -131,8 +133,11 @@ class Shared:
 class Observer:
     """What the supervisor saw: syncs by label, parameter snapshots, the meters' stream."""
 
-    def __init__(self, shared: Shared | None) -> None:
+    def __init__(self, shared: "Shared | Reader | None") -> None:
+        # where the parameters are read: the child's hand-off (``sharing.Reader``), or a mapping
+        # of this process's (inline on CUDA, and a kind left on the old path: ``Api.share``)
         self.shared = shared
+        self.layout: Layout | None = None  # the hand-off the kind asked for (``sharing``)
         self.started = time.monotonic()
         self.counts: dict[str, int] = {}
         self.events: list[list[Any]] = []  # [label, index, ms, snapshot index or -1]
@@ -160,6 +165,19 @@ class Observer:
         self._hwm = 0
         self.counters = _COUNTERS[0] if _COUNTERS else None
         self.charged = self.charged_peak = -1  # the cgroup's bytes now and at their peak
+
+    def hand_off_inline(self, tensors: list["torch.Tensor"]) -> None:
+        """The hand-off inline (CUDA: the set-up ran in this process): the tensors, held to the
+        layout asked for, mirrored into a mapping of this process's at each sync (``Shared``)."""
+        from . import sharing
+
+        if self.layout is None or self.shared is not None:
+            raise Interference(
+                "protocol", message="share-again" if self.layout is not None else "share-unasked"
+            )
+        if sharing.layout(tensors) != self.layout:
+            raise Interference("protocol", message="share-refused", reason="layout")
+        self.shared = Shared(tensors)
 
     def watch(self) -> None:
         """From now on, read the child's memory from the kernel (``process_memory``) at every

@@ -49,6 +49,9 @@ class Message(enum.StrEnum):
     """The ``t`` of a message the child sends its supervisor on the link (strict JSON)."""
 
     SYNC = "sync"  # something happened (a label): the supervisor counts, times and reads
+    # the parameters' storage handed over (``Share``, with its descriptor): once, first, before
+    # the learner's code (``sharing``)
+    SHARE = "share"
     REPORT = "report"  # the end: the report (``Report``)
 
 
@@ -128,6 +131,24 @@ class Sync(TypedDict):
     index: int
     snapshot: bool
     meter: NotRequired[list[int]]  # a meter's running counts: (number, packed, freed[, note])
+
+
+class Shared(TypedDict):
+    """One tensor of a hand-off: where it lies in the storage, and what it is."""
+
+    shape: list[int]
+    dtype: str
+    offset: int
+
+
+class Share(TypedDict):
+    """The hand-off (``sharing``), sent by the harness before the learner's file is loaded; the
+    supervisor holds it to the layout the kind asked for."""
+
+    t: Literal["share"]
+    device: str  # how the storage is shared: "cpu" (a sealed memory file, its descriptor passed)
+    size: int
+    tensors: list[Shared]
 
 
 class Report(TypedDict):

@@ -1,11 +1,13 @@
 """What every check kind shares inside the sandbox: output capture, loading the
 learner's file, calling it, turning failures into data and writing the trace.
 
-This process is the trusted supervisor (``supervise.py``): a kind builds its scenario here,
-hands the parameters to ``Api.share``, and runs everything that touches the learner's code
-through ``Api.supervise``, in a forked child. The child's report (the kind's data, the error,
-the captured output) and what this process observed (``data["observed"]``) make the trace,
-which only this process writes.
+This process is the trusted supervisor (``supervise.py``). A kind prepares here what the
+supervisor needs (its hooks, the items it serves, the layout of the parameters it will read:
+nothing on the device) and runs everything else through ``Api.supervise``, in a forked child:
+first its ``set_up`` (the seeded scenario, built before the learner's file is loaded), which
+hands the parameters' storage over (``Api.hand_off``, ``sharing``), then the learner's code. The
+child's report (the kind's data, the error, the captured output) and what this process observed
+(``data["observed"]``) make the trace, which only this process writes.
 
 Standard library only (torch is imported here once, and timed).
 """
@@ -23,7 +25,7 @@ import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-from . import quiet, supervise, trace_schema
+from . import quiet, sharing, supervise, trace_schema
 from .protocol import Message, Outcome, Spec
 from .supervise import Items, Part
 
@@ -148,11 +150,14 @@ class Api:
         # in the child of an ``alone`` kind (forked under the filter that refuses threads and
         # processes); not inline on CUDA, where the learner runs in this process unfiltered
         self.alone = False
+        self.inline = False  # the learner's code runs in this process (CUDA: ``supervise``)
 
     # ------------------------------------------------------------ the supervisor's side
 
     def share(self, tensors: Iterable[Any]) -> None:
-        """Put ``tensors`` (the model's parameters) in memory this process reads itself."""
+        """The old path, left to convert: ``tensors`` (the model's parameters, built here in the
+        supervisor) put in memory this process reads itself. A converted kind builds them in the
+        child and hands them over there (``hand_off``)."""
         self._shared = supervise.Shared(tensors)
 
     def slow_one(self, labels: Iterable[str], seconds: float) -> None:
@@ -174,13 +179,26 @@ class Api:
         supervisor's own, in time the learner's code cannot shorten."""
         self._hooks[label] = hook
 
-    def supervise(self, learner: Learner, alone: bool = False) -> tuple[Any, dict[str, Any] | None]:
+    def supervise(
+        self,
+        learner: Learner,
+        alone: bool = False,
+        layout: sharing.Layout | None = None,
+        device: str | None = None,
+    ) -> tuple[Any, dict[str, Any] | None]:
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
         under ``data["observed"]``. A child that dies without reporting raises
         ``supervise.Died``: its death goes into the trace, where the worker reads the cause. With
         ``alone``, the child can start no thread or process (kinds whose meters see one thread
-        of one process)."""
+        of one process). A kind whose set-up runs in the child (``learner``'s first part) names
+        the ``device`` it builds on and the ``layout`` of the parameters it hands over
+        (``hand_off``): the supervisor reads them from then on, and refuses any other."""
+        import torch
+
+        self.inline = torch.cuda.is_initialized() or (
+            device is not None and torch.device(device).type == "cuda"
+        )
         supervisor = supervise.Supervisor(
             self._shared,
             int(self.spec.get("trace_limit", 4 << 20)),
@@ -188,22 +206,23 @@ class Api:
             alone=alone,
             slow=self._slow,
             hooks=self._hooks,
+            layout=layout,
         )
         part = self._part(learner)
-        import torch
-
-        self.alone = alone and not torch.cuda.is_initialized()
+        self.alone = alone and not self.inline
         report: dict[str, Any] | None
         death: supervise.Death | None
-        if torch.cuda.is_initialized():
+        if self.inline:
             report, death = supervisor.inline(part)
             mode = "inline"
-            if self._shared is not None:
-                self._shared.mirror()
+            shared = supervisor.observer.shared
+            if isinstance(shared, supervise.Shared):
+                shared.mirror()
         else:
             report, death = supervisor.run(part)
             mode = "fork"
-        observed = supervisor.observer.result(self._shared.snapshot() if self._shared else None)
+        shared = supervisor.observer.shared
+        observed = supervisor.observer.result(shared.snapshot() if shared is not None else None)
         observed["mode"] = mode
         if self._items is not None:
             observed["items"] = self._items.result(supervisor.observer.started)
@@ -273,6 +292,13 @@ class Api:
         return part
 
     # ------------------------------------------------------------ the child's side
+
+    def hand_off(self, tensors: Iterable[Any]) -> None:
+        """The set-up's last act, before the learner's file is loaded: the parameters' storage
+        handed to the supervisor (``Link.share``), which checks it against the layout the kind
+        asked for and reads the parameters from it from then on. Once: the supervisor refuses
+        a second."""
+        self.link.share(tensors)
 
     def sync(self, label: str, index: int = -1, snapshot: bool = False) -> None:
         """Tell the supervisor ``label`` happened (and wait while it reads the parameters)."""

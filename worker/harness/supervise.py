@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, NoReturn
 
-from . import childfilter, linux
+from . import childfilter, linux, sharing
 from .items import Items
-from .link import HEADER, MAX_SYNC, UNANSWERED, Interference, Link, decode, recv_exact
+from .link import HEADER, MAX_SYNC, UNANSWERED, Interference, Link, decode, recv_exact, recv_exact_fds
 from .observer import MAX_EVENTS, WATCH, Observer, Shared
 from .protocol import Message, Word
 
@@ -162,8 +162,11 @@ class Supervisor:
         alone: bool = False,
         slow: tuple[list[str], float] | None = None,
         hooks: dict[str, Hook] | None = None,
+        layout: sharing.Layout | None = None,
     ) -> None:
         self.observer = Observer(shared)
+        # the parameters the child's set-up is to hand over (``sharing``), before anything else
+        self.observer.layout = layout
         self.observer.slow = slow  # (labels, seconds), drawn once the child exists
         self.report_limit = report_limit
         self.alone = alone  # the child may start no thread or process (``childfilter``)
@@ -231,23 +234,50 @@ class Supervisor:
                     if not ready:
                         return None
                 continue
-            header = recv_exact(sock, HEADER.size)
-            if header is None:
-                return None
-            (size,) = HEADER.unpack(header)
-            if size > self.report_limit:
-                raise Interference("protocol", message="too-large", bytes=size, limit=self.report_limit)
-            raw = recv_exact(sock, size)
-            if raw is None:
-                return None
-            message = decode(raw)
-            if message.get("t") == Message.SYNC:
+            # the hand-off's descriptor is taken with the first message only, while it is
+            # awaited; any sent later is dropped by the kernel unread (a plain ``recv``)
+            awaited = self.observer.layout is not None and self.observer.shared is None
+            fds: list[int] = []
+            if awaited:
+                header, fds = recv_exact_fds(sock, HEADER.size, 1)
+            else:
+                header = recv_exact(sock, HEADER.size)
+            try:
+                if header is None:
+                    return None
+                (size,) = HEADER.unpack(header)
+                if size > self.report_limit:
+                    raise Interference("protocol", message="too-large", bytes=size, limit=self.report_limit)
+                raw = recv_exact(sock, size)
+                if raw is None:
+                    return None
+                message = decode(raw)
+                kind = message.get("t")
+                if kind == Message.SHARE:
+                    if not awaited:  # a second hand-off, or one no kind asked for: the learner's
+                        again = self.observer.layout is not None
+                        raise Interference("protocol", message="share-again" if again else "share-unasked")
+                    if size > MAX_SYNC:
+                        raise Interference("protocol", message="sync-too-large", bytes=size, limit=MAX_SYNC)
+                    taken, fds = fds, []
+                    assert self.observer.layout is not None  # awaited
+                    self.observer.shared = sharing.open_shared(message, taken, self.observer.layout)
+                    sock.sendall(Word.ANSWER)
+                    continue
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if kind == Message.SYNC:
+                if awaited:  # the set-up syncs nothing before its hand-off
+                    raise Interference("protocol", message="share-first")
                 if size > MAX_SYNC:
                     raise Interference("protocol", message="sync-too-large", bytes=size, limit=MAX_SYNC)
                 self.observer.sync(message)
                 if message.get("label") not in UNANSWERED:
                     sock.sendall(Word.ANSWER)
-            elif message.get("t") == Message.REPORT:
+            elif kind == Message.REPORT:
+                if awaited and message.get("error") is None:  # no parameters, and no failure said
+                    self.observer.problem("protocol", message="share-missing")
                 return message
             else:
                 raise Interference("protocol", message="unknown-type")

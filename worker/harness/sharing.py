@@ -1,0 +1,213 @@
+"""How the parameters' storage is shared with the supervisor: the one device-specific piece of
+the flow (docs/architecture.md, "One flow for both devices: the child owns the scenario").
+
+The child builds the seeded scenario (the kind's ``set_up``, before any of the learner's code:
+the learner's file is not loaded yet, so the child is still trusted there) and hands the
+parameters' storage to its supervisor over the link, once (``Link.share``). The supervisor
+checks each tensor's shape and dtype against the layout the kind asked for (``layout``, from its
+device-free ``prepare``), maps the storage, and from then on reads the parameters from it at each
+sync without the child's help (``Reader.snapshot``), as it read its own mapping before.
+
+Per device, an exporter (in the child) and an opener (in the supervisor), in ``DEVICES``:
+
+- ``cpu``: one sealed memory file (``memfd_create``, no shrinking or growing once sealed: the
+  supervisor's reads can never fault), the tensors moved into a shared mapping of it, its
+  descriptor passed with ``SCM_RIGHTS``; the supervisor maps it read-only;
+- ``cuda`` (not built: no GPU was lent while this was written): each storage's CUDA IPC handle
+  (``UntypedStorage._share_cuda_()``), opened by the supervisor in a context of its own
+  (``UntypedStorage._new_shared_cuda``) and copied to its host memory at each sync. Until then a
+  CUDA job runs inline (``runtime.Api.supervise``), where the hand-off is ``observer.Shared``.
+
+Standard library only when imported: torch is imported by the functions that make or read the
+tensors, so the supervisor's core (``supervise``, ``link``) is tested without it.
+"""
+
+import fcntl
+import math
+import mmap
+import os
+import stat
+import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .link import Interference
+
+if TYPE_CHECKING:
+    import torch
+
+ALIGN = 64
+MAX_TENSORS = 256  # tensors in one hand-off
+# the dtypes a kind may share, and their sizes: the supervisor computes the offsets itself
+ITEM_SIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+FORMATS = {"float64": "d", "float32": "f", "float16": "e"}  # memoryview's, in this machine's order
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+Layout = list[dict[str, Any]]  # [{"shape": [...], "dtype": "float64"}], in order
+
+
+def layout(tensors: Iterable["torch.Tensor"]) -> Layout:
+    """The shapes and dtypes of ``tensors`` (a kind's ``prepare`` gives it of a model built on
+    the CPU without its data, ``set_up``'s tensors are held to it)."""
+    return [
+        {"shape": [int(n) for n in t.shape], "dtype": str(t.dtype).removeprefix("torch.")} for t in tensors
+    ]
+
+
+def placement(expected: Layout) -> tuple[list[int], int]:
+    """Each tensor's byte offset in the shared storage and the storage's size, from the layout
+    alone (each tensor aligned to ``ALIGN``): what the child must have made."""
+    offsets, size = [], 0
+    for entry in expected:
+        size = -(-size // ALIGN) * ALIGN
+        offsets.append(size)
+        size += _count(entry["shape"]) * ITEM_SIZE[entry["dtype"]]
+    return offsets, size
+
+
+# ---------------------------------------------------------------- the child's side (cpu)
+
+
+def export_cpu(tensors: list["torch.Tensor"]) -> tuple[dict[str, Any], list[int]]:
+    """Move ``tensors`` (on the CPU) into a sealed shared memory file: each one's ``data`` is
+    from now on a view of its mapping. Returns the hand-off's message and the descriptor to
+    send with it (the caller closes it once sent; the mapping keeps the memory)."""
+    import torch
+
+    described = layout(tensors)
+    offsets, size = placement(described)
+    fd = os.memfd_create("parameters", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, max(size, 1))
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+        mapped = mmap.mmap(fd, max(size, 1), flags=mmap.MAP_SHARED)
+        for t, offset in zip(tensors, offsets, strict=True):
+            if t.device.type != "cpu":
+                raise ValueError(f"a {t.device.type} tensor cannot be shared through memory")
+            view = torch.frombuffer(mapped, dtype=t.dtype, count=t.numel(), offset=offset).view(t.shape)
+            with torch.no_grad():
+                view.copy_(t.detach())
+            t.data = view  # the parameter now lives in the shared mapping
+    except BaseException:
+        os.close(fd)
+        raise
+    message = {
+        "t": "share",
+        "device": "cpu",
+        "size": size,
+        "tensors": [{**entry, "offset": offset} for entry, offset in zip(described, offsets, strict=True)],
+    }
+    return message, [fd]
+
+
+# ---------------------------------------------------------------- the supervisor's side
+
+
+class Reader:
+    """The parameters as the supervisor reads them: its own read-only mapping of the storage
+    the child handed over, each tensor's bytes at its offset. Standard library only: the values
+    are those ``instrument.flat`` gives (each widened exactly to a float, None where not
+    finite)."""
+
+    def __init__(self, mapped: mmap.mmap, expected: Layout, offsets: list[int]) -> None:
+        self._map = mapped
+        self._parts = [
+            (offset, _count(entry["shape"]), entry["dtype"])
+            for entry, offset in zip(expected, offsets, strict=True)
+        ]
+
+    def snapshot(self) -> list[float | None]:
+        """The values, as a flat list of floats (None where not finite)."""
+        values: list[float] = []
+        for offset, count, dtype in self._parts:
+            raw = self._map[offset : offset + count * ITEM_SIZE[dtype]]  # a copy, read at once
+            if dtype == "bfloat16":  # the high half of a float32
+                widened = b"".join(b"\0\0" + raw[i : i + 2] for i in range(0, len(raw), 2))
+                values.extend(struct.unpack(f"<{count}f", widened))
+            else:
+                values.extend(memoryview(raw).cast(FORMATS[dtype]).tolist())  # type: ignore[call-overload]
+        return [v if math.isfinite(v) else None for v in values]
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def _count(shape: list[int]) -> int:
+    count = 1
+    for n in shape:
+        count *= n
+    return count
+
+
+def _refuse(reason: str, **values: int | str) -> Interference:
+    return Interference("protocol", message="share-refused", reason=reason, **values)
+
+
+def check(message: dict[str, Any], expected: Layout) -> tuple[list[int], int]:
+    """The hand-off's layout held to the one the kind asked for: the same tensors, in order,
+    each of the same shape and dtype, at the offsets and in the size the supervisor computes
+    itself. Raises ``Interference`` (``share-refused``) where it is not."""
+    tensors = message.get("tensors")
+    if not isinstance(tensors, list) or len(tensors) > MAX_TENSORS:
+        raise _refuse("tensors")
+    if len(tensors) != len(expected):
+        raise _refuse("count", sent=len(tensors), expected=len(expected))
+    offsets, size = placement(expected)
+    for i, (entry, want, offset) in enumerate(zip(tensors, expected, offsets, strict=True)):
+        if not isinstance(entry, dict):
+            raise _refuse("tensors")
+        if entry.get("dtype") != want["dtype"]:
+            raise _refuse("dtype", tensor=i, sent=str(entry.get("dtype"))[:40], expected=want["dtype"])
+        if entry.get("shape") != want["shape"]:
+            raise _refuse("shape", tensor=i)
+        if entry.get("offset") != offset:
+            raise _refuse("offset", tensor=i)
+    if message.get("size") != size:
+        raise _refuse("size")
+    return offsets, size
+
+
+def open_cpu(message: dict[str, Any], fds: list[int], expected: Layout) -> Reader:
+    """Map the child's sealed memory file read-only, once its layout is checked; the descriptor
+    is closed here whatever happens (the mapping holds the memory)."""
+    try:
+        offsets, size = check(message, expected)
+        if len(fds) != 1:
+            raise _refuse("descriptors", sent=len(fds))
+        info = os.fstat(fds[0])
+        if not stat.S_ISREG(info.st_mode) or info.st_size != max(size, 1):
+            raise _refuse("file")
+        try:
+            seals = fcntl.fcntl(fds[0], fcntl.F_GET_SEALS)
+        except OSError:
+            seals = 0
+        if seals & SEALS != SEALS:
+            raise _refuse("seals")
+        mapped = mmap.mmap(fds[0], max(size, 1), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return Reader(mapped, expected, offsets)
+
+
+# the seam: per device, how the child exports the storage and how the supervisor opens it
+# ("cuda": CUDA IPC handles, built once a GPU can run its tests)
+DEVICES = {"cpu": (export_cpu, open_cpu)}
+
+
+def export(tensors: list["torch.Tensor"]) -> tuple[dict[str, Any], list[int]]:
+    """The child's hand-off of ``tensors`` on their device (``DEVICES``)."""
+    device = tensors[0].device.type if tensors else "cpu"
+    if device not in DEVICES:
+        raise ValueError(f"the parameters' storage cannot yet be shared from {device}")
+    return DEVICES[device][0](tensors)
+
+
+def open_shared(message: dict[str, Any], fds: list[int], expected: Layout) -> Reader:
+    """The supervisor's side of a hand-off (``DEVICES``); ``Interference`` where refused."""
+    device = message.get("device")
+    if device not in DEVICES:
+        for fd in fds:
+            os.close(fd)
+        raise _refuse("device", sent=str(device)[:40])
+    return DEVICES[str(device)][1](message, fds, expected)
