@@ -231,6 +231,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         read = _Read([*weights, torch.zeros(POOL, dtype=torch.float64)])
     index = {id(p): i for i, p in enumerate(weights)}
     lr, rank = float(params["lr"]), int(params["rank"])
+    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
+    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
+    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
     api._shared = read  # the base's weights, then the adapter's pool
 
     def reading(label: str) -> "supervise.Hook":

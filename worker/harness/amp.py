@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import scenarios
+from . import scenarios, sharing
 from .instrument import finite, flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 if TYPE_CHECKING:
@@ -211,22 +211,37 @@ def _instrument(
     return mirror
 
 
+def prepare(params: dict[str, Any]) -> "sharing.Layout":
+    """The supervisor's part, device-free: the layout of what the child's set-up hands over,
+    the model's parameters (built on the CPU without its batches) and the scale last."""
+    model, _, _ = scenarios.amp_batches({**params, "n_batches": 0})
+    return sharing.layout([*model.parameters(), torch.zeros((), dtype=torch.float32)])
+
+
 def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
-    """The scenario is built here, in the supervisor, and its parameters shared; the rest runs
-    in the child (``learner``)."""
+    """The supervisor prepares (``prepare``: the layout it will read); the child builds the
+    scenario, hands its parameters and the scale over (``set_up``, before the learner's file is
+    loaded) and runs the rest (``learner``)."""
     params = job["params"]
     device = job.get("device", "cpu")
     device_type = torch.device(device).type
-    model, batches, loss_fn = scenarios.amp_batches(params, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
-    scaler = torch.amp.GradScaler(
-        device_type, init_scale=float(params["init_scale"]), growth_interval=int(params["growth_interval"])
-    )
-    rec = Recorder(model, scaler)
-    scale = torch.full((), float(params["init_scale"]), dtype=torch.float32)
-    api.share([*rec.params, scale])  # the scale last: read beside the parameters
+    layout = prepare(params)
+
+    def set_up() -> tuple[Any, ...]:
+        model, batches, loss_fn = scenarios.amp_batches(params, device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
+        scaler = torch.amp.GradScaler(
+            device_type,
+            init_scale=float(params["init_scale"]),
+            growth_interval=int(params["growth_interval"]),
+        )
+        rec = Recorder(model, scaler)
+        scale = torch.full((), float(params["init_scale"]), dtype=torch.float32)
+        api.hand_off([*rec.params, scale])  # the scale last: read beside the parameters
+        return model, batches, loss_fn, optimizer, scaler, rec, scale
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        model, batches, loss_fn, optimizer, scaler, rec, scale = set_up()
         mirror = _instrument(model, optimizer, scaler, batches, rec, api, scale)
         available = {
             "model": model,
@@ -256,4 +271,4 @@ def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         }
         return data, error
 
-    return api.supervise(learner)
+    return api.supervise(learner, layout=layout, device=device)

@@ -69,6 +69,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     # supervisor draws (``Read``). All of them in the supervisor's mapping, made before the fork
     whole = weights + (list(big[0].parameters()) if big is not None else [])
     whole += _linears(release[0], "bias") if release is not None else []
+    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
+    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
+    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
     api._shared = Read(whole, _linears(release[0], "weight") if release is not None else [])
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:

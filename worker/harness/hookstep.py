@@ -142,6 +142,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     index = {id(p): i for i, p in enumerate(weights)}
     # the parameters in the shared mapping: the supervisor reads them there (``Sampled``); the
     # child writes them in place, in pages the job's cgroup counted as they were filled, here
+    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
+    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
+    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
     api._shared = Sampled(weights)
     # with a memory run, the kernel's count of the child grades memory: the child may start
     # threads (a logging thread, the profiler's), never a process, which the kernel counts apart

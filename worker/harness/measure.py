@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as recompute_block
 
-from . import memory, scenarios, supervise
+from . import memory, scenarios, sharing, supervise
 from .instrument import flat, name_limits, wrap_step
 
 if TYPE_CHECKING:
@@ -217,39 +217,65 @@ class Counted:
         wrap_step(self.optimizer, after=counted)
 
 
-def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
-    """The models are built here, in the supervisor, and the correctness run's parameters
-    shared; the rest runs in the child (``learner``). The supervisor counts each timed
-    configuration's steps, reads the correctness run's parameters after every step and keeps
-    each metered run's peak (CPU) as the counts come."""
-    params = spec["params"]
-    device = spec.get("device", "cpu")
-    base, batches, loss_fn = scenarios.block_net(params, torch.float32)
-    base = base.to(device)
-    batches = [(x.to(device), y.to(device)) for x, y in batches]
+def prepare(params: dict[str, Any]) -> "sharing.Layout":
+    """The supervisor's part, device-free: the layout of what the child's set-up hands over
+    (``set_up``'s order), of the models built on the CPU without their batches (BlockNets a few
+    KiB wide: nothing the child inherits weighs in its memory's figures)."""
     ref = params["reference"]
-    scenario = scenarios.build(ref, torch.float64)
-    checked = Blocks(scenario.model).to(device)
+    checked = Blocks(scenarios.build({**ref, "n_micro": 0}, torch.float64).model)
+    base, _, _ = scenarios.block_net({**params, "n_batches": 0}, torch.float32)
     sized = scenarios.memory_params(params)
-    big: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
-    if sized is not None:  # the memory runs' models and batch: the kernel's figures go by them
-        supervise.exact_malloc()
-        model, [(x, y)], _ = scenarios.block_net(sized, torch.float32)
-        big = [(copy.deepcopy(model).to(device), x.to(device), y.to(device)) for _ in MEMORY_RUNS]
-    # each configuration's first timed run trains one of these (``_configurations``)
-    graded = [copy.deepcopy(base) for _ in CONFIGS]
-    # the memory runs' parameters after the correctness run's, then the configurations' (the
-    # checks part them)
-    api.share(
+    big: list[torch.Tensor] = []
+    if sized is not None:
+        big = list(scenarios.block_net({**sized, "n_batches": 0}, torch.float32)[0].parameters())
+    return sharing.layout(
         [
             *checked.parameters(),
-            *(p for m, _, _ in big for p in m.parameters()),
-            *(p for m in graded for p in read_of(m)),
+            *(p for _ in (MEMORY_RUNS if big else []) for p in big),
+            *(p for _ in CONFIGS for p in read_of(base)),
         ]
     )
-    keep_dtype(checked)
+
+
+def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    """The supervisor prepares (``prepare``: the layout it will read); the child builds the
+    models (``set_up``, before the learner's file is loaded), hands over the correctness run's
+    parameters and what the supervisor reads of the others, and runs the rest (``learner``).
+    The supervisor counts each timed configuration's steps, reads the correctness run's
+    parameters after every step and keeps each metered run's peak (CPU) as the counts come."""
+    params = spec["params"]
+    device = spec.get("device", "cpu")
+    layout = prepare(params)
+
+    def set_up() -> tuple[Any, ...]:
+        base, batches, loss_fn = scenarios.block_net(params, torch.float32)
+        base = base.to(device)
+        batches = [(x.to(device), y.to(device)) for x, y in batches]
+        scenario = scenarios.build(params["reference"], torch.float64)
+        checked = Blocks(scenario.model).to(device)
+        sized = scenarios.memory_params(params)
+        big: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+        if sized is not None:  # the memory runs' models and batch: the kernel's figures go by them
+            supervise.exact_malloc()
+            model, [(x, y)], _ = scenarios.block_net(sized, torch.float32)
+            big = [(copy.deepcopy(model).to(device), x.to(device), y.to(device)) for _ in MEMORY_RUNS]
+        # each configuration's first timed run trains one of these (``_configurations``)
+        graded = [copy.deepcopy(base) for _ in CONFIGS]
+        # the memory runs' parameters after the correctness run's, then the configurations' (the
+        # checks part them)
+        api.hand_off(
+            [
+                *checked.parameters(),
+                *(p for m, _, _ in big for p in m.parameters()),
+                *(p for m in graded for p in read_of(m)),
+            ]
+        )
+        keep_dtype(checked)
+        return base, batches, loss_fn, scenario, checked, big, graded
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        base, batches, loss_fn, scenario, checked, big, graded = set_up()
+        ref = params["reference"]
         if big:
             rows = len(batches[0][1])
             _warm_up(
@@ -288,7 +314,8 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         data["reference_run"] = {"steps": counted.trajectory, "final_params": flat(checked.parameters())}
         return data, error
 
-    return api.supervise(learner, alone=True)  # its meters see this thread of this process only
+    # its meters see this thread of this process only
+    return api.supervise(learner, alone=True, layout=layout, device=device)
 
 
 def _warm_up(

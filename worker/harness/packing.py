@@ -51,6 +51,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     batches = [[doc.to(device) for doc in batch] for batch in batches]
     weights = list(model.parameters())
     # the parameters in the shared mapping: the supervisor reads them there (``Sampled``)
+    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
+    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
+    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
     api._shared = Sampled(weights)
     processes = childfilter.prepare_processes() if kernel else None
     length = int(params["row_len"])

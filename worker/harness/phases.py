@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from . import sharing
 from .instrument import name_limits, wrap_step
 
 if TYPE_CHECKING:
@@ -190,10 +191,14 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     runs_count = len(params["slow"])
     api.slow_one([LABELS[phase] for phase in params["slow"]], float(params["slow_ms"]) / 1000)
-    loops = [scenario(params) for _ in range(runs_count)]
-    api.share([p for model, _ in loops for p in model.parameters()])
+    # the layout the child hands over: each loop's model, built here without its batches
+    probe = scenario({**params, "n_batches": 0})[0]
+    layout = sharing.layout([p for _ in range(runs_count) for p in probe.parameters()])
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        # the set-up, before the learner's file is loaded: the loops' models and batches
+        loops = [scenario(params) for _ in range(runs_count)]
+        api.hand_off([p for model, _ in loops for p in model.parameters()])
         state: dict[str, Any] = {"run": None, "sync": None}
         _patch_record_function(state)
         name_limits()
@@ -238,4 +243,4 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
                 return {"runs": runs}, error
         return {"runs": runs}, None
 
-    return api.supervise(learner)
+    return api.supervise(learner, layout=layout, device="cpu")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from . import scenarios
+from . import scenarios, sharing
 from .instrument import name_limits
 
 if TYPE_CHECKING:
@@ -115,11 +115,13 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     items = api.serve_items(
         samples, float(params["item_ms"]) / 1000, scenarios.pipeline_item, scenarios.ITEM.size
     )
-    torch.manual_seed(int(params.get("seed", 0)))
-    trained = scenarios.pipeline_model().to(device)
-    api.share(trained.parameters())
+    layout = sharing.layout(scenarios.pipeline_model().parameters())  # what the child hands over
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        # the set-up, before the learner's file is loaded: the model, its parameters handed over
+        torch.manual_seed(int(params.get("seed", 0)))
+        trained = scenarios.pipeline_model().to(device)
+        api.hand_off(trained.parameters())
         optimizer = torch.optim.SGD(trained.parameters(), lr=scenarios.PIPELINE_LR)
         dataset = ServedDataset(samples, items.address)
 
@@ -157,4 +159,4 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         }
         return data, error
 
-    return api.supervise(learner)
+    return api.supervise(learner, layout=layout, device=device)
