@@ -361,3 +361,60 @@ def test_a_hand_off_after_the_set_up_gains_the_learner_nothing(exercise, grade, 
     text = " ".join(c["message"] for c in verdict["checks"])
     if name != "rebound-data":  # the supervisor refused it: interference, named as such
         assert "could not be trusted" in text or "cannot rely" in text, verdict
+
+
+def _run_job(tmp_path: Path, spec: dict, code: str, inline: bool) -> dict:
+    """``runtime.main`` on a job folder in a fresh interpreter (no sandbox), ``inline`` forced as
+    on CUDA (a context exists: the learner's code runs in the supervisor's process); its trace."""
+    import json
+    import subprocess
+
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "submission.py").write_text(code)
+    program = f"""
+import json, os, sys
+from worker.harness import quiet
+quiet.silence()
+import torch
+if {inline!r}:
+    torch.cuda.is_initialized = lambda: True
+from worker.harness import runtime
+fd = os.memfd_create("trace")
+runtime.main({str(tmp_path)!r}, fd)
+print(os.pread(fd, 1 << 24, 0).decode())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        # one thread, as the sandbox's environment has it (worker/sandbox/host.py): an ``alone``
+        # child may start none
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["fork", "inline"])
+def test_the_set_up_in_the_child_and_inline_as_on_cuda_read_the_same_parameters(tmp_path, inline):
+    """The same job forked (the CPU's flow: the child's hand-off, read from the supervisor's
+    mapping) and inline (CUDA's path today: the set-up in this process, its hand-off mirrored
+    into a mapping of its own at each sync): the same parameters read at each step and at the
+    end, and the ones the loop reported."""
+    spec = {
+        "kind": "accumulation",
+        "entry": "train",
+        "device": "cpu",
+        "params": {"n_micro": 4, "micro_batch": 8, "accum_steps": 2, "lr": 0.1, "seed": 0},
+    }
+    code = RIGHT_LOOP + "\ntrain = _loop\n"
+    trace = _run_job(tmp_path, spec, code, inline)
+    assert trace["error"] is None, trace["error"]
+    data = trace["data"]
+    seen = data["observed"]
+    assert seen["mode"] == ("inline" if inline else "fork") and seen["interfered"] is None
+    assert seen["counts"]["step"] == 2
+    assert seen["snapshots"] == [step["params"] for step in data["steps"]]
+    assert seen["final_params"] == data["final_params"] != data["initial_params"]
