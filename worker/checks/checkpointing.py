@@ -12,6 +12,8 @@ that their gradients are tens of MiB); the meter's peak and the ``.grad`` the ch
 only name the mistake.
 """
 
+# ruff: noqa: F405  (the kit's names, from worker/checks/kit.py)
+
 import json
 import math
 from dataclasses import dataclass
@@ -20,18 +22,8 @@ from functools import lru_cache
 import torch
 
 from contracts.messages import Sci  # noqa: E402
-from worker.checks import (  # noqa: E402
-    SEEDING,
-    Check,
-    Diagnosis,
-    Evaluation,
-    Interfered,
-    agree,
-    kernel_memory,
-    observed,
-    snapshots,
-    tensors,
-)
+from worker.checks import agree  # noqa: E402
+from worker.checks.kit import *  # noqa: F403, E402  (worker/checks/kit.py)
 from worker.harness import memory, scenarios  # noqa: E402
 from worker.harness.checkpointing import Read  # noqa: E402
 from worker.harness.hookstep import places  # noqa: E402

@@ -19,6 +19,8 @@ backward was running) tell which one it was, after the kernel's figure failed th
 call on more rows than ``chunk_size`` fails the loop (never passes one).
 """
 
+# ruff: noqa: F405  (the kit's names, from worker/checks/kit.py)
+
 import json
 import math
 from collections.abc import Callable
@@ -31,17 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from contracts.messages import Sci
 from contracts.verdict import chart
-from worker.checks import (
-    SEEDING,
-    Check,
-    Diagnosis,
-    Evaluation,
-    Interfered,
-    kernel_memory,
-    observed,
-    snapshots,
-    tensors,
-)
+from worker.checks.kit import *  # noqa: F403  (worker/checks/kit.py)
 from worker.harness import chunked as harness
 from worker.harness import hookstep, sequences
 from worker.harness.protocol import reported
