@@ -418,3 +418,16 @@ def test_the_set_up_in_the_child_and_inline_as_on_cuda_read_the_same_parameters(
     assert seen["counts"]["step"] == 2
     assert seen["snapshots"] == [step["params"] for step in data["steps"]]
     assert seen["final_params"] == data["final_params"] != data["initial_params"]
+
+
+def test_the_layouts_given_from_shapes_alone_are_the_models():
+    """chunked's and packing's supervisor asks for a layout without drawing the weights (4 MiB
+    at 16,384 words): the shapes ``layout`` gives are the built model's, in order."""
+    import torch
+
+    from worker.harness import sequences, sharing
+
+    tiny = sequences.TinyLM(40, 6)
+    assert sequences.TinyLM.layout(40, 6, "float32") == sharing.layout(tiny.parameters())
+    packed = sequences.PackedLM(40, 6, 12).to(torch.float64)
+    assert sequences.PackedLM.layout(40, 6, 12, "float64") == sharing.layout(packed.parameters())

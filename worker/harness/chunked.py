@@ -62,24 +62,28 @@ def logits_bytes(params: dict[str, Any], rows: int | None = None) -> int:
 
 
 def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    """The supervisor prepares (the layout it will read, through ``Sampled``: the model's shapes
+    alone, ``sequences.TinyLM.layout``); the child builds the run (``set_up``, before the
+    learner's file is loaded), hands its parameters over and runs the learner's loop."""
     params = spec["params"]
     device = spec.get("device", "cpu")
-    supervise.exact_malloc()  # before the model's blocks: the kernel's figures go by them
-    model, batches = the_run(params)
-    model = model.to(device)
-    batches = [(x.to(device), y.to(device)) for x, y in batches]
-    weights = list(model.parameters())
     lr = float(params["lr"])
-    # the parameters in the shared mapping: the supervisor reads them there (``Sampled``)
-    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
-    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
-    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
-    api._shared = Sampled(weights)
+    layout = sequences.TinyLM.layout(int(params["vocab"]), int(params["dim"]), "float32")
     # the kernel's count of the child grades memory: the child may start threads (a logging
     # thread, the profiler's), never a process, which the kernel counts apart
     processes = childfilter.prepare_processes()
 
+    def set_up() -> tuple[Any, ...]:
+        supervise.exact_malloc()  # before the model's blocks: the kernel's figures go by them
+        model, batches = the_run(params)
+        model = model.to(device)
+        batches = [(x.to(device), y.to(device)) for x, y in batches]
+        weights = list(model.parameters())
+        api.hand_off(weights)  # the supervisor reads them in the shared memory (``Sampled``)
+        return model, batches, weights
+
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        model, batches, weights = set_up()
         calls: list[list[Any]] = []  # [run, rows, during backward]; one run: run is always 0
 
         def noted(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -108,7 +112,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         model.lm_head.register_forward_hook(noted)
         scenarios.settle()
         api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
-        forked = not torch.cuda.is_initialized()  # not inline on CUDA
+        forked = not api.inline
         if forked:
             childfilter.stack(processes)
         name_limits(alone=api.alone or forked, kernel=True)
@@ -122,7 +126,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         api.sync("memory-end", snapshot=True)
         return {"calls": calls}, error
 
-    return api.supervise(learner, alone=False)
+    return api.supervise(learner, alone=False, layout=layout, device=device, reading=Sampled)
 
 
 def _warm_up(batch: tuple[torch.Tensor, torch.Tensor], device: str) -> None:

@@ -70,8 +70,8 @@ class Sampled(supervise.Shared):
     a few thousand numbers, so the supervisor's memory, which the job's cgroup counts with the
     child's, hardly moves inside the memory run."""
 
-    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
-        super().__init__(tensors)
+    def __init__(self, tensors: Iterable[torch.Tensor], mapped: bool = False) -> None:
+        super().__init__(tensors, mapped)
         self._seed: int | None = None
         self._places: list[torch.Tensor] = []
 
@@ -144,7 +144,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     # child writes them in place, in pages the job's cgroup counted as they were filled, here
     # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
     # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
-    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
+    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``).
+    # Its wide run's 24 MiB of weights exceed the one memory file a hand-off makes (the
+    # sandbox's RLIMIT_FSIZE, 16 MiB, bounds a memfd's size too)
     api._shared = Sampled(weights)
     # with a memory run, the kernel's count of the child grades memory: the child may start
     # threads (a logging thread, the profiler's), never a process, which the kernel counts apart

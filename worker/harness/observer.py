@@ -90,13 +90,21 @@ def use_counters(fds: list[int]) -> None:
 
 
 class Shared:
-    """Tensors moved into one anonymous shared mapping made before the fork: the child computes
-    in it, the supervisor reads it without the child's help."""
+    """Tensors moved into one anonymous shared mapping of this process's: the child computes in
+    it, the supervisor reads it without the child's help (inline on CUDA, and a kind left on the
+    old path). With ``mapped``, ``tensors`` are already the supervisor's own views of the child's
+    hand-off (``sharing.Reader.tensors``): nothing is copied, and a kind's reader of sampled
+    places (``hookstep.Sampled``) reads them there."""
 
-    def __init__(self, tensors: Iterable["torch.Tensor"]) -> None:
+    def __init__(self, tensors: Iterable["torch.Tensor"], mapped: bool = False) -> None:
         import torch
 
         tensors = [t for t in tensors]
+        if mapped:
+            self._map = None
+            self.views = tensors
+            self.tensors = tensors
+            return
         offsets, size = [], 0
         for t in tensors:
             size = -(-size // ALIGN) * ALIGN
@@ -138,6 +146,9 @@ class Observer:
         # of this process's (inline on CUDA, and a kind left on the old path: ``Api.share``)
         self.shared = shared
         self.layout: Layout | None = None  # the hand-off the kind asked for (``sharing``)
+        # how a kind reads the hand-off where not every value whole (``Api.supervise``'s
+        # ``reading``): called with the tensors and whether they are this process's mapped views
+        self.reading: Callable[[list[Any], bool], Any] | None = None
         self.started = time.monotonic()
         self.counts: dict[str, int] = {}
         self.events: list[list[Any]] = []  # [label, index, ms, snapshot index or -1]
@@ -177,7 +188,12 @@ class Observer:
             )
         if sharing.layout(tensors) != self.layout:
             raise Interference("protocol", message="share-refused", reason="layout")
-        self.shared = Shared(tensors)
+        self.shared = self.reading(tensors, False) if self.reading is not None else Shared(tensors)
+
+    def opened(self, reader: "Reader") -> None:
+        """The hand-off, checked and mapped (``sharing.open_shared``): read as it is, or through
+        the kind's ``reading`` over this process's read-only views of it."""
+        self.shared = self.reading(reader.tensors(), True) if self.reading is not None else reader
 
     def watch(self) -> None:
         """From now on, read the child's memory from the kernel (``process_memory``) at every

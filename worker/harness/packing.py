@@ -41,24 +41,29 @@ READ_STEPS = 16
 
 
 def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    """The supervisor prepares (the layout it will read, through ``Sampled``: the model's shapes
+    alone, ``sequences.PackedLM.layout``); the child builds the run (``set_up``, before the
+    learner's file is loaded), hands its parameters over and runs the learner's loop."""
     params = spec["params"]
     device = spec.get("device", "cpu")
     kernel = bool(params.get("kernel_memory"))
-    if kernel:
-        supervise.exact_malloc()  # before the model's blocks: the kernel's figures go by them
-    model, batches = sequences.packing(params)
-    model = model.to(device)
-    batches = [[doc.to(device) for doc in batch] for batch in batches]
-    weights = list(model.parameters())
-    # the parameters in the shared mapping: the supervisor reads them there (``Sampled``)
-    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
-    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
-    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
-    api._shared = Sampled(weights)
-    processes = childfilter.prepare_processes() if kernel else None
     length = int(params["row_len"])
+    layout = sequences.PackedLM.layout(int(params["vocab"]), int(params["dim"]), length, "float64")
+    processes = childfilter.prepare_processes() if kernel else None
+
+    def set_up() -> tuple[Any, ...]:
+        if kernel:
+            supervise.exact_malloc()  # before the model's blocks: the kernel's figures go by them
+        model, batches = sequences.packing(params)
+        model = model.to(device)
+        batches = [[doc.to(device) for doc in batch] for batch in batches]
+        weights = list(model.parameters())
+        api.hand_off(weights)  # the supervisor reads them in the shared memory (``Sampled``)
+        return model, batches, weights
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        model, batches, weights = set_up()
+
         def loader() -> Iterator[list[torch.Tensor]]:
             for i, batch in enumerate(batches):
                 api.sync("batch", i)
@@ -82,7 +87,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             api.sync("step", steps["taken"], snapshot=steps["taken"] < READ_STEPS)
             steps["taken"] += 1
 
-        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
+        forked = processes is not None and not api.inline
         if kernel:
             with torch.no_grad():  # the shared pages in this process's page tables before the watch
                 for p in weights:
@@ -108,7 +113,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             api.sync("memory-end", snapshot=True)
         return {}, error
 
-    return api.supervise(learner, alone=False)
+    return api.supervise(learner, alone=False, layout=layout, device=device, reading=Sampled)
 
 
 def _warm_up(model: sequences.PackedLM, documents: list[torch.Tensor], device: str) -> None:

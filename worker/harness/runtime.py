@@ -185,6 +185,7 @@ class Api:
         alone: bool = False,
         layout: sharing.Layout | None = None,
         device: str | None = None,
+        reading: Callable[[list[Any], bool], Any] | None = None,
     ) -> tuple[Any, dict[str, Any] | None]:
         """``learner()`` → ``(data, error)``, run in a child process (or here on CUDA, where
         the child could not use the device); returns the child's data with what was observed
@@ -193,7 +194,9 @@ class Api:
         ``alone``, the child can start no thread or process (kinds whose meters see one thread
         of one process). A kind whose set-up runs in the child (``learner``'s first part) names
         the ``device`` it builds on and the ``layout`` of the parameters it hands over
-        (``hand_off``): the supervisor reads them from then on, and refuses any other."""
+        (``hand_off``): the supervisor reads them from then on, and refuses any other; with
+        ``reading`` (``(tensors, mapped)`` → a ``supervise.Shared``), through a reader of the
+        kind's own (sampled places: ``hookstep.Sampled``)."""
         import torch
 
         self.inline = torch.cuda.is_initialized() or (
@@ -207,6 +210,7 @@ class Api:
             slow=self._slow,
             hooks=self._hooks,
             layout=layout,
+            reading=reading,
         )
         part = self._part(learner)
         self.alone = alone and not self.inline

@@ -5,6 +5,8 @@ with it and the trusted checks build the reference with it, so both start from t
 parameters and see the same tokens.
 """
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -20,6 +22,13 @@ class TinyLM(nn.Module):
         self.embed = nn.Embedding(vocab, dim)
         self.mix = nn.Linear(dim, dim)
         self.lm_head = nn.Linear(dim, vocab)
+
+    @staticmethod
+    def layout(vocab: int, dim: int, dtype: str) -> list[dict[str, Any]]:
+        """Its parameters' shapes, in order, as ``sharing.layout`` gives them, without drawing
+        them (the supervisor's ``prepare``: 4 MiB of weights at 16,384 words)."""
+        shapes = [[vocab, dim], [dim, dim], [dim], [vocab, dim], [vocab]]
+        return [{"shape": shape, "dtype": dtype} for shape in shapes]
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.mix(self.embed(tokens)))
@@ -67,6 +76,22 @@ class PackedLM(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
         self.lm_head = nn.Linear(dim, vocab)
+
+    @staticmethod
+    def layout(vocab: int, dim: int, length: int, dtype: str) -> list[dict[str, Any]]:
+        """Its parameters' shapes, in order, as ``sharing.layout`` gives them, without drawing
+        them (the supervisor's ``prepare``)."""
+        shapes = [
+            [vocab, dim],
+            [length, dim],
+            [3 * dim, dim],
+            [3 * dim],
+            [dim, dim],
+            [dim],
+            [vocab, dim],
+            [vocab],
+        ]
+        return [{"shape": shape, "dtype": dtype} for shape in shapes]
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.embed(tokens) + self.position(positions)

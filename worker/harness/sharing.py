@@ -18,6 +18,10 @@ Per device, an exporter (in the child) and an opener (in the supervisor), in ``D
   (``UntypedStorage._new_shared_cuda``) and copied to its host memory at each sync. Until then a
   CUDA job runs inline (``runtime.Api.supervise``), where the hand-off is ``observer.Shared``.
 
+One memory file per hand-off: its size counts against the sandbox's file-size limit
+(``RLIMIT_FSIZE``, 16 MiB, ``worker/sandbox/launcher.py``), so a kind whose parameters weigh more
+(hookstep's wide run, the adapter's base) needs them placed in several files first.
+
 Standard library only when imported: torch is imported by the functions that make or read the
 tensors, so the supervisor's core (``supervise``, ``link``) is tested without it.
 """
@@ -28,6 +32,7 @@ import mmap
 import os
 import stat
 import struct
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +116,7 @@ class Reader:
 
     def __init__(self, mapped: mmap.mmap, expected: Layout, offsets: list[int]) -> None:
         self._map = mapped
+        self._shapes = [list(entry["shape"]) for entry in expected]
         self._parts = [
             (offset, _count(entry["shape"]), entry["dtype"])
             for entry, offset in zip(expected, offsets, strict=True)
@@ -127,6 +133,20 @@ class Reader:
             else:
                 values.extend(memoryview(raw).cast(FORMATS[dtype]).tolist())  # type: ignore[call-overload]
         return [v if math.isfinite(v) else None for v in values]
+
+    def tensors(self) -> list["torch.Tensor"]:
+        """Torch's views of the mapping, read-only (a kind that reads sampled places of them,
+        ``hookstep.Sampled``); they keep the mapping alive."""
+        import torch
+
+        views = []
+        with warnings.catch_warnings():  # torch warns that a read-only buffer's tensor may not
+            # be written: the supervisor never writes it
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            for offset, count, dtype in self._parts:
+                tensor = torch.frombuffer(self._map, dtype=getattr(torch, dtype), count=count, offset=offset)
+                views.append(tensor)
+        return [v.view(shape) for v, shape in zip(views, self._shapes, strict=True)]
 
     def close(self) -> None:
         self._map.close()

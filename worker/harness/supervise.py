@@ -163,10 +163,12 @@ class Supervisor:
         slow: tuple[list[str], float] | None = None,
         hooks: dict[str, Hook] | None = None,
         layout: sharing.Layout | None = None,
+        reading: Callable[[list[Any], bool], Any] | None = None,
     ) -> None:
         self.observer = Observer(shared)
         # the parameters the child's set-up is to hand over (``sharing``), before anything else
         self.observer.layout = layout
+        self.observer.reading = reading  # how the kind reads it, where not every value whole
         self.observer.slow = slow  # (labels, seconds), drawn once the child exists
         self.report_limit = report_limit
         self.alone = alone  # the child may start no thread or process (``childfilter``)
@@ -261,7 +263,7 @@ class Supervisor:
                         raise Interference("protocol", message="sync-too-large", bytes=size, limit=MAX_SYNC)
                     taken, fds = fds, []
                     assert self.observer.layout is not None  # awaited
-                    self.observer.shared = sharing.open_shared(message, taken, self.observer.layout)
+                    self.observer.opened(sharing.open_shared(message, taken, self.observer.layout))
                     sock.sendall(Word.ANSWER)
                     continue
             finally:
