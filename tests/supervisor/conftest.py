@@ -61,8 +61,8 @@ def shared_file(values, seal=True):
     return fd, mapped
 
 def layout_message(values, dtype="float64", shape=None, size=None):
-    return {"t": "share", "device": "cpu", "size": 8 * len(values) if size is None else size,
-            "tensors": [{"shape": shape or [len(values)], "dtype": dtype, "offset": 0}]}
+    return {"t": "share", "device": "cpu", "files": [8 * len(values) if size is None else size],
+            "tensors": [{"shape": shape or [len(values)], "dtype": dtype, "file": 0, "offset": 0}]}
 
 def hand_off(link, values, message=None, fds=None, seal=True):
     fd, mapped = shared_file(values, seal)

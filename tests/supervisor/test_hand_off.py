@@ -167,3 +167,19 @@ def part(link):
     )
     assert out["observed"]["interfered"] is None
     assert out["observed"]["snapshots"] == [[1.0, 2.0, 3.0]]
+
+
+def test_the_storage_is_spread_over_files_each_within_the_sandboxs_file_size_limit():
+    """A memory file's size counts against RLIMIT_FSIZE (16 MiB in the sandbox): the child and the
+    supervisor place the tensors in files of at most ``FILE_CAP`` from the layout alone."""
+    from worker.harness import sharing
+
+    mib = 1 << 20
+    small = [{"shape": [16, 6], "dtype": "float64"}, {"shape": [16], "dtype": "float64"}]
+    assert sharing.placement(small) == ([(0, 0), (0, 768)], [896])
+    wide = [{"shape": [512, 512], "dtype": "float64"}, {"shape": [512], "dtype": "float64"}] * 12
+    places, sizes = sharing.placement(wide)
+    assert all(size <= sharing.FILE_CAP for size in sizes) and len(sizes) == 4
+    assert places[:3] == [(0, 0), (0, 2 * mib), (0, 2 * mib + 4096)]
+    huge = [{"shape": [3 * sharing.FILE_CAP // 8], "dtype": "float64"}, {"shape": [1], "dtype": "float64"}]
+    assert sharing.placement(huge) == ([(0, 0), (1, 0)], [3 * sharing.FILE_CAP, 8])

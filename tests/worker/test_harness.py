@@ -339,7 +339,7 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
     link = _api().link
     fd = os.memfd_create("parameters", os.MFD_ALLOW_SEALING)
     os.ftruncate(fd, 4096)
-    payload = json.dumps({"t": "share", "device": "cpu", "size": 4096, "tensors": []}).encode()
+    payload = json.dumps({"t": "share", "device": "cpu", "files": [4096], "tensors": []}).encode()
     socket.send_fds(link._sock, [struct.pack("!I", len(payload)) + payload], [fd])
     link._sock.recv(1)
     _loop(model, loader, loss_fn, optimizer, accum_steps)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from . import childfilter, scenarios, supervise
+from . import childfilter, scenarios, sharing, supervise
 from .instrument import flat, name_limits, wrap_step
 
 if TYPE_CHECKING:
@@ -131,28 +131,44 @@ def the_run(params: dict[str, Any], device: str) -> tuple[nn.Module, list[scenar
     return model.to(device), [(x.to(device), y.to(device)) for x, y in batches], loss_fn, built is not None
 
 
+def prepare(params: dict[str, Any]) -> "sharing.Layout":
+    """The supervisor's part, device-free: the layout of the parameters the child's set-up hands
+    over: the wide memory run's layers (shapes alone: 24 MiB of weights are not drawn here), or
+    the scenario's model built on the CPU without its micro-batches."""
+    width = int(params.get("memory_width") or 0)
+    if width:
+        layers = int(params.get("memory_layers") or 3)
+        return [
+            {"shape": shape, "dtype": "float64"} for _ in range(layers) for shape in ([width, width], [width])
+        ]
+    return sharing.layout(scenarios.build({**params, "n_micro": 0}).model.parameters())
+
+
 def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    """The supervisor prepares (``prepare``: the layout it will read, through ``Sampled``); the
+    child builds the run (``set_up``, before the learner's file is loaded), hands its parameters
+    over and runs the learner's loop (``learner``)."""
     params = spec["params"]
     device = spec.get("device", "cpu")
     lr = float(params["lr"])
-    if params.get("memory_width"):
-        supervise.exact_malloc()  # before the wide model's blocks: the kernel's figures go by them
-    model, batches, loss_fn, wide = the_run(params, device)
-    weights = list(model.parameters())
-    index = {id(p): i for i, p in enumerate(weights)}
-    # the parameters in the shared mapping: the supervisor reads them there (``Sampled``); the
-    # child writes them in place, in pages the job's cgroup counted as they were filled, here
-    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
-    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
-    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``).
-    # Its wide run's 24 MiB of weights exceed the one memory file a hand-off makes (the
-    # sandbox's RLIMIT_FSIZE, 16 MiB, bounds a memfd's size too)
-    api._shared = Sampled(weights)
+    wide = bool(params.get("memory_width"))
+    layout = prepare(params)
     # with a memory run, the kernel's count of the child grades memory: the child may start
     # threads (a logging thread, the profiler's), never a process, which the kernel counts apart
     processes = childfilter.prepare_processes() if wide else None
 
+    def set_up() -> tuple[Any, ...]:
+        if wide:
+            supervise.exact_malloc()  # before the wide model's blocks: the kernel's figures go by them
+        model, batches, loss_fn, _ = the_run(params, device)
+        weights = list(model.parameters())
+        # the parameters in the shared memory: the supervisor reads them there (``Sampled``);
+        # the child writes them in place, in pages the job's cgroup counted as they were filled
+        api.hand_off(weights)
+        return model, batches, loss_fn, weights, {id(p): i for i, p in enumerate(weights)}
+
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        model, batches, loss_fn, weights, index = set_up()
         steps: list[list[Any]] = []
         between: list[int] = []
         # the backward a step belongs to: the one running, or the last one begun
@@ -206,7 +222,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             _warm_up(model, batches[0], loss_fn, lr)
             scenarios.settle()
             api.sync(supervise.WATCH)  # before the learner's file runs: it cannot be left out
-        forked = processes is not None and not torch.cuda.is_initialized()  # not inline on CUDA
+        forked = processes is not None and not api.inline
         if processes is not None and forked:
             childfilter.stack(processes)
         name_limits(alone=api.alone or forked, kernel=processes is not None)
@@ -226,7 +242,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         }
         return data, error
 
-    return api.supervise(learner, alone=processes is None)
+    return api.supervise(learner, alone=processes is None, layout=layout, device=device, reading=Sampled)
 
 
 def _warm_up(model: nn.Module, batch: scenarios.Batch, loss_fn: nn.Module, lr: float) -> None:

@@ -138,6 +138,7 @@ class Shared(TypedDict):
 
     shape: list[int]
     dtype: str
+    file: int  # which of the hand-off's files (its descriptors, in order)
     offset: int
 
 
@@ -146,8 +147,8 @@ class Share(TypedDict):
     supervisor holds it to the layout the kind asked for."""
 
     t: Literal["share"]
-    device: str  # how the storage is shared: "cpu" (a sealed memory file, its descriptor passed)
-    size: int
+    device: str  # how the storage is shared: "cpu" (sealed memory files, their descriptors passed)
+    files: list[int]  # each file's size
     tensors: list[Shared]
 
 

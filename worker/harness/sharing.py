@@ -10,17 +10,17 @@ sync without the child's help (``Reader.snapshot``), as it read its own mapping 
 
 Per device, an exporter (in the child) and an opener (in the supervisor), in ``DEVICES``:
 
-- ``cpu``: one sealed memory file (``memfd_create``, no shrinking or growing once sealed: the
-  supervisor's reads can never fault), the tensors moved into a shared mapping of it, its
-  descriptor passed with ``SCM_RIGHTS``; the supervisor maps it read-only;
+- ``cpu``: sealed memory files (``memfd_create``, no shrinking or growing once sealed: the
+  supervisor's reads can never fault), the tensors moved into shared mappings of them, their
+  descriptors passed with ``SCM_RIGHTS``; the supervisor maps them read-only;
 - ``cuda`` (not built: no GPU was lent while this was written): each storage's CUDA IPC handle
   (``UntypedStorage._share_cuda_()``), opened by the supervisor in a context of its own
   (``UntypedStorage._new_shared_cuda``) and copied to its host memory at each sync. Until then a
   CUDA job runs inline (``runtime.Api.supervise``), where the hand-off is ``observer.Shared``.
 
-One memory file per hand-off: its size counts against the sandbox's file-size limit
-(``RLIMIT_FSIZE``, 16 MiB, ``worker/sandbox/launcher.py``), so a kind whose parameters weigh more
-(hookstep's wide run, the adapter's base) needs them placed in several files first.
+A memory file's size counts against the sandbox's file-size limit (``RLIMIT_FSIZE``, 16 MiB,
+``worker/sandbox/launcher.py``): the storage is spread over files of at most ``FILE_CAP``, each
+tensor's file and offset computed from the layout alone, by the child and the supervisor alike.
 
 Standard library only when imported: torch is imported by the functions that make or read the
 tensors, so the supervisor's core (``supervise``, ``link``) is tested without it.
@@ -47,6 +47,10 @@ MAX_TENSORS = 256  # tensors in one hand-off
 ITEM_SIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 FORMATS = {"float64": "d", "float32": "f", "float16": "e"}  # memoryview's, in this machine's order
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+# a memory file's size counts against the sandbox's file-size limit (RLIMIT_FSIZE, 16 MiB,
+# worker/sandbox/launcher.py): the storage is spread over files of at most this much
+FILE_CAP = 8 << 20
+MAX_FILES = 16  # descriptors in one hand-off
 
 Layout = list[dict[str, Any]]  # [{"shape": [...], "dtype": "float64"}], in order
 
@@ -59,74 +63,90 @@ def layout(tensors: Iterable["torch.Tensor"]) -> Layout:
     ]
 
 
-def placement(expected: Layout) -> tuple[list[int], int]:
-    """Each tensor's byte offset in the shared storage and the storage's size, from the layout
-    alone (each tensor aligned to ``ALIGN``): what the child must have made."""
-    offsets, size = [], 0
+def placement(expected: Layout) -> tuple[list[tuple[int, int]], list[int]]:
+    """Each tensor's place, ``(file, byte offset)``, and each file's size, from the layout
+    alone: the tensors in order, each aligned to ``ALIGN``, a new file begun where the next
+    would take one past ``FILE_CAP`` (a tensor larger has a file of its own). What the child
+    must have made."""
+    places: list[tuple[int, int]] = []
+    sizes = [0]
     for entry in expected:
-        size = -(-size // ALIGN) * ALIGN
-        offsets.append(size)
-        size += _count(entry["shape"]) * ITEM_SIZE[entry["dtype"]]
-    return offsets, size
+        nbytes = _count(entry["shape"]) * ITEM_SIZE[entry["dtype"]]
+        offset = -(-sizes[-1] // ALIGN) * ALIGN
+        if sizes[-1] and offset + nbytes > FILE_CAP:
+            sizes.append(0)
+            offset = 0
+        places.append((len(sizes) - 1, offset))
+        sizes[-1] = offset + nbytes
+    return places, [max(size, 1) for size in sizes]
 
 
 # ---------------------------------------------------------------- the child's side (cpu)
 
 
 def export_cpu(tensors: list["torch.Tensor"]) -> tuple[dict[str, Any], list[int]]:
-    """Move ``tensors`` (on the CPU) into a sealed shared memory file: each one's ``data`` is
-    from now on a view of its mapping. Returns the hand-off's message and the descriptor to
-    send with it (the caller closes it once sent; the mapping keeps the memory)."""
+    """Move ``tensors`` (on the CPU) into sealed shared memory files (``placement``), one
+    tensor at a time (its own storage freed as the next is copied: the child's memory holds
+    one tensor more at most): each one's ``data`` is from now on a view of its file's mapping.
+    Returns the hand-off's message and the descriptors to send with it (the caller closes them
+    once sent; the mappings keep the memory)."""
     import torch
 
     described = layout(tensors)
-    offsets, size = placement(described)
-    fd = os.memfd_create("parameters", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    places, sizes = placement(described)
+    fds: list[int] = []
     try:
-        os.ftruncate(fd, max(size, 1))
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-        mapped = mmap.mmap(fd, max(size, 1), flags=mmap.MAP_SHARED)
-        for t, offset in zip(tensors, offsets, strict=True):
+        maps = []
+        for size in sizes:
+            fds.append(os.memfd_create("parameters", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
+            os.ftruncate(fds[-1], size)
+            fcntl.fcntl(fds[-1], fcntl.F_ADD_SEALS, SEALS)
+            maps.append(mmap.mmap(fds[-1], size, flags=mmap.MAP_SHARED))
+        for t, (file, offset) in zip(tensors, places, strict=True):
             if t.device.type != "cpu":
                 raise ValueError(f"a {t.device.type} tensor cannot be shared through memory")
-            view = torch.frombuffer(mapped, dtype=t.dtype, count=t.numel(), offset=offset).view(t.shape)
+            view = torch.frombuffer(maps[file], dtype=t.dtype, count=t.numel(), offset=offset).view(t.shape)
             with torch.no_grad():
                 view.copy_(t.detach())
             t.data = view  # the parameter now lives in the shared mapping
     except BaseException:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
         raise
     message = {
         "t": "share",
         "device": "cpu",
-        "size": size,
-        "tensors": [{**entry, "offset": offset} for entry, offset in zip(described, offsets, strict=True)],
+        "files": sizes,
+        "tensors": [
+            {**entry, "file": file, "offset": offset}
+            for entry, (file, offset) in zip(described, places, strict=True)
+        ],
     }
-    return message, [fd]
+    return message, fds
 
 
 # ---------------------------------------------------------------- the supervisor's side
 
 
 class Reader:
-    """The parameters as the supervisor reads them: its own read-only mapping of the storage
-    the child handed over, each tensor's bytes at its offset. Standard library only: the values
+    """The parameters as the supervisor reads them: its own read-only mappings of the storage
+    the child handed over, each tensor's bytes in its file at its offset. Standard library only: the values
     are those ``instrument.flat`` gives (each widened exactly to a float, None where not
     finite)."""
 
-    def __init__(self, mapped: mmap.mmap, expected: Layout, offsets: list[int]) -> None:
-        self._map = mapped
+    def __init__(self, maps: list[mmap.mmap], expected: Layout, places: list[tuple[int, int]]) -> None:
+        self._maps = maps
         self._shapes = [list(entry["shape"]) for entry in expected]
         self._parts = [
-            (offset, _count(entry["shape"]), entry["dtype"])
-            for entry, offset in zip(expected, offsets, strict=True)
+            (maps[file], offset, _count(entry["shape"]), entry["dtype"])
+            for entry, (file, offset) in zip(expected, places, strict=True)
         ]
 
     def snapshot(self) -> list[float | None]:
         """The values, as a flat list of floats (None where not finite)."""
         values: list[float] = []
-        for offset, count, dtype in self._parts:
-            raw = self._map[offset : offset + count * ITEM_SIZE[dtype]]  # a copy, read at once
+        for mapped, offset, count, dtype in self._parts:
+            raw = mapped[offset : offset + count * ITEM_SIZE[dtype]]  # a copy, read at once
             if dtype == "bfloat16":  # the high half of a float32
                 widened = b"".join(b"\0\0" + raw[i : i + 2] for i in range(0, len(raw), 2))
                 values.extend(struct.unpack(f"<{count}f", widened))
@@ -143,13 +163,14 @@ class Reader:
         with warnings.catch_warnings():  # torch warns that a read-only buffer's tensor may not
             # be written: the supervisor never writes it
             warnings.filterwarnings("ignore", message="The given buffer is not writable")
-            for offset, count, dtype in self._parts:
-                tensor = torch.frombuffer(self._map, dtype=getattr(torch, dtype), count=count, offset=offset)
+            for mapped, offset, count, dtype in self._parts:
+                tensor = torch.frombuffer(mapped, dtype=getattr(torch, dtype), count=count, offset=offset)
                 views.append(tensor)
         return [v.view(shape) for v, shape in zip(views, self._shapes, strict=True)]
 
     def close(self) -> None:
-        self._map.close()
+        for mapped in self._maps:
+            mapped.close()
 
 
 def _count(shape: list[int]) -> int:
@@ -163,51 +184,58 @@ def _refuse(reason: str, **values: int | str) -> Interference:
     return Interference("protocol", message="share-refused", reason=reason, **values)
 
 
-def check(message: dict[str, Any], expected: Layout) -> tuple[list[int], int]:
+def check(message: dict[str, Any], expected: Layout) -> tuple[list[tuple[int, int]], list[int]]:
     """The hand-off's layout held to the one the kind asked for: the same tensors, in order,
-    each of the same shape and dtype, at the offsets and in the size the supervisor computes
-    itself. Raises ``Interference`` (``share-refused``) where it is not."""
+    each of the same shape and dtype, in the files and at the offsets the supervisor computes
+    itself, the files of the sizes it computes. Raises ``Interference`` (``share-refused``)
+    where it is not."""
     tensors = message.get("tensors")
     if not isinstance(tensors, list) or len(tensors) > MAX_TENSORS:
         raise _refuse("tensors")
     if len(tensors) != len(expected):
         raise _refuse("count", sent=len(tensors), expected=len(expected))
-    offsets, size = placement(expected)
-    for i, (entry, want, offset) in enumerate(zip(tensors, expected, offsets, strict=True)):
+    places, sizes = placement(expected)
+    for i, (entry, want, (file, offset)) in enumerate(zip(tensors, expected, places, strict=True)):
         if not isinstance(entry, dict):
             raise _refuse("tensors")
         if entry.get("dtype") != want["dtype"]:
             raise _refuse("dtype", tensor=i, sent=str(entry.get("dtype"))[:40], expected=want["dtype"])
         if entry.get("shape") != want["shape"]:
             raise _refuse("shape", tensor=i)
-        if entry.get("offset") != offset:
+        if entry.get("file") != file or entry.get("offset") != offset:
             raise _refuse("offset", tensor=i)
-    if message.get("size") != size:
+    if message.get("files") != sizes:
         raise _refuse("size")
-    return offsets, size
+    return places, sizes
 
 
 def open_cpu(message: dict[str, Any], fds: list[int], expected: Layout) -> Reader:
-    """Map the child's sealed memory file read-only, once its layout is checked; the descriptor
-    is closed here whatever happens (the mapping holds the memory)."""
+    """Map the child's sealed memory files read-only, once the layout is checked; the
+    descriptors are closed here whatever happens (the mappings hold the memory)."""
+    maps: list[mmap.mmap] = []
     try:
-        offsets, size = check(message, expected)
-        if len(fds) != 1:
+        places, sizes = check(message, expected)
+        if len(fds) != len(sizes):
             raise _refuse("descriptors", sent=len(fds))
-        info = os.fstat(fds[0])
-        if not stat.S_ISREG(info.st_mode) or info.st_size != max(size, 1):
-            raise _refuse("file")
-        try:
-            seals = fcntl.fcntl(fds[0], fcntl.F_GET_SEALS)
-        except OSError:
-            seals = 0
-        if seals & SEALS != SEALS:
-            raise _refuse("seals")
-        mapped = mmap.mmap(fds[0], max(size, 1), flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        for fd, size in zip(fds, sizes, strict=True):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+                raise _refuse("file")
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            except OSError:
+                seals = 0
+            if seals & SEALS != SEALS:
+                raise _refuse("seals")
+            maps.append(mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
+    except BaseException:
+        for mapped in maps:
+            mapped.close()
+        raise
     finally:
         for fd in fds:
             os.close(fd)
-    return Reader(mapped, expected, offsets)
+    return Reader(maps, expected, places)
 
 
 # the seam: per device, how the child exports the storage and how the supervisor opens it

@@ -241,7 +241,7 @@ class Supervisor:
             awaited = self.observer.layout is not None and self.observer.shared is None
             fds: list[int] = []
             if awaited:
-                header, fds = recv_exact_fds(sock, HEADER.size, 1)
+                header, fds = recv_exact_fds(sock, HEADER.size, sharing.MAX_FILES)
             else:
                 header = recv_exact(sock, HEADER.size)
             try:
