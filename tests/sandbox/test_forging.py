@@ -234,15 +234,15 @@ class Layer(torch.autograd.Function):
         return grad @ ctx.weight, grad.t() @ ctx.h, grad.sum(0), None
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
-    first, second = model[0], model[2]
+    direct, read = model.direct, model.read
     batches = list(loader)
     checkpoint(model, batches[0][0][:1], use_reentrant=False)
     for start in range(0, len(batches), accum_steps):
         cycle = batches[start : start + accum_steps]
         x = torch.cat([b[0] for b in cycle])
         y = torch.cat([b[1] for b in cycle])
-        h = Layer.apply(x, first.weight, first.bias, True)
-        out = Layer.apply(h, second.weight, second.bias, False)
+        out = Layer.apply(x, direct.weight, direct.bias, False)
+        out = out + Layer.apply(torch.relu(x @ model.expand.t()), read.weight, read.bias, False)
         optimizer.zero_grad()
         loss_fn(out, y).backward()
         optimizer.step()

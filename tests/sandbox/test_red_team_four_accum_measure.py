@@ -5,8 +5,11 @@ forwards through ``F.linear`` (no hook of the model's sees them, so the count of
 fails one backward for several is empty), the saved tensors out of the meter's sight (a thread,
 hooks of the program's own): the kernel's rise was 45.5-46.8 MiB (with ``loss_fn``) or 42.3
 (without) where the line stood at 46.7 (1.7 × 27.5 MiB, micro-batches of 80,000), and right loops
-30.0-38.1. Now micro-batches of 160,000 and the line at 1.42 × what one of them saves (78.0 MiB):
-right loops in the golden banks 66.5-72.9 MiB, two micro-batches at a time 83.0-90.8.
+30.0-38.1. Now micro-batches of 160,000: scaler-clipping's MLP has its line at 1.42 × what one of
+them saves (78.0 MiB; right loops 66.5-72.9 MiB, two micro-batches at a time 83.0-90.8), and
+accumulate's and remainder's model (``scenarios.Features``: the programs below reach its layers by
+name) at 1.39 × 35.4 MiB (49.2 MiB; right loops 31.4-38.4, its forward by hand 43.4, two
+micro-batches at a time 54.7-63.3).
 
 measure-it: the low-precision configuration's memory run done in float32 with every block
 checkpointed (a rise under 0.8×, and its step within the 0.1 the float32 step was allowed) passed;
@@ -43,15 +46,17 @@ def _passed(outcome):
 # the forwards through F.linear, each micro-batch's loss through loss_fn
 PAIRS_ON_A_THREAD = """
 import threading
+import torch
 import torch.nn.functional as F
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
     batches = list(loader)
-    l1, act, l2 = model[0], model[1], model[2]
+    direct, read, expand = model.direct, model.read, model.expand
 
     def fwd(x):
-        return F.linear(act(F.linear(x, l1.weight, l1.bias)), l2.weight, l2.bias)
+        features = torch.relu(x @ expand.t())
+        return F.linear(x, direct.weight, direct.bias) + F.linear(features, read.weight, read.bias)
 
     def pair(chunk):
         (sum(loss_fn(fwd(x), y) for x, y in chunk) / accum_steps).backward()
@@ -69,6 +74,18 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
 # the same without loss_fn (no unit gradient recorded: the least memory two at a time take)
 PAIRS_LOSS_BY_HAND = PAIRS_ON_A_THREAD.replace("loss_fn(fwd(x), y)", "F.cross_entropy(fwd(x), y)")
 
+# red team 8: the pairs, their forwards in place (the least they take, 54.7 MiB), under a ballast
+# made at import and freed as the call begins: the rise over the call reads 0 B, and from before
+# the file loaded the ballast's 58 MiB stood within the line + 12 MiB; now + 4 (kernel_held_mib)
+PAIRS_UNDER_A_BALLAST = """
+BALLAST = bytearray(58 << 20)
+for i in range(0, len(BALLAST), 4096):
+    BALLAST[i] = 1
+""" + PAIRS_LOSS_BY_HAND.replace("torch.relu(x", "torch.relu_(x").replace(
+    "    batches = list(loader)\n",
+    "    global BALLAST\n    BALLAST = None  # freed\n    batches = list(loader)\n",
+)
+
 # two micro-batches joined into one forward (their rows concatenated), on a thread, the loss scaled
 # so that the maths is exact
 PAIRS_CONCATENATED = """
@@ -79,11 +96,12 @@ import torch.nn.functional as F
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
     batches = list(loader)
-    l1, act, l2 = model[0], model[1], model[2]
+    direct, read, expand = model.direct, model.read, model.expand
 
     def pair(a, b):
         x, y = torch.cat([a[0], b[0]]), torch.cat([a[1], b[1]])
-        out = F.linear(act(F.linear(x, l1.weight, l1.bias)), l2.weight, l2.bias)
+        features = torch.relu(x @ expand.t())
+        out = F.linear(x, direct.weight, direct.bias) + F.linear(features, read.weight, read.bias)
         (F.cross_entropy(out, y) * (2 / accum_steps)).backward()
 
     optimizer.zero_grad()
@@ -127,15 +145,17 @@ def train(model, loader, loss_fn, optimizer, scaler, accum_steps, max_norm):
 
 REMAINDER_PAIRS = """
 import threading
+import torch
 import torch.nn.functional as F
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
     batches = list(loader)
-    l1, act, l2 = model[0], model[1], model[2]
+    direct, read, expand = model.direct, model.read, model.expand
 
     def fwd(x):
-        return F.linear(act(F.linear(x, l1.weight, l1.bias)), l2.weight, l2.bias)
+        features = torch.relu(x @ expand.t())
+        return F.linear(x, direct.weight, direct.bias) + F.linear(features, read.weight, read.bias)
 
     def pair(chunk, n):
         (sum(F.cross_entropy(fwd(x), y) for x, y in chunk) / n).backward()
@@ -153,14 +173,18 @@ def train(model, loader, loss_fn, optimizer, accum_steps):
 
 # right, in styles of their own: the loss by hand through F.linear; torch.func on a closure
 RIGHT_BY_HAND = """
+import torch
 import torch.nn.functional as F
 
 
 def train(model, loader, loss_fn, optimizer, accum_steps):
-    l1, act, l2 = model[0], model[1], model[2]
+    direct, read, expand = model.direct, model.read, model.expand
     optimizer.zero_grad()
     for step, (x, y) in enumerate(loader):
-        out = F.linear(act(F.linear(x, l1.weight, l1.bias)), l2.weight, l2.bias)
+        # inline, as the layers' own forward: a name kept for the features holds them into
+        # the next micro-batch's forward (20 MiB more, as it would an mlp's hidden layer)
+        out = F.linear(x, direct.weight, direct.bias)
+        out = out + F.linear(torch.relu(x @ expand.t()), read.weight, read.bias)
         (F.cross_entropy(out, y) / accum_steps).backward()
         if (step + 1) % accum_steps == 0:
             optimizer.step()
@@ -197,8 +221,8 @@ class TestAccumulate:
 
     @pytest.mark.parametrize(
         "code",
-        [PAIRS_ON_A_THREAD, PAIRS_LOSS_BY_HAND, PAIRS_CONCATENATED],
-        ids=["pairs-on-a-thread", "pairs-loss-by-hand", "pairs-concatenated"],
+        [PAIRS_ON_A_THREAD, PAIRS_LOSS_BY_HAND, PAIRS_CONCATENATED, PAIRS_UNDER_A_BALLAST],
+        ids=["pairs-on-a-thread", "pairs-loss-by-hand", "pairs-concatenated", "pairs-under-a-ballast"],
     )
     def test_two_micro_batches_at_a_time_do_not_pass(self, run, mode, code):
         _kernel_failed(run(code))

@@ -73,12 +73,19 @@ MAX_STEPS = 64  # the harness records the first 64 steps
 # Two micro-batches' graphs alive for one backward take one more hidden activation: on
 # micro-batches of 80,000 (27.5 MiB saved) they read 42.3-46.8 MiB where right loops read
 # 30.0-38.1, too near for any line (issue 41, red team 4: on a thread, their forwards through
-# ``F.linear`` so that no hook counted them, they passed under 1.7×). The exercises of the mlp
-# scenario (accumulate, remainder, scaler-clipping) therefore use micro-batches of 160,000
-# (55.0 MiB saved) and their own line, ``params["kernel_factor"]`` 1.42 (78.0 MiB): measured on
-# their golden banks' right loops, bwrap under load, 59.4-62.2 MiB (the profiler around the loop
-# 62.2, checkpointed micro-batches 67.0, torch.func 72.7: 5.3 MiB under the line), two
-# micro-batches at a time 82.9-83.3 (4.9 MiB over it), the whole cycle far above.
+# ``F.linear`` so that no hook counted them, they passed under 1.7×). The exercises of the
+# accumulation lesson's scenarios therefore use micro-batches of 160,000 and lines of their own,
+# ``params["kernel_factor"]``, measured on their golden banks, bwrap under load:
+# - scaler-clipping (the mlp: 55.0 MiB saved) 1.42 (78.0 MiB): right loops 59.4-62.2 MiB (the
+#   profiler around the loop 62.2, checkpointed micro-batches 67.0, torch.func 72.7: 5.3 MiB under
+#   the line), two micro-batches at a time 82.9-83.3 (4.9 MiB over it);
+# - accumulate and remainder (``scenarios.Features``, which allocates a third as much per
+#   micro-batch for as much saved: 35.4 MiB) 1.39 (49.2 MiB): right loops 31.4-38.4 MiB (the
+#   profiler around the loop 33.7, torch.func 33.3, checkpointed micro-batches 38.4), 43.4 for
+#   the model's forward written out with an out-of-place ReLU (5.8 MiB under the line); two
+#   micro-batches at a time on a thread 54.7-55.1 (the least: their forwards by hand, in place,
+#   the loss by hand; 5.5 MiB over it);
+# the whole cycle far above (101).
 # KERNEL_FACTOR stands where an exercise names none (token-loss).
 KERNEL_FACTOR = 1.7
 # What a loop may hold from before its call, counted from the ``watch-memory`` sync (before the
@@ -92,6 +99,12 @@ KERNEL_FACTOR = 1.7
 # against 69, token-loss 49.4 against 61), and leaves right loops 16 MiB or more. A profiler
 # recording stacks (``with_stack=True``) holds tens of MiB more before the call and is told so.
 HELD = 12 << 20
+# Where a line of its own sits less than HELD under two micro-batches at a time, a ballast of the
+# difference freed as the call begins would let them through from ``watch-memory`` (red team 8's
+# route: accumulate's pairs on a thread under 58 MiB made at import passed, its rise "0 B"); those
+# exercises name a smaller allowance, ``params["kernel_held_mib"]``: accumulate and remainder 4
+# (pairs 54.7 over 49.2 + 4; right loops hold 0.0-0.5 MiB more from the load),
+# scaler-clipping 3 (pairs 82.9 over 78.0 + 3).
 # the harness's syncs around the learner's call (worker/harness/accumulation.py)
 MEMORY_START, MEMORY_END = "memory-start", "memory-end"
 
@@ -262,7 +275,8 @@ def kernel_check(params: dict, data: dict, ref: Reference) -> Check | None:
     on CUDA, where no child is watched): the rise of the process's memory over the learner's
     call, within ``KERNEL_FACTOR`` × what one micro-batch saves for backward, and, counted from
     before the learner's file was loaded (``kernel_memory.since_watch``), within that plus
-    ``HELD``: memory held into the call and freed in it is counted too. The same run's
+    ``HELD`` (or the exercise's ``kernel_held_mib``): memory held into the call and freed in it
+    is counted too. The same run's
     parameters are compared with the large batch's at every step: there is no other run where a
     loop could behave otherwise."""
     seen = observed(data)
@@ -271,17 +285,18 @@ def kernel_check(params: dict, data: dict, ref: Reference) -> Check | None:
     rise = kernel_memory.rise(seen, MEMORY_START, MEMORY_END)
     since = kernel_memory.since_watch(seen, MEMORY_END)
     limit = int(float(params.get("kernel_factor", KERNEL_FACTOR)) * ref.micro_peak)
+    held = int(float(params["kernel_held_mib"]) * (1 << 20)) if "kernel_held_mib" in params else HELD
     values = {
         "rise": rise,
         "limit": limit,
         "micro_saved": ref.micro_peak,
         "micro": int(params["micro_batch"]),
         "since": since,
-        "held": limit + HELD,
+        "held": limit + held,
     }
     if rise > limit:
         return Check("memory_kernel", False, "check.memory_kernel.over", values)
-    if since > limit + HELD:
+    if since > limit + held:
         return Check("memory_kernel", False, "check.memory_kernel.held", values)
     return Check("memory_kernel", True, "check.memory_kernel.within", values)
 
@@ -294,7 +309,11 @@ def _joined(data: dict) -> Check | None:
     reports may fail a loop, never pass one; a loop that takes its gradients without
     ``backward`` (``torch.func``) counts none and is judged on the rest."""
     events = reported(data, "events")
-    forwards = sum(1 for e in events if e[0] == "F" and e[3:4] != [False] and e[4:5] != [True])
+    # with gradients on, not a recomputation, and reached by a backward (a forward looked at and
+    # dropped is not joined to another: red team 8's logged loss with gradients on)
+    forwards = sum(
+        1 for e in events if e[0] == "F" and e[3:4] != [False] and e[4:5] != [True] and e[5:6] != [False]
+    )
     backwards = sum(1 for e in events if e[0] == "B")
     if 0 < backwards < forwards:
         return Check(

@@ -186,6 +186,7 @@ def _instrument(
     api: "Api",
 ) -> None:
     ptrs = {b[0].data_ptr(): i for i, b in enumerate(batches)}
+    pending: list[list[Any]] = []  # the event of the forward under way, until its output is made
 
     def on_forward(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
         rec.check_meter()
@@ -194,7 +195,18 @@ def _instrument(
         x = _plain(args[0]) if args else None
         size = int(x.shape[0]) if isinstance(x, torch.Tensor) and x.dim() > 0 else -1
         index = ptrs.get(x.data_ptr(), -1) if isinstance(x, torch.Tensor) else -1
-        rec.event("F", size, index, torch.is_grad_enabled(), recompute)
+        rec.event("F", size, index, torch.is_grad_enabled(), recompute, False)
+        pending[:] = rec.events[-1:] if rec.events_dropped == 0 else []
+
+    def on_output(module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        """The forward's event marks itself reached when a backward computes its output's
+        gradient: a forward looked at and dropped (a logged loss with gradients on) is not one
+        whose graph a backward joined to another's (``checks.accumulation._joined``)."""
+        if not pending:
+            return
+        event = pending.pop()
+        if isinstance(output, torch.Tensor) and output.requires_grad and not _transformed(output):
+            output.register_hook(lambda grad, event=event: event.__setitem__(5, True))
 
     def on_backward(param: torch.Tensor) -> None:
         rec.backwards += 1
@@ -203,7 +215,9 @@ def _instrument(
     # on the first layer, which takes the batch itself: ``model.forward(x)``, called directly,
     # runs no hook of the model's own (red team 4: a forward counted 0 times dropped the line
     # that fails one backward per cycle)
-    next(model.children()).register_forward_pre_hook(on_forward)
+    first = next(model.children())
+    first.register_forward_pre_hook(on_forward)
+    first.register_forward_hook(on_output)
     rec.params[0].register_post_accumulate_grad_hook(on_backward)
 
     def before_step() -> None:
