@@ -261,8 +261,10 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
                 api.sync("pooled", len(pool.layout), snapshot=True)
 
         def make_optimizer(group: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
-            group = list(group)
             optimizer = torch.optim.Adam(group, lr=lr)
+            # its parameters as torch read them: param groups (dicts) and named parameters are
+            # torch.optim's forms too (red team 8: the dicts crashed the recording)
+            group = [p for g in optimizer.param_groups for p in g["params"]]
             made.add(id(optimizer))
             owned = [index.get(id(p), -1) for p in group]
             optimizers.append(owned)
