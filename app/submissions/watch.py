@@ -115,13 +115,10 @@ class Watch:
 
     async def _look(self, written: Written) -> None:
         """Until the database's files were written, a new waiter came, or SAFETY_SECONDS passed."""
-        deadline = asyncio.get_running_loop().time() + SAFETY_SECONDS
-        while not written.changed() and not self._wake.is_set():
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(left, WRITTEN_SECONDS))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SAFETY_SECONDS
+        while not written.changed() and not self._wake.is_set() and loop.time() < deadline:
+            await asyncio.sleep(WRITTEN_SECONDS)  # a sleep, not a task per look
 
     def _statuses(self, ids: list[int]) -> dict[int, str]:
         if self._engine is None:  # its own connection: never one a route is waiting for
