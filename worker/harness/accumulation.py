@@ -91,7 +91,7 @@ def _identify(batches: Sequence[scenarios.Batch], y: Any) -> list[int]:
     if not isinstance(y, torch.Tensor) or y.dim() == 0:
         return []
     for i, (_, yi) in enumerate(batches):
-        if yi.data_ptr() == y.data_ptr() and yi.shape == y.shape:
+        if yi.data_ptr() == y.data_ptr() and (yi.shape == y.shape or _same_elements(yi, y)):
             return [i]
     rows = y.shape[0]
     for start in range(len(batches)):
@@ -105,6 +105,14 @@ def _identify(batches: Sequence[scenarios.Batch], y: Any) -> list[int]:
         if torch.equal(joined, y):
             return list(range(start, end))
     return []
+
+
+def _same_elements(batch: torch.Tensor, y: torch.Tensor) -> bool:
+    """``y`` is a micro-batch's target reshaped (``y.view(-1)`` beside ``logits.view(-1, V)``):
+    the same elements in the same order, so the same call's loss and unit gradient."""
+    return (
+        y.dtype == batch.dtype and y.numel() == batch.numel() and y.is_contiguous() and batch.is_contiguous()
+    )
 
 
 def _own_gradients(objective: torch.Tensor, params: Sequence[torch.Tensor]) -> Sequence[torch.Tensor | None]:
@@ -153,6 +161,8 @@ class RecordingLoss:
         target = self._target(args, kwargs)
         rec = self._rec
         mbs = _identify(self._scenario.micro_batches, target)
+        # one micro-batch's target, reshaped or not: counted by that target's own shape
+        counted = self._scenario.micro_batches[mbs[0]][1] if len(mbs) == 1 else target
         index = -1
         if torch.is_grad_enabled() and isinstance(loss, torch.Tensor) and loss.requires_grad:
             key = (tuple(mbs), rec.steps_total)
@@ -162,8 +172,8 @@ class RecordingLoss:
                 rec.calls.append(
                     {
                         "mbs": mbs,
-                        "n": self._scenario.weight(target),
-                        "positions": self._scenario.positions(target),
+                        "n": self._scenario.weight(counted),
+                        "positions": self._scenario.positions(counted),
                         "after_step": rec.steps_total,
                         # a call on micro-batches of the scenario: the checks compute its unit
                         # gradient themselves, where a mistake is to be named (a backward's
