@@ -58,7 +58,12 @@ MAX_POOLED = 16  # tensors listed
 MAX_OUTPUTS = 64  # outputs handed to loss_fn that are recorded
 MAX_ROWS = 64  # rows of one recorded output
 COLUMNS = 8  # columns of each recorded output (spread evenly): a report, it only fails
-WHOLE = ("pooled", "memory-end")  # syncs at which the supervisor reads the pool whole
+# syncs at which the supervisor reads the pool whole: a tensor placed, the first step of any
+# optimizer (the adapter's start: a loop may give it its values after making the optimizer, red
+# team 8 F8), the end
+WHOLE = ("pooled", "start", "memory-end")
+MAX_NODES = 256  # autograd nodes of one output looked at for a full-size update (``_full_size``)
+MAX_LOOKED = 8  # outputs looked at
 
 
 def _base(params: dict[str, Any]) -> nn.Sequential:
@@ -253,7 +258,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         optimizers: list[list[int]] = []
         outputs: list[dict[str, Any]] = []
         made: set[int] = set()
-        state = {"batch": -1, "steps": 0, "foreign": 0}
+        state = {"batch": -1, "steps": 0, "foreign": 0, "started": 0}
 
         def pooled(group: Iterable[Any]) -> None:
             if pool.place(group):
@@ -307,6 +312,10 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             if pool.open:
                 state["foreign"] += id(optimizer) not in made
                 pooled(p for g in optimizer.param_groups for p in g["params"])
+                if not state["started"]:  # the adapter's start: as the first step finds it
+                    state["started"] = 1
+                    pool.publish()
+                    api.sync("start", 0, snapshot=True)
 
         def served() -> Iterator[Any]:
             for i, batch in enumerate(batches):
@@ -328,7 +337,11 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         fn = api.load_entry()
         api.check_signature(fn, ["model", "loader", "loss_fn", "make_optimizer", "rank"])
         loader = scenarios.ServedLoader(len(batches), served)
-        recording = _Recording(loss_fn, outputs, state, cols)
+        full = (
+            int(params["hidden"]) * int(params["classes"]),
+            {w.untyped_storage().data_ptr() for w in weights},
+        )
+        recording = _Recording(loss_fn, outputs, state, cols, full)
         hook = register_optimizer_step_pre_hook(any_step)
         api.sync("memory-start")
         try:
@@ -347,6 +360,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
             "pooled": pool.layout,
             "foreign_steps": state["foreign"],
             "outputs": outputs,
+            "full_size": recording.found,
             "probe": _probe(model, batches, cols) if error is None else None,
         }
         return data, error
@@ -360,17 +374,75 @@ class _Recording(nn.Module):
     checks to recompute from the adapter the supervisor read."""
 
     def __init__(
-        self, inner: nn.Module, outputs: list[dict[str, Any]], state: dict[str, int], cols: torch.Tensor
+        self,
+        inner: nn.Module,
+        outputs: list[dict[str, Any]],
+        state: dict[str, int],
+        cols: torch.Tensor,
+        full: tuple[int, set[int]],
     ) -> None:
         super().__init__()
         self.inner = inner
         self.outputs, self.state, self.cols = outputs, state, cols
         self.open = True
+        self.full, self.looked = full, 0
+        self.found: list[int] | None = None  # the shape of a full-size update (``_full_size``)
 
     def forward(self, output: Any, *args: Any, **kwargs: Any) -> Any:
         if self.open and len(self.outputs) < MAX_OUTPUTS:
-            self.outputs.append({"steps": self.state["steps"], "values": _rows(output, self.cols)})
+            record: dict[str, Any] = {"steps": self.state["steps"], "values": _rows(output, self.cols)}
+            if isinstance(output, torch.Tensor):  # a report: it only names a mistake
+                record |= {
+                    "dtype": str(output.dtype).removeprefix("torch.")[:16],
+                    "grad": output.requires_grad,
+                }
+            self.outputs.append(record)
+        if self.open and self.found is None and self.looked < MAX_LOOKED and isinstance(output, torch.Tensor):
+            self.looked += 1
+            self.found = _full_size(output, *self.full)
         return self.inner(output, *args, **kwargs)
+
+
+def _full_size(output: torch.Tensor, numbers: int, base: set[int]) -> list[int] | None:
+    """The shape of a tensor of at least ``numbers`` numbers (the last layer's ``hidden ×
+    classes``) that ``output``'s graph made from tensors the program trains besides the model's
+    weights, where none of the model's weights reaches it: the adapter's update made at full size
+    (``A @ B`` before ``h`` multiplies it, a weight recomputed as ``W + A @ B`` by
+    ``torch.nn.utils.parametrize``), which backward gives a gradient as large. None where there is
+    none (or the graph is not torch's). A report: it only names the memory run's failure."""
+    start = getattr(output, "grad_fn", None)
+    if start is None:
+        return None
+    reach: dict[Any, tuple[bool, bool]] = {}  # node → (reaches a trained tensor, a model weight)
+    found: list[list[int]] = []
+
+    def visit(node: Any) -> tuple[bool, bool]:
+        if node in reach:
+            return reach[node]
+        if len(reach) >= MAX_NODES:
+            raise RecursionError  # too large a graph to tell
+        reach[node] = (False, False)
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):  # AccumulateGrad: a leaf
+            own = variable.untyped_storage().data_ptr() in base
+            reach[node] = (not own, own)
+            return reach[node]
+        trained = weight = False
+        for nxt, _ in node.next_functions:
+            if nxt is not None:
+                t, w = visit(nxt)
+                trained, weight = trained or t, weight or w
+        reach[node] = (trained, weight)
+        big = [list(m.shape) for m in getattr(node, "_input_metadata", ()) if math.prod(m.shape) >= numbers]
+        if trained and not weight and big:
+            found.append([int(n) for n in big[0]])
+        return reach[node]
+
+    try:
+        visit(start)
+    except (RecursionError, RuntimeError, AttributeError, TypeError):
+        return None
+    return max(found, key=math.prod) if found else None
 
 
 def _rows(output: Any, cols: torch.Tensor) -> list[list[float | None]] | None:
