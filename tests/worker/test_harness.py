@@ -431,3 +431,27 @@ def test_the_layouts_given_from_shapes_alone_are_the_models():
     assert sequences.TinyLM.layout(40, 6, "float32") == sharing.layout(tiny.parameters())
     packed = sequences.PackedLM(40, 6, 12).to(torch.float64)
     assert sequences.PackedLM.layout(40, 6, 12, "float64") == sharing.layout(packed.parameters())
+
+
+def test_checkpointing_draws_its_release_model_a_layer_at_a_time_as_block_net_does():
+    """fit-the-budget's release run: the supervisor's layout from shapes alone (meta device) is
+    the built models', and the child's layer-at-a-time draw into the handed-over storage
+    (``checkpointing._draw``) gives ``scenarios.block_net``'s model and batch, bit for bit: the
+    checks' reference is built by the latter."""
+    import torch
+
+    from worker.harness import checkpointing, sharing
+
+    params = {"seed": 0, "width": 4, "blocks": 2, "depth": 2, "batch_size": 8, "n_batches": 2, "lr": 0.1}
+    params |= {"memory_batch": 16, "memory_release_width": 12}
+    sized = scenarios.release_params(params)
+    expected, [(x, y)], _ = scenarios.block_net(sized)
+    model, drawn_x, drawn_y = checkpointing._draw(checkpointing._empty(sized, "cpu"), sized, "cpu", inline=True)
+    assert all(torch.equal(a, b) for a, b in zip(expected.parameters(), model.parameters(), strict=True))
+    assert torch.equal(x, drawn_x) and torch.equal(y, drawn_y)
+    calls, _, _ = scenarios.block_net(params)
+    big, _, _ = scenarios.block_net(scenarios.memory_params(params))
+    whole, sampled = checkpointing._read(calls, big, expected)
+    assert checkpointing.prepare(params) == (sharing.layout([*whole, *sampled]), len(whole))
+    with pytest.raises(ValueError):  # a private page's bytes would be lost
+        sharing.drop_pages([x])

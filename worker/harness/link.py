@@ -109,11 +109,12 @@ class Link:
         if label not in UNANSWERED and recv_exact(self._sock, 1) != Word.ANSWER:
             os._exit(70)  # the supervisor is gone: nothing left to report to
 
-    def share(self, tensors: Iterable["torch.Tensor"]) -> None:
+    def share(self, tensors: Iterable["torch.Tensor"], dropped: int = 0) -> None:
         """The hand-off (``sharing``): the parameters' storage given to the supervisor, once, by
         the harness's ``set_up`` before the learner's file is loaded; waits until the supervisor
-        has checked and mapped it. Inline (CUDA), this process's observer mirrors them
-        (``observer.Shared``) after the same check."""
+        has checked and mapped it (the last ``dropped`` tensors' pages left out of this
+        process's page tables: ``sharing.export_cpu``). Inline (CUDA), this process's observer
+        mirrors them (``observer.Shared``) after the same check."""
         tensors = list(tensors)
         if self._sock is None:
             assert self._observer is not None
@@ -121,7 +122,7 @@ class Link:
             return
         from . import sharing
 
-        message, fds = sharing.export(tensors)
+        message, fds = sharing.export(tensors, dropped)
         payload = json.dumps(message).encode()
         wire = HEADER.pack(len(payload)) + payload
         try:

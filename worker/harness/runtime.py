@@ -297,12 +297,13 @@ class Api:
 
     # ------------------------------------------------------------ the child's side
 
-    def hand_off(self, tensors: Iterable[Any]) -> None:
+    def hand_off(self, tensors: Iterable[Any], dropped: int = 0) -> None:
         """The set-up's last act, before the learner's file is loaded: the parameters' storage
         handed to the supervisor (``Link.share``), which checks it against the layout the kind
         asked for and reads the parameters from it from then on. Once: the supervisor refuses
-        a second."""
-        self.link.share(tensors)
+        a second. ``dropped``: of the last tensors, how many leave this process's page tables
+        once handed over, until it reads them (``sharing.export_cpu``; the CPU only)."""
+        self.link.share(tensors, dropped)
 
     def sync(self, label: str, index: int = -1, snapshot: bool = False) -> None:
         """Tell the supervisor ``label`` happened (and wait while it reads the parameters)."""

@@ -26,6 +26,7 @@ Standard library only when imported: torch is imported by the functions that mak
 tensors, so the supervisor's core (``supervise``, ``link``) is tested without it.
 """
 
+import ctypes
 import fcntl
 import math
 import mmap
@@ -53,6 +54,12 @@ FILE_CAP = 8 << 20
 MAX_FILES = 16  # descriptors in one hand-off
 
 Layout = list[dict[str, Any]]  # [{"shape": [...], "dtype": "float64"}], in order
+
+# the child's mappings of its hand-off, held for its life: a program that rebinds its parameters'
+# ``data`` leaves their pages mapped in its process, where the kernel counts them, as the old
+# path's mapping stayed (checkpointing's release run: weights freed as a step ended offset the
+# gradients it kept, red team 4)
+_HELD: list[mmap.mmap] = []
 
 
 def layout(tensors: Iterable["torch.Tensor"]) -> Layout:
@@ -84,12 +91,15 @@ def placement(expected: Layout) -> tuple[list[tuple[int, int]], list[int]]:
 # ---------------------------------------------------------------- the child's side (cpu)
 
 
-def export_cpu(tensors: list["torch.Tensor"]) -> tuple[dict[str, Any], list[int]]:
+def export_cpu(tensors: list["torch.Tensor"], dropped: int = 0) -> tuple[dict[str, Any], list[int]]:
     """Move ``tensors`` (on the CPU) into sealed shared memory files (``placement``), one
     tensor at a time (its own storage freed as the next is copied: the child's memory holds
     one tensor more at most): each one's ``data`` is from now on a view of its file's mapping.
-    Returns the hand-off's message and the descriptors to send with it (the caller closes them
-    once sent; the mappings keep the memory)."""
+    The last ``dropped`` tensors' pages are dropped from this process's page tables once copied
+    (``MADV_DONTNEED``: the memory file keeps their bytes, and the job's cgroup its charge; the
+    process's resident set counts them again only once it reads them: checkpointing's release
+    run). Returns the hand-off's message and the descriptors to send with it (the caller closes
+    them once sent; the mappings keep the memory)."""
     import torch
 
     described = layout(tensors)
@@ -102,13 +112,19 @@ def export_cpu(tensors: list["torch.Tensor"]) -> tuple[dict[str, Any], list[int]
             os.ftruncate(fds[-1], size)
             fcntl.fcntl(fds[-1], fcntl.F_ADD_SEALS, SEALS)
             maps.append(mmap.mmap(fds[-1], size, flags=mmap.MAP_SHARED))
-        for t, (file, offset) in zip(tensors, places, strict=True):
+        _HELD.extend(maps)
+        first_dropped = len(tensors) - max(dropped, 0)
+        for i, (t, (file, offset)) in enumerate(zip(tensors, places, strict=True)):
             if t.device.type != "cpu":
                 raise ValueError(f"a {t.device.type} tensor cannot be shared through memory")
             view = torch.frombuffer(maps[file], dtype=t.dtype, count=t.numel(), offset=offset).view(t.shape)
             with torch.no_grad():
                 view.copy_(t.detach())
             t.data = view  # the parameter now lives in the shared mapping
+            if i >= first_dropped:  # from the page before its first byte: a shared file's
+                # pages only leave this process's page tables, their bytes stay
+                start = offset - offset % mmap.PAGESIZE
+                maps[file].madvise(mmap.MADV_DONTNEED, start, offset + t.numel() * t.element_size() - start)
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -123,6 +139,24 @@ def export_cpu(tensors: list["torch.Tensor"]) -> tuple[dict[str, Any], list[int]
         ],
     }
     return message, fds
+
+
+def drop_pages(tensors: Iterable["torch.Tensor"]) -> None:
+    """In the child, after its hand-off: ``tensors``' pages (each one's, from the page its
+    first byte is in) dropped from this process's page tables (``MADV_DONTNEED``): the memory
+    file keeps their bytes and the job's cgroup its charge; the process's resident set counts
+    them again once it reads them. Raises ``ValueError`` for a tensor not in a mapping of the
+    hand-off (dropping a private page would lose its bytes)."""
+    bases = [(ctypes.addressof(ctypes.c_char.from_buffer(m)), len(m), m) for m in _HELD]
+    for t in tensors:
+        begin, nbytes = t.data_ptr(), t.numel() * t.element_size()
+        found = next(((b, m) for b, size, m in bases if b <= begin and begin + nbytes <= b + size), None)
+        if found is None:
+            raise ValueError("a tensor not handed over cannot have its pages dropped")
+        base, mapped = found
+        offset = begin - base
+        start = offset - offset % mmap.PAGESIZE
+        mapped.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
 
 
 # ---------------------------------------------------------------- the supervisor's side
@@ -243,12 +277,13 @@ def open_cpu(message: dict[str, Any], fds: list[int], expected: Layout) -> Reade
 DEVICES = {"cpu": (export_cpu, open_cpu)}
 
 
-def export(tensors: list["torch.Tensor"]) -> tuple[dict[str, Any], list[int]]:
-    """The child's hand-off of ``tensors`` on their device (``DEVICES``)."""
+def export(tensors: list["torch.Tensor"], dropped: int = 0) -> tuple[dict[str, Any], list[int]]:
+    """The child's hand-off of ``tensors`` on their device (``DEVICES``); ``dropped``: of the
+    last tensors, how many to leave out of this process's page tables (``export_cpu``)."""
     device = tensors[0].device.type if tensors else "cpu"
     if device not in DEVICES:
         raise ValueError(f"the parameters' storage cannot yet be shared from {device}")
-    return DEVICES[device][0](tensors)
+    return DEVICES[device][0](tensors, dropped)
 
 
 def open_shared(message: dict[str, Any], fds: list[int], expected: Layout) -> Reader:
