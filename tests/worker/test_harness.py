@@ -446,7 +446,8 @@ def test_checkpointing_draws_its_release_model_a_layer_at_a_time_as_block_net_do
     params |= {"memory_batch": 16, "memory_release_width": 12}
     sized = scenarios.release_params(params)
     expected, [(x, y)], _ = scenarios.block_net(sized)
-    model, drawn_x, drawn_y = checkpointing._draw(checkpointing._empty(sized, "cpu"), sized, "cpu", inline=True)
+    empty = checkpointing._empty(sized, "cpu")
+    model, drawn_x, drawn_y = checkpointing._draw(empty, sized, "cpu", inline=True)
     assert all(torch.equal(a, b) for a, b in zip(expected.parameters(), model.parameters(), strict=True))
     assert torch.equal(x, drawn_x) and torch.equal(y, drawn_y)
     calls, _, _ = scenarios.block_net(params)

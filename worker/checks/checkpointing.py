@@ -221,10 +221,10 @@ def _weights_error(release: ReleaseReference, rest: list | None) -> float:
 
 def weights_read(params: dict, check: Check | None, rest: list | None, tol: float) -> Check | None:
     """The release run's ``check``, where the supervisor read the run's weights after the step,
-    in its own mapping (``rest``: ``harness.checkpointing.Read``), where the naive step puts
-    them; else not a pass: a step that did not train them there has no figure to go by (red team
-    4, issue 41: a step that kept its gradients and freed the weights as it ended, made in the
-    child's own pages then, left no more in memory than a right one)."""
+    in its mapping of the child's hand-off (``rest``: ``harness.checkpointing.Read``), where the
+    naive step puts them; else not a pass: a step that did not train them there has no figure
+    to go by (red team 4, issue 41: a step that kept its gradients and freed the weights as it
+    ended, made in the child's own pages then, left no more in memory than a right one)."""
     release = release_reference(params)
     if check is None or release is None or _weights_error(release, rest) <= tol:
         return check
@@ -371,8 +371,9 @@ def release_check(params: dict, data: dict, device: str, size: int) -> Check | N
     kernel_memory.rise(seen, "memory-release-start", "memory-release-end")  # the mark not lowered
     stayed = _stayed(seen, "memory-release-start", "memory-release-end")
     since = _stayed(seen, WATCH, "memory-release-end")
-    # its weights are made in the child after the budget's run (``harness.checkpointing``): from
-    # the file's load on, the process rightly holds them too
+    # its weights enter the child's page tables after the budget's run (``harness.checkpointing``'s
+    # _touch; the set-up dropped them once drawn): from the file's load on, the process rightly
+    # holds them too
     weights = release.grad_bytes - release.biases.numel() * release.biases.element_size()
     at = _total(params, size) - release.biases.numel()
     error = kernel_memory.trained(
