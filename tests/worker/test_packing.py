@@ -218,3 +218,31 @@ def test_without_a_watched_child_the_packed_rows_line_is_the_programs_word():
     data["observed"]["mode"] = "inline"
     result = check.evaluate(COUNTED, data, "cpu")
     assert result.passed and result.checks[1].message == "check.packed-rows.reported"
+
+
+@pytest.mark.parametrize("dtype", check.PRECISIONS)
+def test_a_loss_in_a_lower_precision_is_named_by_its_precision_not_a_mask(dtype):
+    """Red team F1: a loop whose loss was computed in float32 (logits `.float()`, a float32
+    cross-entropy) is refused by float64's tolerance, fairly, but its text blamed masking; the
+    parameters follow the loss recomputed in that precision, and the text names it."""
+    result = check.evaluate(PARAMS, _data(check.trajectory(PARAMS, dtype)[1:]), "cpu")
+    assert not result.passed and result.diagnosis is None
+    line = result.checks[0]
+    assert line.message == "check.packed-trajectory.precision", line
+    assert line.values["dtype"] == dtype
+
+
+def test_a_gap_of_rounding_s_size_is_not_called_a_mask():
+    """Off by float32's rounding at another place than the recomputed loss's: the gap's size
+    alone says rounding (the named mistakes are off by a tenth of the step or more)."""
+    ref = check.trajectory(PARAMS)
+    start = ref[0]
+    after = [r + 1e-7 * (r - start).norm() / r.numel() ** 0.5 for r in ref[1:]]
+    result = check.evaluate(PARAMS, _data(after), "cpu")
+    assert not result.passed and result.diagnosis is None
+    assert result.checks[0].message == "check.packed-trajectory.rounding", result.checks[0]
+    for name in check.MISTAKES:  # what "a tenth of the step or more" rests on, at these rows
+        errors = check._errors(
+            [(torch.arange(r.numel()), r) for r in check.trajectory(PARAMS, name)[1:]], ref
+        )
+        assert max(errors) > 0.1 > check.ROUNDING, (name, errors)
