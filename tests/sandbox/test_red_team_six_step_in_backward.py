@@ -16,6 +16,8 @@ program's interference, or its error: never a pass, never ``grader-trouble``.
 Every program runs under both starts (conftest's PAIRS).
 """
 
+from pathlib import Path
+
 import pytest
 
 from app.config import get_settings
@@ -287,3 +289,21 @@ class TestMemoryTexts:
         assert "At most 1 gradient" not in text and "never more than one gradient" not in text
         if verdict["status"] == "passed":  # within the line: what was seen, the memory figure
             assert "A gradient kept anywhere but `.grad` shows only in that memory figure" in text
+
+
+GOLDEN = Path(__file__).parents[1] / "worker" / "golden" / "step-in-backward"
+
+
+class TestProfiledRightLoops:
+    """Red team F3 under every start: the golden profiled right loops pass (60-61 MiB against 66.1
+    under `treino check`), their pass resting on the kernel's line."""
+
+    @pytest.fixture
+    def exercise(self):
+        return _exercise("model-memory/step-in-backward")
+
+    @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("pass--profiler-*.py")))
+    def test_a_profiled_right_loop_passes(self, run, mode, name):
+        verdict = run((GOLDEN / name).read_text()).verdict
+        assert verdict["status"] == "passed", verdict
+        assert _line(verdict, KERNEL_LINE)["status"] == "passed"
