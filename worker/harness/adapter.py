@@ -10,12 +10,16 @@ the process tells a gradient for any of them, whatever the child reports. ``make
 is the Adam the learner must use.
 
 The model's weights and the adapter's pool are in one mapping shared with the supervisor
-(``_Read``): it reads the weights at places it draws after the fork (``hookstep.places``) as each
-batch is fetched, after each step and at the end (frozen weights must never move). The tensors
+(``_Read``), made blank by the supervisor before the fork and drawn in by the child's set-up
+before the learner's file loads (issue 42, half way: a 32 MiB weight cannot be handed over in a
+memory file under the sandbox's 16 MiB RLIMIT_FSIZE, ``sharing``): the supervisor reads the
+weights at places it draws after the fork (``hookstep.places``) as each batch is fetched, after
+each step and at the end (frozen weights must never move). The tensors
 the learner hands an optimizer besides the model's (its adapter) are moved, as that optimizer is
 made, into the pool of ``POOL`` float64 numbers (their values copied there, the tensors computing
 in it from then on; on CUDA, copied there at each sync): the supervisor reads the pool whole as
-a tensor is placed (a ``pooled`` sync) and at the end, and at places it draws after every step of
+a tensor is placed (a ``pooled`` sync), as the first step of any optimizer begins (``start``:
+the adapter's start) and at the end, and at places it draws after every step of
 ``make_optimizer``'s optimizers (a ``step`` sync), so the adapter's start, its size, its
 trajectory and what moved are what it read. An optimizer of the learner's own is seen by torch's
 global step hook: what it updates is pooled as well, so a second adapter trained beside the asked
@@ -32,6 +36,7 @@ one, of another rank, trained by hand) fails.
 """
 
 import math
+import mmap
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -75,6 +80,33 @@ def _base(params: dict[str, Any]) -> nn.Sequential:
     first = nn.Linear(d_in, hidden, bias=False, dtype=f64, device="meta")
     model = nn.Sequential(first, nn.Tanh(), nn.Linear(hidden, classes, bias=False, dtype=f64, device="meta"))
     return model.to_empty(device="cpu")
+
+
+def _blank(shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """Float64 tensors of ``shapes`` in one anonymous shared mapping, nothing written: made by
+    the supervisor before the fork, no page of it is anyone's until the child's set-up draws the
+    base there (``_on``). The child computes in it; the supervisor reads it (``_Read``)."""
+    offsets, size = [], 0
+    for shape in shapes:
+        size = -(-size // 64) * 64
+        offsets.append(size)
+        size += math.prod(shape) * 8
+    mapping = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    return [
+        torch.frombuffer(mapping, dtype=torch.float64, count=math.prod(shape), offset=offset).view(*shape)
+        for shape, offset in zip(shapes, offsets, strict=True)
+    ]
+
+
+def _on(params: dict[str, Any], storage: Sequence[torch.Tensor]) -> nn.Sequential:
+    """The run's base with its weights in ``storage`` (``_blank``'s), not yet drawn."""
+    d_in, hidden, classes = (int(params[k]) for k in ("inputs", "hidden", "classes"))
+    f64 = torch.float64
+    first = nn.Linear(d_in, hidden, bias=False, dtype=f64, device="meta")
+    model = nn.Sequential(first, nn.Tanh(), nn.Linear(hidden, classes, bias=False, dtype=f64, device="meta"))
+    for layer, weight in zip((model[0], model[2]), storage, strict=True):
+        layer.weight = nn.Parameter(weight)
+    return model
 
 
 def _draw(params: dict[str, Any], weights: Sequence[torch.Tensor]) -> list[scenarios.Batch]:
@@ -136,8 +168,8 @@ class _Read(supervise.Shared):
     scan); then the pool's numbers up to there, whole at the ``WHOLE`` syncs and at the end, at
     ``pool_places`` at the others (``whole``, set by the supervisor's hook of each label)."""
 
-    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
-        super().__init__(tensors)
+    def __init__(self, tensors: Iterable[torch.Tensor], mapped: bool = False) -> None:
+        super().__init__(tensors, mapped)
         self._seed: int | None = None
         self._places: list[torch.Tensor] = []
         self.whole = True
@@ -221,38 +253,54 @@ class _Pool:
 def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     params = spec["params"]
     device = spec.get("device", "cpu")
-    supervise.exact_malloc()  # before the base's blocks: the kernel's figures go by them
     loss_fn: nn.Module = nn.CrossEntropyLoss()
-    if device == "cpu":  # the weights drawn where the supervisor reads them: 64 MiB not copied
-        model = _base(params)
-        weights = list(model.parameters())
-        read = _Read([*weights, torch.zeros(POOL, dtype=torch.float64)])
-        batches = _draw(params, weights)
-    else:
+    built: dict[str, Any] = {}
+    if device == "cpu":
+        # Issue 42, half way: the base is drawn in the child (``set_up``, before the learner's
+        # file loads), in a shared mapping the supervisor made blank before the fork (``_blank``:
+        # none of its pages is the supervisor's). Not handed over (``Api.hand_off``): each weight
+        # is 32 MiB, and a memory file larger than the sandbox's RLIMIT_FSIZE (16 MiB) cannot be
+        # made; ``sharing`` would have to spread one tensor over several files mapped back to back
+        shapes = [
+            (int(params["hidden"]), int(params["inputs"])),
+            (int(params["classes"]), int(params["hidden"])),
+        ]
+        storage = _blank([*shapes, (POOL,)])
+        read = _Read(storage, mapped=True)
+    else:  # inline on CUDA: built here, mirrored (``observer.Shared``)
+        supervise.exact_malloc()
         model, batches, loss_fn = the_run(params)
         model = model.to(device)
         batches = [(x.to(device), y.to(device)) for x, y in batches]
-        weights = list(model.parameters())
-        read = _Read([*weights, torch.zeros(POOL, dtype=torch.float64)])
-    index = {id(p): i for i, p in enumerate(weights)}
+        built |= {"model": model, "batches": batches}
+        read = _Read([*model.parameters(), torch.zeros(POOL, dtype=torch.float64)])
     lr, rank = float(params["lr"]), int(params["rank"])
-    # THE OLD PATH, left to convert (issue 42; docs/architecture.md, "One flow for both
-    # devices"): this kind's set-up runs here in the supervisor and its parameters go into a
-    # mapping made before the fork; converted kinds build in the child and hand over (``sharing``)
     api._shared = read  # the base's weights, then the adapter's pool
+
+    def set_up() -> tuple[nn.Module, list[torch.Tensor], list[scenarios.Batch]]:
+        """The child's, before any of the learner's code: the seeded base drawn in the shared
+        mapping (on the CPU), and its batches."""
+        if "model" in built:
+            return built["model"], list(built["model"].parameters()), built["batches"]
+        supervise.exact_malloc()  # before the base's blocks: the kernel's figures go by them
+        model = _on(params, storage[:-1])
+        weights: list[torch.Tensor] = list(model.parameters())
+        return model, weights, _draw(params, weights)
 
     def reading(label: str) -> "supervise.Hook":
         return lambda _observer, _index: read.at(label)
 
     for label in ("batch", "step", *WHOLE):
         api.on_sync(label, reading(label))
-    pool = _Pool(read.views[-1], index)
     cols = columns(int(params["classes"]))
     # the kernel's count of the child grades the base's gradients: the child may start threads,
     # never a process, which the process's figures would count apart
     processes = childfilter.prepare_processes()
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        model, weights, batches = set_up()
+        index = {id(p): i for i, p in enumerate(weights)}
+        pool = _Pool(read.views[-1], index)
         steps: list[dict[str, Any]] = []
         base_grads: list[int] = []
         optimizers: list[list[int]] = []
