@@ -121,20 +121,20 @@ def test_the_adapters_no_gradient_line(rise, held, graded, message):
     seen = _adapter_seen(rise, held)
     if message == "check.frozen-no-grad.held":  # freed as the run began: the mark stays where it was
         seen["memory"][2][3] = seen["memory"][1][3] = 300 * MIB + held
-    check = adapter._no_grad_check(ADAPTER, seen, graded)
+    check = adapter._no_grad_check(ADAPTER, {}, seen, graded)
     assert check.message == message, check
     assert check.passed == (message == "check.frozen-no-grad.passed")
 
 
 def test_a_memory_run_that_fetched_no_batch_has_no_figure_to_pass_on():
     """A loop that returned at once rose by 0 B and passed (red team, issue 41)."""
-    check = adapter._no_grad_check(ADAPTER, _adapter_seen(0, fetched=0), 0)
+    check = adapter._no_grad_check(ADAPTER, {}, _adapter_seen(0, fetched=0), 0)
     assert not check.passed and check.message == "check.frozen-no-grad.untrained"
     assert check.values["fetched"] == 0 and check.values["batches"] == 2
 
 
 def test_without_a_watched_child_the_line_is_the_programs_word():
-    check = adapter._no_grad_check(ADAPTER, {"mode": "inline"}, 0)
+    check = adapter._no_grad_check(ADAPTER, {}, {"mode": "inline"}, 0)
     assert check.passed and check.message == "check.frozen-no-grad.reported"
 
 
