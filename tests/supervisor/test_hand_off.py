@@ -182,4 +182,8 @@ def test_the_storage_is_spread_over_files_each_within_the_sandboxs_file_size_lim
     assert all(size <= sharing.FILE_CAP for size in sizes) and len(sizes) == 4
     assert places[:3] == [(0, 0), (0, 2 * mib), (0, 2 * mib + 4096)]
     huge = [{"shape": [3 * sharing.FILE_CAP // 8], "dtype": "float64"}, {"shape": [1], "dtype": "float64"}]
-    assert sharing.placement(huge) == ([(0, 0), (1, 0)], [3 * sharing.FILE_CAP, 8])
+    cap = sharing.FILE_CAP  # a tensor larger spans consecutive files, each full but its last
+    assert sharing.placement(huge) == ([(0, 0), (3, 0)], [cap, cap, cap, 8])
+    spans = [{"shape": [3], "dtype": "float64"}, {"shape": [cap // 8 + 1], "dtype": "float64"}]
+    spans += [{"shape": [2], "dtype": "float32"}]
+    assert sharing.placement(spans) == ([(0, 0), (1, 0), (2, 64)], [24, cap, 72])

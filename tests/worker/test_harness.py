@@ -456,3 +456,50 @@ def test_checkpointing_draws_its_release_model_a_layer_at_a_time_as_block_net_do
     assert checkpointing.prepare(params) == (sharing.layout([*whole, *sampled]), len(whole))
     with pytest.raises(ValueError):  # a private page's bytes would be lost
         sharing.drop_pages([x])
+
+
+def test_a_tensor_larger_than_a_file_spans_files_mapped_back_to_back():
+    """A memory file is held under the sandbox's 16 MiB RLIMIT_FSIZE (``sharing.FILE_CAP``):
+    a larger tensor (adapter's 32 MiB weights) is spread over consecutive files, each within the
+    cap, mapped back to back in the child (one contiguous storage it computes in) and in the
+    supervisor (its read-only views read the same values); its pages can be dropped and read
+    again; a hand-off short of a file is still refused."""
+    import os
+
+    import torch
+
+    from worker.harness import adapter, sharing
+    from worker.harness.link import Interference
+
+    cap = sharing.FILE_CAP
+    tensors = [
+        torch.arange(5, dtype=torch.float64),
+        torch.randn(cap // 8 * 2 + 1000, dtype=torch.float64),
+        torch.randn(3, 4, dtype=torch.float32),
+    ]
+    values = [t.clone() for t in tensors]
+    message, fds = sharing.export_cpu(tensors)
+    try:
+        assert len(fds) == 4 and message["files"] == [40, cap, cap, 8000 + 48]
+        assert all(os.fstat(fd).st_size <= cap for fd in fds)
+        assert all(torch.equal(t, v) for t, v in zip(tensors, values, strict=True))
+        with torch.no_grad():
+            tensors[1][-1] = 7.0  # the child computes in the files: the last one's part too
+        sharing.drop_pages([tensors[1]])
+        assert float(tensors[1][-1]) == 7.0 and torch.equal(tensors[1][:-1], values[1][:-1])
+        expected = sharing.layout(tensors)
+        with pytest.raises(Interference):
+            sharing.open_cpu(message, [os.dup(fd) for fd in fds[:-1]], expected)
+        reader = sharing.open_cpu(message, [os.dup(fd) for fd in fds], expected)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    seen = reader.tensors()
+    assert all(torch.equal(s, t) for s, t in zip(seen, tensors, strict=True))
+    assert reader.snapshot() == [float(v) for t in tensors for v in t.reshape(-1).tolist()]
+    with torch.no_grad():
+        tensors[1][0] = -1.0  # read where the child writes
+    assert float(seen[1][0]) == -1.0
+    params = {"inputs": 1024, "hidden": 4096, "classes": 1024}  # the exercise's base: 9 files
+    layout = adapter.prepare(params)
+    assert len(sharing.placement(layout)[1]) == 9 <= sharing.MAX_FILES

@@ -9,12 +9,12 @@ biases, each weight wide enough that its gradient is tens of MiB, so that the ke
 the process tells a gradient for any of them, whatever the child reports. ``make_optimizer(params)``
 is the Adam the learner must use.
 
-The model's weights and the adapter's pool are in one mapping shared with the supervisor
-(``_Read``), made blank by the supervisor before the fork and drawn in by the child's set-up
-before the learner's file loads (issue 42, half way: a 32 MiB weight cannot be handed over in a
-memory file under the sandbox's 16 MiB RLIMIT_FSIZE, ``sharing``): the supervisor reads the
-weights at places it draws after the fork (``hookstep.places``) as each batch is fetched, after
-each step and at the end (frozen weights must never move). The tensors
+The model's weights and the adapter's pool are made by the child's set-up before the learner's
+file loads and handed over to the supervisor (``Api.hand_off``, issue 42: each 32 MiB weight
+spread over consecutive memory files, ``sharing``), the base drawn in place once handed over;
+the supervisor reads them through ``_Read``: the weights at places it draws after the fork
+(``hookstep.places``) as each batch is fetched, after each step and at the end (frozen weights
+must never move). The tensors
 the learner hands an optimizer besides the model's (its adapter) are moved, as that optimizer is
 made, into the pool of ``POOL`` float64 numbers (their values copied there, the tensors computing
 in it from then on; on CUDA, copied there at each sync): the supervisor reads the pool whole as
@@ -36,7 +36,6 @@ one, of another rank, trained by hand) fails.
 """
 
 import math
-import mmap
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from . import childfilter, scenarios, supervise
+from . import childfilter, scenarios, sharing, supervise
 from .hookstep import places
 from .instrument import flat, name_limits, wrap_step
 
@@ -82,31 +81,15 @@ def _base(params: dict[str, Any]) -> nn.Sequential:
     return model.to_empty(device="cpu")
 
 
-def _blank(shapes: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-    """Float64 tensors of ``shapes`` in one anonymous shared mapping, nothing written: made by
-    the supervisor before the fork, no page of it is anyone's until the child's set-up draws the
-    base there (``_on``). The child computes in it; the supervisor reads it (``_Read``)."""
-    offsets, size = [], 0
-    for shape in shapes:
-        size = -(-size // 64) * 64
-        offsets.append(size)
-        size += math.prod(shape) * 8
-    mapping = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
-    return [
-        torch.frombuffer(mapping, dtype=torch.float64, count=math.prod(shape), offset=offset).view(*shape)
-        for shape, offset in zip(shapes, offsets, strict=True)
-    ]
-
-
-def _on(params: dict[str, Any], storage: Sequence[torch.Tensor]) -> nn.Sequential:
-    """The run's base with its weights in ``storage`` (``_blank``'s), not yet drawn."""
+def prepare(params: dict[str, Any]) -> "sharing.Layout":
+    """The supervisor's part, device-free: the layout the child's set-up hands over, the base's
+    two weights then the adapter's pool (from the shapes alone: nothing drawn)."""
     d_in, hidden, classes = (int(params[k]) for k in ("inputs", "hidden", "classes"))
-    f64 = torch.float64
-    first = nn.Linear(d_in, hidden, bias=False, dtype=f64, device="meta")
-    model = nn.Sequential(first, nn.Tanh(), nn.Linear(hidden, classes, bias=False, dtype=f64, device="meta"))
-    for layer, weight in zip((model[0], model[2]), storage, strict=True):
-        layer.weight = nn.Parameter(weight)
-    return model
+    return [
+        {"shape": [hidden, d_in], "dtype": "float64"},
+        {"shape": [classes, hidden], "dtype": "float64"},
+        {"shape": [POOL], "dtype": "float64"},
+    ]
 
 
 def _draw(params: dict[str, Any], weights: Sequence[torch.Tensor]) -> list[scenarios.Batch]:
@@ -160,8 +143,9 @@ def parse(
 
 
 class _Read(supervise.Shared):
-    """The base's weights and the adapter's pool in the shared mapping, read by the supervisor
-    at each snapshot as ``[seed, base values…, extent, pool numbers…]``: the seed of the places
+    """The base's weights and the adapter's pool as the child handed them over (the supervisor's
+    read-only views of its memory files; inline on CUDA, the tensors themselves), read by the
+    supervisor at each snapshot as ``[seed, base values…, extent, pool numbers…]``: the seed of the places
     read (``hookstep.places``), drawn from the operating system's randomness at the first
     snapshot, in the supervisor (the learner's process, forked before, never holds it); the
     base's values there; how far the pool holds numbers that are not zero (the supervisor's own
@@ -187,8 +171,8 @@ class _Read(supervise.Shared):
         if self._seed is None:
             self._seed = int.from_bytes(os.urandom(8), "little") >> 12  # a float holds it exactly
             self._places = places(self._seed, [v.numel() for v in self.views[:-1]])
-        # the weights' places: in the mapping on the CPU (the supervisor's own objects still
-        # point there, whatever the child does with its copies); inline on CUDA, on the device
+        # the weights' places: in the hand-off's files on the CPU (the supervisor's own views,
+        # whatever the child does with its tensors); inline on CUDA, on the device
         weights = self.tensors[:-1]
         base = [
             t.detach().reshape(-1)[own.to(t.device)].cpu()
@@ -251,44 +235,39 @@ class _Pool:
 
 
 def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
+    """The supervisor prepares (``prepare``: the layout it reads, through ``_Read``); the child
+    makes the base and the pool, hands them over and draws the base in place (``set_up``, before
+    the learner's file is loaded), then runs the learner's ``train`` (``learner``)."""
     params = spec["params"]
     device = spec.get("device", "cpu")
     loss_fn: nn.Module = nn.CrossEntropyLoss()
-    built: dict[str, Any] = {}
-    if device == "cpu":
-        # Issue 42, half way: the base is drawn in the child (``set_up``, before the learner's
-        # file loads), in a shared mapping the supervisor made blank before the fork (``_blank``:
-        # none of its pages is the supervisor's). Not handed over (``Api.hand_off``): each weight
-        # is 32 MiB, and a memory file larger than the sandbox's RLIMIT_FSIZE (16 MiB) cannot be
-        # made; ``sharing`` would have to spread one tensor over several files mapped back to back
-        shapes = [
-            (int(params["hidden"]), int(params["inputs"])),
-            (int(params["classes"]), int(params["hidden"])),
-        ]
-        storage = _blank([*shapes, (POOL,)])
-        read = _Read(storage, mapped=True)
-    else:  # inline on CUDA: built here, mirrored (``observer.Shared``)
-        supervise.exact_malloc()
-        model, batches, loss_fn = the_run(params)
-        model = model.to(device)
-        batches = [(x.to(device), y.to(device)) for x, y in batches]
-        built |= {"model": model, "batches": batches}
-        read = _Read([*model.parameters(), torch.zeros(POOL, dtype=torch.float64)])
+    layout = prepare(params)
     lr, rank = float(params["lr"]), int(params["rank"])
-    api._shared = read  # the base's weights, then the adapter's pool
 
-    def set_up() -> tuple[nn.Module, list[torch.Tensor], list[scenarios.Batch]]:
-        """The child's, before any of the learner's code: the seeded base drawn in the shared
-        mapping (on the CPU), and its batches."""
-        if "model" in built:
-            return built["model"], list(built["model"].parameters()), built["batches"]
+    def set_up() -> tuple[nn.Module, list[torch.Tensor], list[scenarios.Batch], torch.Tensor]:
+        """The child's, before any of the learner's code: the base (its storage not yet touched,
+        ``_base``) and the pool handed over, then the base drawn in place, in the hand-off's
+        memory files (on the CPU: its pages are the child's once, as they were drawn in the old
+        path's mapping); inline on CUDA, drawn, moved to the device, then handed over."""
         supervise.exact_malloc()  # before the base's blocks: the kernel's figures go by them
-        model = _on(params, storage[:-1])
+        model = _base(params)
         weights: list[torch.Tensor] = list(model.parameters())
-        return model, weights, _draw(params, weights)
+        pool = torch.zeros(POOL, dtype=torch.float64)  # on the CPU: the supervisor reads it there
+        if torch.device(device).type == "cpu":
+            api.hand_off([*weights, pool])
+            return model, weights, _draw(params, weights), pool
+        batches = _draw(params, weights)
+        model = model.to(device)
+        weights = list(model.parameters())
+        api.hand_off([*weights, pool])
+        return model, weights, [(x.to(device), y.to(device)) for x, y in batches], pool
 
     def reading(label: str) -> "supervise.Hook":
-        return lambda _observer, _index: read.at(label)
+        def hook(observer: Any, _index: int) -> None:
+            if isinstance(observer.shared, _Read):  # the hand-off's reader (syncs come after it)
+                observer.shared.at(label)
+
+        return hook
 
     for label in ("batch", "step", *WHOLE):
         api.on_sync(label, reading(label))
@@ -298,9 +277,9 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
     processes = childfilter.prepare_processes()
 
     def learner() -> tuple[dict[str, Any], dict[str, Any] | None]:
-        model, weights, batches = set_up()
+        model, weights, batches, numbers = set_up()
         index = {id(p): i for i, p in enumerate(weights)}
-        pool = _Pool(read.views[-1], index)
+        pool = _Pool(numbers, index)
         steps: list[dict[str, Any]] = []
         base_grads: list[int] = []
         optimizers: list[list[int]] = []
@@ -373,7 +352,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
                 yield batch
 
         with torch.no_grad():  # the shared pages in this process's page tables before the watch
-            for p in read.views:
+            for p in [*weights, numbers]:
                 p.sum()
         _warm_up(weights, batches[0], loss_fn, lr, rank)
         scenarios.settle()
@@ -413,7 +392,7 @@ def run(spec: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         }
         return data, error
 
-    return api.supervise(learner, alone=False)
+    return api.supervise(learner, alone=False, layout=layout, device=device, reading=_Read)
 
 
 class _Recording(nn.Module):

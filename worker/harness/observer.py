@@ -91,10 +91,10 @@ def use_counters(fds: list[int]) -> None:
 
 class Shared:
     """Tensors moved into one anonymous shared mapping of this process's: the child computes in
-    it, the supervisor reads it without the child's help (inline on CUDA, and a kind left on the
-    old path). With ``mapped``, ``tensors`` are already the supervisor's own views of the child's
-    hand-off (``sharing.Reader.tensors``): nothing is copied, and a kind's reader of sampled
-    places (``hookstep.Sampled``) reads them there."""
+    it, the supervisor reads it without the child's help (inline on CUDA, where the set-up runs
+    in the supervisor's process). With ``mapped``, ``tensors`` are already the supervisor's own
+    views of the child's hand-off (``sharing.Reader.tensors``): nothing is copied, and a kind's
+    reader of sampled places (``hookstep.Sampled``) reads them there."""
 
     def __init__(self, tensors: Iterable["torch.Tensor"], mapped: bool = False) -> None:
         import torch
@@ -143,7 +143,7 @@ class Observer:
 
     def __init__(self, shared: "Shared | Reader | None") -> None:
         # where the parameters are read: the child's hand-off (``sharing.Reader``), or a mapping
-        # of this process's (inline on CUDA, and a kind left on the old path: ``Api.share``)
+        # of this process's (inline on CUDA: ``hand_off_inline``)
         self.shared = shared
         self.layout: Layout | None = None  # the hand-off the kind asked for (``sharing``)
         # how a kind reads the hand-off where not every value whole (``Api.supervise``'s

@@ -142,7 +142,6 @@ class Api:
             "limit": int(spec.get("output_limit", 65536)),
         }
         self.link: Any = None  # in the child: the way to the supervisor
-        self._shared: supervise.Shared | None = None
         self._slow: tuple[list[str], float] | None = None
         self._items: supervise.Items | None = None
         self._hooks: dict[str, supervise.Hook] = {}
@@ -153,12 +152,6 @@ class Api:
         self.inline = False  # the learner's code runs in this process (CUDA: ``supervise``)
 
     # ------------------------------------------------------------ the supervisor's side
-
-    def share(self, tensors: Iterable[Any]) -> None:
-        """The old path, left to convert: ``tensors`` (the model's parameters, built here in the
-        supervisor) put in memory this process reads itself. A converted kind builds them in the
-        child and hands them over there (``hand_off``)."""
-        self._shared = supervise.Shared(tensors)
 
     def slow_one(self, labels: Iterable[str], seconds: float) -> None:
         """Have the supervisor make one of ``labels`` slow in each run (the syncs' index): it
@@ -203,7 +196,7 @@ class Api:
             device is not None and torch.device(device).type == "cuda"
         )
         supervisor = supervise.Supervisor(
-            self._shared,
+            None,  # the parameters: the child's hand-off (``layout``), once it is made
             int(self.spec.get("trace_limit", 4 << 20)),
             items=self._items,
             alone=alone,

@@ -21,6 +21,10 @@ Per device, an exporter (in the child) and an opener (in the supervisor), in ``D
 A memory file's size counts against the sandbox's file-size limit (``RLIMIT_FSIZE``, 16 MiB,
 ``worker/sandbox/launcher.py``): the storage is spread over files of at most ``FILE_CAP``, each
 tensor's file and offset computed from the layout alone, by the child and the supervisor alike.
+A tensor larger than ``FILE_CAP`` (adapter's 32 MiB weights) spans consecutive files, each full
+but its last; both sides map all the files back to back in one reserved range (``_Region``: an
+anonymous ``PROT_NONE`` reservation, each file mapped into it with ``MAP_FIXED``), so that such a
+tensor's storage is one contiguous range of addresses.
 
 Standard library only when imported: torch is imported by the functions that make or read the
 tensors, so the supervisor's core (``supervise``, ``link``) is tested without it.
@@ -33,7 +37,6 @@ import mmap
 import os
 import stat
 import struct
-import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +54,9 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 # a memory file's size counts against the sandbox's file-size limit (RLIMIT_FSIZE, 16 MiB,
 # worker/sandbox/launcher.py): the storage is spread over files of at most this much
 FILE_CAP = 8 << 20
-MAX_FILES = 16  # descriptors in one hand-off
+MAX_FILES = 16  # descriptors in one hand-off (adapter's, the largest: 9)
+# mmap's flags that Python's module does not name (Linux's values)
+PROT_NONE, MAP_FIXED, MAP_NORESERVE = 0, 0x10, 0x4000
 
 Layout = list[dict[str, Any]]  # [{"shape": [...], "dtype": "float64"}], in order
 
@@ -59,7 +64,73 @@ Layout = list[dict[str, Any]]  # [{"shape": [...], "dtype": "float64"}], in orde
 # ``data`` leaves their pages mapped in its process, where the kernel counts them, as the old
 # path's mapping stayed (checkpointing's release run: weights freed as a step ended offset the
 # gradients it kept, red team 4)
-_HELD: list[mmap.mmap] = []
+_HELD: list["_Region"] = []
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Region:
+    """Memory files mapped back to back in one range of this process's addresses: the range
+    reserved first (anonymous, ``PROT_NONE``, nothing committed), then each file mapped over its
+    part of it (``MAP_FIXED | MAP_SHARED``), at page-rounded starts: a file other than a span's
+    last is ``FILE_CAP`` long (whole pages), so a tensor spread over consecutive files is one
+    contiguous range. ``writable``: the child's (it computes there); the supervisor's is read-only."""
+
+    def __init__(self, fds: list[int], sizes: list[int], writable: bool) -> None:
+        self.starts, start = [], 0
+        for size in sizes:
+            self.starts.append(start)
+            start += -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.size = max(start, mmap.PAGESIZE)
+        base = _libc.mmap(
+            None, self.size, PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE, -1, 0
+        )
+        if base in (None, _MAP_FAILED):
+            raise OSError(ctypes.get_errno(), "the hand-off's range cannot be reserved")
+        self.base: int = base
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        try:
+            for fd, size, at in zip(fds, sizes, self.starts, strict=True):
+                got = _libc.mmap(self.base + at, size, prot, mmap.MAP_SHARED | MAP_FIXED, fd, 0)
+                if got != self.base + at:
+                    raise OSError(ctypes.get_errno(), "a memory file cannot be mapped")
+        except BaseException:
+            self.close()
+            raise
+
+    def address(self, file: int, offset: int) -> int:
+        return self.base + self.starts[file] + offset
+
+    def holds(self, address: int, nbytes: int) -> bool:
+        return self.base <= address and address + nbytes <= self.base + self.size
+
+    def buffer(self, address: int, nbytes: int) -> Any:
+        """``nbytes`` from ``address`` as a buffer (torch's ``frombuffer``)."""
+        return (ctypes.c_char * max(nbytes, 1)).from_address(address)
+
+    def drop(self, address: int, nbytes: int) -> None:
+        """The pages of ``nbytes`` from ``address`` (from the page its first byte is in) out of
+        this process's page tables (``MADV_DONTNEED``: a shared file's bytes stay)."""
+        start = address - address % mmap.PAGESIZE
+        if nbytes and _libc.madvise(start, address + nbytes - start, mmap.MADV_DONTNEED) != 0:
+            raise OSError(ctypes.get_errno(), "madvise")
+
+    def close(self) -> None:
+        if self.base:
+            _libc.munmap(self.base, self.size)
+            self.base = 0
 
 
 def layout(tensors: Iterable["torch.Tensor"]) -> Layout:
@@ -73,8 +144,9 @@ def layout(tensors: Iterable["torch.Tensor"]) -> Layout:
 def placement(expected: Layout) -> tuple[list[tuple[int, int]], list[int]]:
     """Each tensor's place, ``(file, byte offset)``, and each file's size, from the layout
     alone: the tensors in order, each aligned to ``ALIGN``, a new file begun where the next
-    would take one past ``FILE_CAP`` (a tensor larger has a file of its own). What the child
-    must have made."""
+    would take one past ``FILE_CAP``; a tensor larger than ``FILE_CAP`` begins a file and spans
+    as many as it needs, each full but its last (mapped back to back: ``_Region``), the next
+    tensor placed after it in its last. What the child must have made."""
     places: list[tuple[int, int]] = []
     sizes = [0]
     for entry in expected:
@@ -84,6 +156,11 @@ def placement(expected: Layout) -> tuple[list[tuple[int, int]], list[int]]:
             sizes.append(0)
             offset = 0
         places.append((len(sizes) - 1, offset))
+        while offset + nbytes > FILE_CAP:  # only a tensor begun at a file's start: it spans
+            sizes[-1] = FILE_CAP
+            sizes.append(0)
+            nbytes -= FILE_CAP - offset
+            offset = 0
         sizes[-1] = offset + nbytes
     return places, [max(size, 1) for size in sizes]
 
@@ -106,25 +183,25 @@ def export_cpu(tensors: list["torch.Tensor"], dropped: int = 0) -> tuple[dict[st
     places, sizes = placement(described)
     fds: list[int] = []
     try:
-        maps = []
         for size in sizes:
             fds.append(os.memfd_create("parameters", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
             os.ftruncate(fds[-1], size)
             fcntl.fcntl(fds[-1], fcntl.F_ADD_SEALS, SEALS)
-            maps.append(mmap.mmap(fds[-1], size, flags=mmap.MAP_SHARED))
-        _HELD.extend(maps)
+        region = _Region(fds, sizes, writable=True)
+        _HELD.append(region)
         first_dropped = len(tensors) - max(dropped, 0)
         for i, (t, (file, offset)) in enumerate(zip(tensors, places, strict=True)):
             if t.device.type != "cpu":
                 raise ValueError(f"a {t.device.type} tensor cannot be shared through memory")
-            view = torch.frombuffer(maps[file], dtype=t.dtype, count=t.numel(), offset=offset).view(t.shape)
+            address, nbytes = region.address(file, offset), t.numel() * t.element_size()
+            view = torch.frombuffer(region.buffer(address, nbytes), dtype=t.dtype, count=t.numel())
+            view = view.view(t.shape)
             with torch.no_grad():
                 view.copy_(t.detach())
             t.data = view  # the parameter now lives in the shared mapping
-            if i >= first_dropped:  # from the page before its first byte: a shared file's
-                # pages only leave this process's page tables, their bytes stay
-                start = offset - offset % mmap.PAGESIZE
-                maps[file].madvise(mmap.MADV_DONTNEED, start, offset + t.numel() * t.element_size() - start)
+            if i >= first_dropped:  # a shared file's pages only leave this process's page
+                # tables, their bytes stay
+                region.drop(address, nbytes)
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -147,40 +224,37 @@ def drop_pages(tensors: Iterable["torch.Tensor"]) -> None:
     file keeps their bytes and the job's cgroup its charge; the process's resident set counts
     them again once it reads them. Raises ``ValueError`` for a tensor not in a mapping of the
     hand-off (dropping a private page would lose its bytes)."""
-    bases = [(ctypes.addressof(ctypes.c_char.from_buffer(m)), len(m), m) for m in _HELD]
     for t in tensors:
         begin, nbytes = t.data_ptr(), t.numel() * t.element_size()
-        found = next(((b, m) for b, size, m in bases if b <= begin and begin + nbytes <= b + size), None)
+        found = next((r for r in _HELD if r.holds(begin, nbytes)), None)
         if found is None:
             raise ValueError("a tensor not handed over cannot have its pages dropped")
-        base, mapped = found
-        offset = begin - base
-        start = offset - offset % mmap.PAGESIZE
-        mapped.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
+        found.drop(begin, nbytes)
 
 
 # ---------------------------------------------------------------- the supervisor's side
 
 
 class Reader:
-    """The parameters as the supervisor reads them: its own read-only mappings of the storage
-    the child handed over, each tensor's bytes in its file at its offset. Standard library only: the values
-    are those ``instrument.flat`` gives (each widened exactly to a float, None where not
-    finite)."""
+    """The parameters as the supervisor reads them: its own read-only mapping of the storage
+    the child handed over (the files back to back, ``_Region``), each tensor's bytes in its file
+    at its offset (and on through the next files where it spans them). Standard library only:
+    the values are those ``instrument.flat`` gives (each widened exactly to a float, None where
+    not finite)."""
 
-    def __init__(self, maps: list[mmap.mmap], expected: Layout, places: list[tuple[int, int]]) -> None:
-        self._maps = maps
+    def __init__(self, region: _Region, expected: Layout, places: list[tuple[int, int]]) -> None:
+        self._region = region
         self._shapes = [list(entry["shape"]) for entry in expected]
         self._parts = [
-            (maps[file], offset, _count(entry["shape"]), entry["dtype"])
+            (region.address(file, offset), _count(entry["shape"]), entry["dtype"])
             for entry, (file, offset) in zip(expected, places, strict=True)
         ]
 
     def snapshot(self) -> list[float | None]:
         """The values, as a flat list of floats (None where not finite)."""
         values: list[float] = []
-        for mapped, offset, count, dtype in self._parts:
-            raw = mapped[offset : offset + count * ITEM_SIZE[dtype]]  # a copy, read at once
+        for address, count, dtype in self._parts:
+            raw = ctypes.string_at(address, count * ITEM_SIZE[dtype])  # a copy, read at once
             if dtype == "bfloat16":  # the high half of a float32
                 widened = b"".join(b"\0\0" + raw[i : i + 2] for i in range(0, len(raw), 2))
                 values.extend(struct.unpack(f"<{count}f", widened))
@@ -189,22 +263,19 @@ class Reader:
         return [v if math.isfinite(v) else None for v in values]
 
     def tensors(self) -> list["torch.Tensor"]:
-        """Torch's views of the mapping, read-only (a kind that reads sampled places of them,
-        ``hookstep.Sampled``); they keep the mapping alive."""
+        """Torch's views of the mapping, read-only (its pages are: the supervisor never writes
+        them); a kind that reads sampled places of them, ``hookstep.Sampled``. The mapping is
+        held for the supervisor's life (nothing closes it while a view may be read)."""
         import torch
 
         views = []
-        with warnings.catch_warnings():  # torch warns that a read-only buffer's tensor may not
-            # be written: the supervisor never writes it
-            warnings.filterwarnings("ignore", message="The given buffer is not writable")
-            for mapped, offset, count, dtype in self._parts:
-                tensor = torch.frombuffer(mapped, dtype=getattr(torch, dtype), count=count, offset=offset)
-                views.append(tensor)
+        for address, count, dtype in self._parts:
+            buffer = self._region.buffer(address, count * ITEM_SIZE[dtype])
+            views.append(torch.frombuffer(buffer, dtype=getattr(torch, dtype), count=count))
         return [v.view(shape) for v, shape in zip(views, self._shapes, strict=True)]
 
     def close(self) -> None:
-        for mapped in self._maps:
-            mapped.close()
+        self._region.close()
 
 
 def _count(shape: list[int]) -> int:
@@ -244,9 +315,9 @@ def check(message: dict[str, Any], expected: Layout) -> tuple[list[tuple[int, in
 
 
 def open_cpu(message: dict[str, Any], fds: list[int], expected: Layout) -> Reader:
-    """Map the child's sealed memory files read-only, once the layout is checked; the
-    descriptors are closed here whatever happens (the mappings hold the memory)."""
-    maps: list[mmap.mmap] = []
+    """Map the child's sealed memory files read-only, back to back (``_Region``), once the
+    layout is checked; the descriptors are closed here whatever happens (the mappings hold the
+    memory)."""
     try:
         places, sizes = check(message, expected)
         if len(fds) != len(sizes):
@@ -261,15 +332,11 @@ def open_cpu(message: dict[str, Any], fds: list[int], expected: Layout) -> Reade
                 seals = 0
             if seals & SEALS != SEALS:
                 raise _refuse("seals")
-            maps.append(mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
-    except BaseException:
-        for mapped in maps:
-            mapped.close()
-        raise
+        region = _Region(fds, sizes, writable=False)
     finally:
         for fd in fds:
             os.close(fd)
-    return Reader(maps, expected, places)
+    return Reader(region, expected, places)
 
 
 # the seam: per device, how the child exports the storage and how the supervisor opens it
