@@ -339,34 +339,28 @@ class ForkServer(Starter):
             sandbox.release(standby)
 
     def run(
-        self,
-        kind: str,
-        spec: dict[str, Any],
-        code: bytes,
-        limits: Limits,
-        cancel: Cancel | None = None,
-        inputs: int | None = None,
+        self, kind: str, spec: dict[str, Any], code: bytes, limits: Limits, cancel: Cancel | None = None
     ) -> Result:
         """Run one job in a fork of the template; in a cold single-use sandbox if the template
         fails it (the template is then replaced)."""
         template = self._current()
         if template is None:
             assert self._fallback is not None
-            return self._fallback.run(kind, spec, code, limits, cancel, inputs)
+            return self._fallback.run(kind, spec, code, limits, cancel)
         try:
             if not template.ready(sandbox.WARM_UP_SECONDS):
                 self._not_warm(template)
             forked = self._take(template)
         except TemplateTrouble as exc:
-            return self._cold(template, exc, kind, spec, code, limits, cancel, inputs)
+            return self._cold(template, exc, kind, spec, code, limits, cancel)
         try:
-            result = forked.run(kind, spec, code, limits, cancel, inputs)
+            result = forked.run(kind, spec, code, limits, cancel)
             if result.status == "crashed" and _ended(template):  # it took the job down with it
                 raise TemplateTrouble(f"template {template.id} ended during job {forked.id}")
             with self._changed:
                 self._cold_starts = 0
         except TemplateTrouble as exc:
-            return self._cold(template, exc, kind, spec, code, limits, cancel, inputs)
+            return self._cold(template, exc, kind, spec, code, limits, cancel)
         finally:
             sandbox.release(forked)
         self._fork_ahead(template)
@@ -381,13 +375,12 @@ class ForkServer(Starter):
         code: bytes,
         limits: Limits,
         cancel: Cancel | None,
-        inputs: int | None,
     ) -> Result:
         log.error(
             "%s; the job runs in a single-use sandbox (template said: %s)", why, template.tail() or "nothing"
         )
         self._replace(template)
-        return Sandbox(self.isolation, self.device, self.gpu).run(kind, spec, code, limits, cancel, inputs)
+        return Sandbox(self.isolation, self.device, self.gpu).run(kind, spec, code, limits, cancel)
 
     def warm(self) -> int:
         """1 when the template is ready to fork a job now, else 0 (or the fallback pool's)."""

@@ -210,7 +210,6 @@ class Runner(Protocol):
         code: bytes,
         limits: Limits,
         cancel: sandbox.Cancel | None = None,
-        inputs: int | None = None,
     ) -> sandbox.Result: ...
 
     def warm(self) -> int: ...
@@ -280,18 +279,8 @@ class Grader:
         inputs = getattr(checks_module, "job_inputs", None)  # what the sandbox can't read itself
         if inputs is not None:
             params = {**params, **inputs(params)}
-        spec: dict[str, Any] = {"entry": exercise.entry, "params": params, "device": device}  # a Spec's
-        tensors = getattr(checks_module, "job_tensors", None)  # data drawn once, mapped by each job
-        shared = tensors(exercise.check_params) if tensors is not None else None
-        if shared is not None:
-            spec["inputs"] = shared[1]
-        try:
-            result = self.pool.run(
-                exercise.check_kind, spec, code, limits, cancel, inputs=None if shared is None else shared[0]
-            )
-        finally:
-            if shared is not None:
-                os.close(shared[0])
+        spec = {"entry": exercise.entry, "params": params, "device": device}  # protocol.Spec's
+        result = self.pool.run(exercise.check_kind, spec, code, limits, cancel)
         # "process" means the learner's code ran without isolation: pages say so plainly
         metrics: dict[str, Any] = {
             "device": device,

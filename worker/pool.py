@@ -115,13 +115,12 @@ class Pool(Starter):
         code: bytes,
         limits: Limits,
         cancel: sandbox.Cancel | None = None,
-        inputs: int | None = None,
     ) -> sandbox.Result:
         """Run one job in a sandbox of this pool (a cold one if none is warm)."""
         try:
-            result = self.take().run(kind, spec, code, limits, cancel, inputs)
+            result = self.take().run(kind, spec, code, limits, cancel)
             if result.reason == sandbox.SANDBOX_START:  # it died warming up (ours, not the learner's)
-                result = self._start().run(kind, spec, code, limits, cancel, inputs)  # once more, cold
+                result = self._start().run(kind, spec, code, limits, cancel)  # once more, cold
             return result
         finally:
             self.refill()

@@ -366,7 +366,7 @@ def test_a_host_where_templates_never_get_warm_falls_back_to_single_use_sandboxe
         def alive(self) -> bool:
             return True
 
-        def run(self, kind, job, code, limits, cancel=None, inputs=None) -> sandbox.Result:
+        def run(self, kind, job, code, limits, cancel=None) -> sandbox.Result:
             return sandbox.Result("ok", {"single-use": True}, 1, "", 0)
 
         def close(self) -> None:

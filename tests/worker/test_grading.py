@@ -134,7 +134,7 @@ class OneTrace:
     def __init__(self, kind: str) -> None:
         self.trace = {"version": 1, "kind": kind, "outcome": "ok", "error": None, "data": {"runs": []}}
 
-    def run(self, kind, job, code, limits, cancel=None, inputs=None):
+    def run(self, kind, job, code, limits, cancel=None):
         from worker import sandbox
 
         return sandbox.Result("ok", dict(self.trace), 5, "", 0)

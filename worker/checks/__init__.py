@@ -3,10 +3,8 @@
 A kind is ``worker/harness/<kind>.py`` (records, in the sandbox) plus
 ``worker/checks/<kind>.py`` (judges, here), which is a ``Kind``: ``evaluate`` and
 ``diagnose_error``, and optionally ``prepare`` (the reference, before any job), ``summarize``
-(what a plain run did, for the ``run`` mode), ``job_inputs`` (data the harness needs that the
-sandbox cannot read, such as the lesson's files: merged into the job's params by the grader) and
-``job_tensors`` (large seeded inputs drawn once here and mapped by each job: a sealed memory
-file's descriptor and layout, ``worker/harness/inputs.py``).
+(what a plain run did, for the ``run`` mode) and ``job_inputs`` (data the harness needs that the
+sandbox cannot read, such as the lesson's files: merged into the job's params by the grader).
 
 Texts are not written here: checks name message keys of ``messages.yaml`` and the
 values to quote, and ``contracts.messages`` renders them in the learner's language.

@@ -12,8 +12,6 @@ coefficients (expected: each micro-batch's share of its cycle) name the mistake.
 
 import json
 import math
-import os
-import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -39,7 +37,7 @@ from worker.checks.accumulation_mistakes import (  # noqa: E402
     unit_gradient,
 )
 from worker.checks.accumulation_mistakes import diagnose_error as diagnose_error  # noqa: E402  (the kind's)
-from worker.harness import inputs, memory, scenarios  # noqa: E402
+from worker.harness import memory, scenarios  # noqa: E402
 from worker.harness.protocol import reported, reported_meters  # noqa: E402
 
 # traj_err = max_t |θ_t − θ_ref,t| / |θ_ref,t − θ_0|; wrong loops are ≥ 0.14.
@@ -122,8 +120,6 @@ class Reference:
     micro_peak: int  # saved bytes of one micro-batch (every one has its shapes)
     cycle_peak: int  # saved bytes of the first cycle taken as one batch (its micro-batches together)
     saved_total: int  # saved bytes of every micro-batch's forward, added up
-    # the micro-batches, each x then y, in a sealed memory file each job maps (``job_tensors``)
-    inputs: tuple[int, inputs.Layout]
 
 
 def _saved(scenario, batches):
@@ -140,7 +136,6 @@ def _reference(key: str) -> Reference:
     params = json.loads(key)
     scenario = scenarios.build(params, torch.float64)
     model, batches = scenario.model, scenario.micro_batches
-    shared = inputs.write([t for batch in batches for t in batch])
     weights = list(model.parameters())
     cycles = scenarios.cycles(len(batches), int(params["accum_steps"]))
     # every micro-batch has the first's shapes (token-loss: positions, padding included), so saves
@@ -158,7 +153,7 @@ def _reference(key: str) -> Reference:
             torch.nn.utils.clip_grad_norm_(weights, float(params["max_norm"]))
         optimizer.step()
         trajectory.append(tensors.flat(weights))
-    found = Reference(
+    return Reference(
         cycles=cycles,
         weights=[scenario.weight(y) for _, y in batches],
         positions=[scenario.positions(y) for _, y in batches],
@@ -168,10 +163,7 @@ def _reference(key: str) -> Reference:
         micro_peak=first.peak,
         cycle_peak=cycle_peak,
         saved_total=len(batches) * first.packed,
-        inputs=shared,
     )
-    weakref.finalize(found, os.close, shared[0])  # a reference the cache lets go frees its file
-    return found
 
 
 def reference(params: dict) -> Reference:
@@ -183,16 +175,6 @@ def reference(params: dict) -> Reference:
 
 def prepare(params: dict, device: str) -> None:
     reference(params)
-
-
-def job_tensors(params: dict) -> tuple[int, inputs.Layout] | None:
-    """The micro-batches the job's set-up would draw, drawn once here (``harness/inputs.py``):
-    a descriptor of their sealed memory file, the caller's to close, and their layout. None
-    where the job draws in another dtype than the reference's float64."""
-    if params.get("dtype", "float64") != "float64":
-        return None
-    fd, layout = reference(params).inputs
-    return os.dup(fd), layout
 
 
 def _at_own_start(

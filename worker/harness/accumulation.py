@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import childfilter, inputs, memory, scenarios, sharing, supervise
+from . import childfilter, memory, scenarios, sharing, supervise
 from .instrument import flat, name_limits, patch_clip, watch_scaler, wrap_method, wrap_step
 
 if TYPE_CHECKING:
@@ -343,12 +343,7 @@ def run(job: "Spec", api: "Api") -> tuple[Any, dict[str, Any] | None]:
         its parameters handed to the supervisor."""
         if counted:
             supervise.exact_malloc()  # before the scenario's tensors: the kernel's count follows them
-        drawn = inputs.tensors()  # the worker's draw of them, where it sent one
-        if drawn is None:
-            scenario = scenarios.build(params, dtype)
-        else:  # the same seeded model (drawn before the micro-batches), none of its own draws
-            scenario = scenarios.build({**params, "n_micro": 0}, dtype)
-            scenario.micro_batches = list(zip(drawn[0::2], drawn[1::2], strict=True))
+        scenario = scenarios.build(params, dtype)
         model = scenario.model.to(device)
         batches = [(x.to(device), y.to(device)) for x, y in scenario.micro_batches]
         scenario.micro_batches = batches

@@ -79,9 +79,6 @@ class Spec(TypedDict):
     device: str  # "cpu" or "cuda"
     output_limit: int  # characters of output kept
     trace_limit: int  # bytes of trace written at most
-    # the layout of the exercise's inputs, drawn once by the worker and sent as a file with the
-    # request (harness/inputs.py): each tensor's shape, dtype and offset
-    inputs: NotRequired[list[dict[str, Any]]]
 
 
 class Limits(TypedDict):

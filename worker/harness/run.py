@@ -26,7 +26,7 @@ import sys
 import traceback
 from typing import NoReturn
 
-from . import inputs, linux, observer, quiet, runtime
+from . import linux, observer, quiet, runtime
 from .protocol import Limits, Request, Word
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,11 +80,9 @@ def receive(channel: socket.socket) -> tuple[Request, int, int]:
     """``(request, trace_fd, done_fd)`` from the worker on ``channel`` (``job.hand_over``): the
     two descriptors with its first byte, then the request up to its end; the channel closed.
     The job's cgroup's memory counters, where the worker sent them after those two, go to the
-    supervisor's observer (``observer.use_counters``); the exercise's inputs, where the request
-    names them (``spec["inputs"]``: their layout), came last and wait for the set-up
-    (``inputs.keep``)."""
+    supervisor's observer (``observer.use_counters``)."""
     try:
-        first, fds, _, _ = socket.recv_fds(channel, 1, 5)
+        first, fds, _, _ = socket.recv_fds(channel, 1, 4)
         if first != Word.HANDOFF or len(fds) < 2:
             for fd in fds:
                 os.close(fd)
@@ -96,12 +94,8 @@ def receive(channel: socket.socket) -> tuple[Request, int, int]:
         channel.close()
     for fd in fds:
         os.set_inheritable(fd, False)
-    request: Request = json.loads(b"".join(chunks).decode("utf-8"))
-    layout = request["spec"].get("inputs")
-    if layout is not None and len(fds) > 2:
-        inputs.keep(fds.pop(), layout)
     observer.use_counters(fds[2:])
-    return request, fds[0], fds[1]
+    return json.loads(b"".join(chunks).decode("utf-8")), fds[0], fds[1]
 
 
 def apply_limits(limits: Limits) -> None:

@@ -122,21 +122,16 @@ def channel_maker(channel: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def hand_over(
-    channel: socket.socket, data: bytes, counters: list[int] | None = None, inputs: int | None = None
-) -> tuple[int, int]:
+def hand_over(channel: socket.socket, data: bytes, counters: list[int] | None = None) -> tuple[int, int]:
     """The job's trace file and done pipe, made now, sent with the request on ``channel`` (which
     is closed after: the job gets no way back to the worker but the "D"); returns the worker's
     ends ``(trace, done)``. ``counters`` (``Cgroup.memory_counters``) go with them, and are
-    closed here; then ``inputs``, the exercise's sealed inputs file (``harness/inputs.py``; the
-    request's ``spec["inputs"]`` is its layout), which stays the caller's. A harness that does
-    not take them is reported by the wait as a crash."""
+    closed here. A harness that does not take them is reported by the wait as a crash."""
     trace = os.memfd_create("treino-trace", os.MFD_CLOEXEC)
     done, theirs = os.pipe2(os.O_CLOEXEC)  # the harness writes "D" once the trace is in
-    extra = [] if inputs is None else [inputs]
     try:
         channel.settimeout(HAND_OVER_SECONDS)
-        socket.send_fds(channel, [Word.HANDOFF], [trace, theirs, *(counters or []), *extra])
+        socket.send_fds(channel, [Word.HANDOFF], [trace, theirs, *(counters or [])])
         channel.sendall(data)
         channel.shutdown(socket.SHUT_WR)
     except OSError:
@@ -257,16 +252,9 @@ class Job(abc.ABC):
     done: int
 
     def run(
-        self,
-        kind: str,
-        spec: dict[str, Any],
-        code: bytes,
-        limits: Limits,
-        cancel: Cancel | None = None,
-        inputs: int | None = None,
+        self, kind: str, spec: dict[str, Any], code: bytes, limits: Limits, cancel: Cancel | None = None
     ) -> Result:
-        """Hand one job over and wait for its end (or ``cancel``), then kill what is left of it;
-        ``inputs``: the exercise's inputs file, sent with the request (``hand_over``)."""
+        """Hand one job over and wait for its end (or ``cancel``), then kill what is left of it."""
         asked = time.monotonic()
         ready = self._ready(limits)
         if isinstance(ready, Result):
@@ -274,7 +262,7 @@ class Job(abc.ABC):
         data = request(kind, spec, code, limits, self.device, self.cgroup is not None, **ready.extra)
         started = time.monotonic()
         counters = self.cgroup.memory_counters() if self.cgroup is not None else []
-        self.trace, self.done = hand_over(ready.channel, data, counters, inputs)
+        self.trace, self.done = hand_over(ready.channel, data, counters)
         end = wait_for_end(
             ready.pid,
             self.done,

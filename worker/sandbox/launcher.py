@@ -232,20 +232,12 @@ class Sandbox(Job):
 
     # ------------------------------------------------------------ the job
 
-    def run(
-        self,
-        kind: str,
-        spec: dict,
-        code: bytes,
-        limits: Limits,
-        cancel: Cancel | None = None,
-        inputs: int | None = None,
-    ) -> Result:
+    def run(self, kind: str, spec: dict, code: bytes, limits: Limits, cancel: Cancel | None = None) -> Result:
         """Hand one job over and wait for its end (or ``cancel``); the sandbox is gone afterwards."""
         if self._used or self.template:
             raise RuntimeError("a sandbox runs one job only (a template forks them)")
         try:
-            return super().run(kind, spec, code, limits, cancel, inputs)
+            return super().run(kind, spec, code, limits, cancel)
         finally:
             release(self)
 
