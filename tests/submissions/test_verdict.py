@@ -115,7 +115,7 @@ def test_lesson_5_draws_its_gradients_against_the_plain_loop(client, app):
     assert [td.get_text() for td in memory.select(".bar-value")] == ["2.0 MiB", "24.0 MiB"]
     assert alive.select_one(".bar-yours .bar-fill")["width"] == "4.17"
     assert memory.select_one(".bar-naive .bar-fill")["width"] == "100.00"
-    assert "held 1 gradient (2.0 MiB)" in alive.select_one(".figure-summary").get_text()
+    assert "left 1 gradient in .grad (2.0 MiB)" in alive.select_one(".figure-summary").get_text()
     assert ("Optimizer step calls", "48") in [
         (d.select_one("dt").get_text(), d.select_one("dd").get_text()) for d in verdict.select(".facts div")
     ]

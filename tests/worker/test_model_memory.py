@@ -47,12 +47,12 @@ def test_step_in_backward_shows_one_gradient_alive_against_the_plain_loops_all(v
     assert charts["gradients"] == [("Yours", "2.0 MiB"), ("Plain loop", "24.0 MiB")]
     assert facts["Optimizer step calls"] == "48"  # 24 parameters × 2 batches, each in its hook
     assert summaries["gradients-alive"] == (
-        "At its busiest your loop left 1 gradient in `.grad` (2.0 MiB); the plain loop holds all 24 "
+        "At its busiest your loop left 1 gradient in .grad (2.0 MiB); the plain loop holds all 24 "
         "(24.0 MiB) until its optimizer step."
     )
     charts, _facts, summaries = shown(verdict, "pt-BR")
     assert charts["gradients"] == [("O seu", "2,0 MiB"), ("Loop comum", "24,0 MiB")]
-    assert "deixou 1 gradiente no `.grad` (2,0 MiB)" in summaries["gradients-alive"]
+    assert "deixou 1 gradiente no .grad (2,0 MiB)" in summaries["gradients-alive"]
 
 
 @pytest.mark.parametrize("name", ["starter", "grads-not-released"])
